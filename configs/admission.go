@@ -1,0 +1,166 @@
+package configs
+
+import (
+	"net"
+	"time"
+)
+
+// Admission configures the embedded limiter, a reverse proxy in front of
+// the engine's OpenAI API (DESIGN.md section 6).
+type Admission struct {
+	Enabled bool   `yaml:"enabled"`
+	Listen  string `yaml:"listen"`
+	// MaxInFlight caps requests forwarded and unfinished. 0 = automatic:
+	// derived from the engine's measured capacity (Little's law) and
+	// adapted on queue time.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxQueue and MaxQueueWait bound the wait queue by count and age.
+	MaxQueue     int           `yaml:"max_queue"`
+	MaxQueueWait time.Duration `yaml:"max_queue_wait"`
+	// Order: newest_first (default; the oldest waiter's client is about to
+	// give up) or fifo.
+	Order string `yaml:"order"`
+	// IdempotencyHeader names the per-call key header used for coalescing.
+	IdempotencyHeader string `yaml:"idempotency_header"`
+	// Coalesce attaches retries of the same call to the running execution.
+	Coalesce bool `yaml:"coalesce"`
+	// CancelAfter defers upstream cancellation when the last listener of a
+	// keyed call leaves, so a retry can attach.
+	CancelAfter time.Duration `yaml:"cancel_after"`
+	// ResultTTL keeps finished results for late retries, within
+	// ResultStoreBytes of memory.
+	ResultTTL        time.Duration `yaml:"result_ttl"`
+	ResultStoreBytes int64         `yaml:"result_store_bytes"`
+	// RetryRatio of first attempts over RetryWindow may be retries that
+	// create new executions.
+	RetryRatio  float64       `yaml:"retry_ratio"`
+	RetryWindow time.Duration `yaml:"retry_window"`
+	// MaxBodyBytes rejects larger request bodies with 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ReadHeaderTimeout and ReadTimeout protect against slow clients.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	// InjectAPIKey sends the engine's API key upstream so clients never
+	// hold it.
+	InjectAPIKey bool `yaml:"inject_api_key"`
+	// SlowStart ramps the cap from a fraction back to full after recovery.
+	SlowStart time.Duration `yaml:"slow_start"`
+	// Tenants limits each client API key.
+	Tenants Tenants `yaml:"tenants"`
+}
+
+// Tenants holds per-API-key limits: Default applies to every key not
+// listed in Keys. Keys are identified by a name and the SHA-256 of the key,
+// so no client key sits in the config in clear.
+type Tenants struct {
+	Default TenantLimits  `yaml:"default"`
+	Keys    []TenantEntry `yaml:"keys"`
+}
+
+// TenantLimits: 0 means unlimited.
+type TenantLimits struct {
+	RPM         int `yaml:"rpm"`
+	TPM         int `yaml:"tpm"`
+	MaxInFlight int `yaml:"max_in_flight"`
+}
+
+// TenantEntry names one client key by its SHA-256 (hex).
+type TenantEntry struct {
+	Name         string `yaml:"name"`
+	KeySHA256    string `yaml:"key_sha256"`
+	TenantLimits `yaml:",inline"`
+}
+
+func defaultAdmission() Admission {
+	return Admission{
+		Enabled:           true,
+		Listen:            "127.0.0.1:8001",
+		MaxQueue:          64,
+		MaxQueueWait:      30 * time.Second,
+		Order:             "newest_first",
+		IdempotencyHeader: "Idempotency-Key",
+		Coalesce:          true,
+		CancelAfter:       10 * time.Second,
+		ResultTTL:         2 * time.Minute,
+		ResultStoreBytes:  64 << 20,
+		RetryRatio:        0.1,
+		RetryWindow:       60 * time.Second,
+		MaxBodyBytes:      8 << 20,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		InjectAPIKey:      true,
+		SlowStart:         2 * time.Minute,
+	}
+}
+
+func (a *Admission) validate(v *validator) {
+	if !a.Enabled {
+		return
+	}
+	if v.nonEmpty("admission.listen", a.Listen) {
+		if _, _, err := net.SplitHostPort(a.Listen); err != nil {
+			v.errorf("admission.listen", "must be host:port: %v", err)
+		}
+	}
+	if a.MaxInFlight < 0 {
+		v.errorf("admission.max_in_flight", "must be >= 0 (0 = automatic)")
+	}
+	if a.MaxQueue < 0 {
+		v.errorf("admission.max_queue", "must be >= 0")
+	}
+	v.positive("admission.max_queue_wait", a.MaxQueueWait)
+	if a.Order != "fifo" && a.Order != "newest_first" {
+		v.errorf("admission.order", "must be fifo or newest_first; got %q", a.Order)
+	}
+	v.nonEmpty("admission.idempotency_header", a.IdempotencyHeader)
+	if a.CancelAfter < 0 {
+		v.errorf("admission.cancel_after", "must be >= 0")
+	}
+	if a.ResultTTL < 0 {
+		v.errorf("admission.result_ttl", "must be >= 0")
+	}
+	if a.ResultStoreBytes < 0 {
+		v.errorf("admission.result_store_bytes", "must be >= 0")
+	}
+	if a.RetryRatio < 0 || a.RetryRatio > 1 {
+		v.errorf("admission.retry_ratio", "must be between 0 and 1")
+	}
+	v.positive("admission.retry_window", a.RetryWindow)
+	if a.MaxBodyBytes < 1024 {
+		v.errorf("admission.max_body_bytes", "must be >= 1024")
+	}
+	v.positive("admission.read_header_timeout", a.ReadHeaderTimeout)
+	v.positive("admission.read_timeout", a.ReadTimeout)
+	if a.SlowStart < 0 {
+		v.errorf("admission.slow_start", "must be >= 0")
+	}
+	checkLimits := func(path string, l TenantLimits) {
+		if l.RPM < 0 {
+			v.errorf(path+".rpm", "must be >= 0")
+		}
+		if l.TPM < 0 {
+			v.errorf(path+".tpm", "must be >= 0")
+		}
+		if l.MaxInFlight < 0 {
+			v.errorf(path+".max_in_flight", "must be >= 0")
+		}
+	}
+	checkLimits("admission.tenants.default", a.Tenants.Default)
+	for i, k := range a.Tenants.Keys {
+		p := indexPath("admission.tenants.keys", i)
+		v.nonEmpty(p+".name", k.Name)
+		if len(k.KeySHA256) != 64 || !isHex(k.KeySHA256) {
+			v.errorf(p+".key_sha256", "must be 64 hex digits (sha256sum of the key)")
+		}
+		checkLimits(p, k.TenantLimits)
+	}
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,76 @@
+package configs
+
+import (
+	"net/url"
+	"time"
+)
+
+// Engine says where the inference engine is and how to talk to it.
+type Engine struct {
+	// URL is the engine's OpenAI-compatible base URL (no /v1 suffix).
+	URL string `yaml:"url"`
+	// Model is the model the completion probe asks for. Empty: the first
+	// model /v1/models lists.
+	Model string `yaml:"model"`
+	// APIKeySource names where the engine's API key comes from; the key is
+	// sent by the probes and injected upstream by the admission proxy.
+	APIKeySource SecretSource `yaml:"api_key"`
+	// APIKey is resolved from APIKeySource at load time.
+	APIKey Secret `yaml:"-"`
+	// RequestTimeout bounds /v1/models, /health and /metrics calls.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// Metrics names the engine's metrics; vLLM v1's names by default.
+	Metrics MetricNames `yaml:"metrics"`
+}
+
+// MetricNames are the exact metric names the watchdog reads. They are
+// configurable for other engines or renamed metrics. Exact names, never
+// prefixes: vllm:num_requests_waiting_by_reason is not waiting.
+type MetricNames struct {
+	Waiting string `yaml:"waiting"`
+	Running string `yaml:"running"`
+	// Progress counters are summed: prompt + generation tokens.
+	Progress []string `yaml:"progress"`
+	// Heartbeats are counters that move per engine step or per admission;
+	// any of them moving is progress too (a long prefill moves no token
+	// counter for a while, but steps still happen).
+	Heartbeats []string `yaml:"heartbeats"`
+}
+
+func defaultEngine() Engine {
+	return Engine{
+		URL:            "http://127.0.0.1:8000",
+		RequestTimeout: 10 * time.Second,
+		Metrics: MetricNames{
+			Waiting:  "vllm:num_requests_waiting",
+			Running:  "vllm:num_requests_running",
+			Progress: []string{"vllm:prompt_tokens_total", "vllm:generation_tokens_total"},
+			Heartbeats: []string{
+				"vllm:iteration_tokens_total_count",
+				"vllm:prefix_cache_queries_total",
+				"vllm:request_success_total",
+			},
+		},
+	}
+}
+
+func (e *Engine) validate(v *validator) {
+	if v.nonEmpty("engine.url", e.URL) {
+		u, err := url.Parse(e.URL)
+		switch {
+		case err != nil:
+			v.errorf("engine.url", "not a URL: %v", err)
+		case u.Scheme != "http" && u.Scheme != "https":
+			v.errorf("engine.url", "scheme must be http or https, got %q", u.Scheme)
+		case u.Host == "":
+			v.errorf("engine.url", "missing host")
+		}
+	}
+	v.positive("engine.request_timeout", e.RequestTimeout)
+	v.nonEmpty("engine.metrics.waiting", e.Metrics.Waiting)
+	v.nonEmpty("engine.metrics.running", e.Metrics.Running)
+	if len(e.Metrics.Progress) == 0 {
+		v.errorf("engine.metrics.progress", "at least one progress counter is required")
+	}
+	v.secretSource("engine.api_key", e.APIKeySource)
+}

@@ -1,0 +1,92 @@
+package configs
+
+import "time"
+
+// Watchdog tunes sampling and the saturated-versus-hung classifier
+// (DESIGN.md sections 2 and 3).
+type Watchdog struct {
+	// Interval between samples.
+	Interval time.Duration `yaml:"interval"`
+	// HangAfter: no progress signal moving for this long while work is
+	// pending means hung. It must exceed the longest legitimate gap between
+	// counter moves (the longest prefill); `vigil diagnose` reports that gap.
+	HangAfter time.Duration `yaml:"hang_after"`
+	// ProbeTimeout bounds the 1-token completion probe.
+	ProbeTimeout time.Duration `yaml:"probe_timeout"`
+	// ProbeSLO: a probe slower than this counts as a saturation sign.
+	ProbeSLO time.Duration `yaml:"probe_slo"`
+	// SaturatedWaiting: waiting requests at or above this, with progress,
+	// is saturated.
+	SaturatedWaiting int `yaml:"saturated_waiting"`
+	// DownAfter: consecutive failed samples of /health or /v1/models
+	// before the engine counts as down.
+	DownAfter int `yaml:"down_after"`
+	// StartupGrace: after a (re)start, the engine is "loading" until it
+	// serves or this elapses.
+	StartupGrace time.Duration `yaml:"startup_grace"`
+	// StateFile keeps incidents, the recovery journal, cooldowns and the
+	// page outbox across vigil's own restarts. Written atomically.
+	StateFile string `yaml:"state_file"`
+	// DryRun runs the whole loop but only logs and pages what it would do.
+	DryRun bool `yaml:"dry_run"`
+	// RetryStorm configures the retry-storm alarm (DESIGN.md section 7).
+	RetryStorm RetryStorm `yaml:"retry_storm"`
+}
+
+// RetryStorm: over Window, prompt tokens rising by less than Ratio of
+// prefix-cache queries means the engine prefills for clients that left.
+type RetryStorm struct {
+	Enabled bool          `yaml:"enabled"`
+	Window  time.Duration `yaml:"window"`
+	Ratio   float64       `yaml:"ratio"`
+	// MinQueries ignores windows with too little traffic to judge.
+	MinQueries float64 `yaml:"min_queries"`
+}
+
+func defaultWatchdog() Watchdog {
+	return Watchdog{
+		Interval:         15 * time.Second,
+		HangAfter:        180 * time.Second,
+		ProbeTimeout:     90 * time.Second,
+		ProbeSLO:         30 * time.Second,
+		SaturatedWaiting: 8,
+		DownAfter:        2,
+		StartupGrace:     10 * time.Minute,
+		StateFile:        "/var/lib/vigil/state.json",
+		RetryStorm: RetryStorm{
+			Enabled:    true,
+			Window:     5 * time.Minute,
+			Ratio:      0.5,
+			MinQueries: 100000,
+		},
+	}
+}
+
+func (w *Watchdog) validate(v *validator) {
+	v.positive("watchdog.interval", w.Interval)
+	if v.positive("watchdog.hang_after", w.HangAfter) && w.HangAfter <= w.Interval {
+		v.errorf("watchdog.hang_after", "must be > interval (%s)", w.Interval)
+	}
+	v.positive("watchdog.probe_timeout", w.ProbeTimeout)
+	if v.positive("watchdog.probe_slo", w.ProbeSLO) && w.ProbeSLO > w.ProbeTimeout {
+		v.errorf("watchdog.probe_slo", "must be <= probe_timeout (%s)", w.ProbeTimeout)
+	}
+	if w.SaturatedWaiting < 1 {
+		v.errorf("watchdog.saturated_waiting", "must be >= 1")
+	}
+	if w.DownAfter < 1 {
+		v.errorf("watchdog.down_after", "must be >= 1")
+	}
+	if w.StartupGrace < 0 {
+		v.errorf("watchdog.startup_grace", "must be >= 0")
+	}
+	v.nonEmpty("watchdog.state_file", w.StateFile)
+	if w.RetryStorm.Enabled {
+		if v.positive("watchdog.retry_storm.window", w.RetryStorm.Window) && w.RetryStorm.Window < 2*w.Interval {
+			v.errorf("watchdog.retry_storm.window", "must be >= 2 intervals (%s)", 2*w.Interval)
+		}
+		if w.RetryStorm.Ratio <= 0 || w.RetryStorm.Ratio >= 1 {
+			v.errorf("watchdog.retry_storm.ratio", "must be between 0 and 1 (exclusive)")
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Store is the persisted state file. It is safe for concurrent use.
+type Store struct {
+	path string
+
+	mu       sync.Mutex
+	sections map[string]json.RawMessage
+}
+
+// Open reads the state file at path, or starts empty if it does not exist.
+// The directory is created if needed. A corrupt file is an error: vigil
+// must not forget a drain in progress because a file was damaged.
+func Open(path string) (*Store, error) {
+	s := &Store{path: path, sections: map[string]json.RawMessage{}}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("state: create directory for %s: %w", path, err)
+	}
+	data, err := os.ReadFile(path)
+	switch {
+	case os.IsNotExist(err):
+		return s, nil
+	case err != nil:
+		return nil, fmt.Errorf("state: read %s: %w", path, err)
+	case len(data) == 0:
+		return s, nil
+	}
+	if err := json.Unmarshal(data, &s.sections); err != nil {
+		return nil, fmt.Errorf("state: %s is corrupt (move it aside to start fresh): %w", path, err)
+	}
+	return s, nil
+}
+
+// Memory returns a Store that is never written to disk, for tests, demos
+// and diagnose.
+func Memory() *Store { return &Store{sections: map[string]json.RawMessage{}} }
+
+// Path is the file this store writes ("" for a memory store).
+func (s *Store) Path() string { return s.path }
+
+// Load decodes section name into v. It reports false if the section is
+// absent.
+func (s *Store) Load(name string, v any) (bool, error) {
+	s.mu.Lock()
+	raw, ok := s.sections[name]
+	s.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, fmt.Errorf("state: section %q in %s: %w", name, s.path, err)
+	}
+	return true, nil
+}
+
+// Save replaces section name with v and writes the whole file atomically.
+func (s *Store) Save(name string, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("state: encode section %q: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sections[name] = raw
+	return s.writeLocked()
+}
+
+// Delete removes section name and writes the file.
+func (s *Store) Delete(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.sections, name)
+	return s.writeLocked()
+}
+
+func (s *Store) writeLocked() error {
+	if s.path == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(s.sections, "", "  ")
+	if err != nil {
+		return fmt.Errorf("state: encode: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".state-*.tmp")
+	if err != nil {
+		return fmt.Errorf("state: write %s: %w", s.path, err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("state: write %s: %w", s.path, err)
+	}
+	// fsync before rename: after a power cut the file is either the old
+	// state or the new one, never a torn mix.
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("state: sync %s: %w", s.path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("state: close %s: %w", s.path, err)
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return fmt.Errorf("state: replace %s: %w", s.path, err)
+	}
+	return nil
+}
