@@ -1,6 +1,9 @@
 package watchdog
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // State is the classifier's answer (DESIGN.md section 3).
 type State string
@@ -63,4 +66,45 @@ type Verdict struct {
 	Reason   string    `json:"reason"`
 	At       time.Time `json:"at"`
 	Evidence Evidence  `json:"evidence"`
+}
+
+// Incident is one stretch of trouble, from the first non-healthy verdict
+// that counts to the verdict that resolves it. Pages thread under it.
+type Incident struct {
+	ID     string    `json:"id"`
+	Opened time.Time `json:"opened"`
+	// State is the current state; Peak the most severe seen (hung and down
+	// outrank saturated, which outranks unknown).
+	State   State     `json:"state"`
+	Peak    State     `json:"peak"`
+	Changed time.Time `json:"changed"`
+	// Resolved is zero while the incident is open.
+	Resolved time.Time `json:"resolved,omitzero"`
+}
+
+// Open reports whether the incident is still open.
+func (i *Incident) Open() bool { return i != nil && i.Resolved.IsZero() }
+
+// Pager is told every verdict with the incident it belongs to (nil when
+// there is none), and decides what to page. It must never block the loop.
+type Pager interface {
+	Observe(v Verdict, inc *Incident)
+}
+
+// Recoverer repairs a hung or down engine (drain, restart, wait ready,
+// restore). Recover returns at once; the sequence runs on its own.
+type Recoverer interface {
+	Recover(ctx context.Context, inc Incident, v Verdict)
+	// Busy reports a recovery in progress: the watchdog keeps sampling
+	// but does not ask again.
+	Busy() bool
+	// LastRestart is when vigil last restarted the engine (zero if never),
+	// for the startup-grace rule.
+	LastRestart() time.Time
+}
+
+// LimiterControl is the narrow view of the admission limiter the watchdog
+// needs: tell it when the engine is saturated.
+type LimiterControl interface {
+	SetSaturated(bool)
 }
