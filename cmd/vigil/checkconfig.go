@@ -1,0 +1,50 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/vigil-dev/vigil/configs"
+)
+
+// runCheckConfig validates a config file: exit 0 and a summary if it
+// loads, exit 2 and every error (key path and line) if not.
+func runCheckConfig(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	show := fs.Bool("show", false, "print the effective config (secrets redacted)")
+	fs.Usage = func() { fmt.Fprintln(stderr, "usage: vigil check-config [--show] FILE") }
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	cfg, err := configs.Load(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	fmt.Fprintf(stdout, "%s: ok (engine %s, load balancer %s, restart %s, alerts %s, limiter %s)\n",
+		fs.Arg(0), cfg.Engine.URL, cfg.LoadBalancer.Kind, cfg.Restart.Kind, cfg.Alerts.Kind, limiterSummary(cfg.Admission))
+	if *show {
+		fmt.Fprint(stdout, cfg.Redacted())
+	}
+	return exitOK
+}
+
+func limiterSummary(a configs.Admission) string {
+	if !a.Enabled {
+		return "off"
+	}
+	capacity := "automatic cap"
+	if a.MaxInFlight > 0 {
+		capacity = fmt.Sprintf("cap %d", a.MaxInFlight)
+	}
+	return fmt.Sprintf("on %s, %s", a.Listen, capacity)
+}

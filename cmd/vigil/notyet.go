@@ -1,0 +1,16 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+func runDaemon(args []string, stdout, stderr io.Writer) int   { return notYet("run", stderr) }
+func runDiagnose(args []string, stdout, stderr io.Writer) int { return notYet("diagnose", stderr) }
+func runDemo(args []string, stdout, stderr io.Writer) int     { return notYet("demo", stderr) }
+func runOverride(args []string, stdout, stderr io.Writer) int { return notYet("override", stderr) }
+
+func notYet(cmd string, stderr io.Writer) int {
+	fmt.Fprintf(stderr, "vigil %s: not yet\n", cmd)
+	return exitFail
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# vigil's test suite, as the README gives it and CI runs it: installs what
+# the tests need on a fresh Debian machine (HAProxy, Docker engine, a
+# static busybox), then vet, format check, the race-enabled tests (which
+# start their own HAProxy and dockerd on loopback / temp dirs), and a short
+# fuzz of the metrics parser.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need=()
+command -v haproxy >/dev/null || need+=(haproxy)
+command -v dockerd >/dev/null || need+=(docker.io)
+[ -x /bin/busybox ] || need+=(busybox-static)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test.sh: installing ${need[*]}"
+  SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+go version
+go mod download
+
+echo "== go vet"
+go vet ./...
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go test -race"
+# In CI a skipped Docker or HAProxy test is a failure, not a pass.
+if [ "${CI:-}" = "true" ]; then
+  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1
+fi
+go test -race -count=1 -timeout 12m ./...
+
+echo "== fuzz: metrics parser (10s)"
+go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/
