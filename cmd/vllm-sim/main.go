@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/vigil-dev/vigil/enginesim"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return runWith(ctx, os.Args[1:], os.Stderr, nil)
+}
+
+// runWith is main without the process: started, when set, sees the server
+// once it is listening (tests use it to learn the ports).
+func runWith(ctx context.Context, args []string, stderr io.Writer, started func(*enginesim.Server)) int {
+	cfg := enginesim.DefaultConfig()
+	fs := flag.NewFlagSet("vllm-sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8000", "API listen address (OpenAI API, /metrics, /health, /version)")
+	fs.StringVar(&cfg.ControlAddr, "control", "127.0.0.1:8100", "fault-control listen address")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "served model name")
+	keyFile := fs.String("api-key-file", "", "file holding the API key required on /v1/* (empty: no key)")
+	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "max sequences in the running batch")
+	fs.IntVar(&cfg.StepTokens, "step-tokens", cfg.StepTokens, "per-step token budget (max-num-batched-tokens)")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt+output tokens per request")
+	fs.IntVar(&cfg.KVCacheTokens, "kv-cache-tokens", cfg.KVCacheTokens, "KV-cache capacity in tokens")
+	fs.IntVar(&cfg.PrefixCacheSize, "prefix-cache-size", cfg.PrefixCacheSize, "shared prefixes remembered (LRU)")
+	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "engine time runs this many times faster than wall time")
+	fs.DurationVar(&cfg.LoadTime, "load-time", cfg.LoadTime, "engine time before the API port opens")
+	fs.BoolVar(&cfg.AbortOnDisconnect, "abort-on-disconnect", cfg.AbortOnDisconnect,
+		"remove a request when its client disconnects (false: run it to completion)")
+	fs.DurationVar(&cfg.StepOverhead, "step-overhead", cfg.StepOverhead, "cost model: fixed time per step")
+	fs.DurationVar(&cfg.PrefillTokenCost, "prefill-token-cost", cfg.PrefillTokenCost, "cost model: time per prefilled token")
+	fs.DurationVar(&cfg.SeqCost, "seq-cost", cfg.SeqCost, "cost model: time per sequence in the step")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "vllm-sim: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *version {
+		fmt.Fprintln(stderr, enginesim.Version)
+		return 0
+	}
+	if *keyFile != "" {
+		b, err := os.ReadFile(*keyFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "vllm-sim: -api-key-file: %v\n", err)
+			return 2
+		}
+		cfg.APIKey = strings.TrimSpace(string(b))
+		if cfg.APIKey == "" {
+			fmt.Fprintf(stderr, "vllm-sim: -api-key-file %s is empty\n", *keyFile)
+			return 2
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "vllm-sim: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	srv, err := enginesim.Start(ctx, *listen, cfg)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	defer srv.Close()
+	log.Info("loading", "api", srv.URL(), "control", srv.ControlURL(), "model", cfg.Model,
+		"load_time", cfg.LoadTime, "scale", cfg.Scale, "abort_on_disconnect", cfg.AbortOnDisconnect,
+		"api_key", cfg.APIKey != "")
+	if started != nil {
+		started(srv)
+	}
+	select {
+	case <-srv.Ready():
+		log.Info("loaded", "api", srv.URL())
+	case <-srv.Done():
+	}
+	select {
+	case <-srv.Engine.Crashed():
+		log.Error("engine core crashed (fault injected); exiting")
+		return 1
+	case <-srv.Done():
+	}
+	if err := srv.Err(); err != nil {
+		log.Error("API listener failed", "err", err)
+		return 1
+	}
+	select {
+	case <-srv.Engine.Crashed():
+		log.Error("engine core crashed (fault injected); exiting")
+		return 1
+	default:
+	}
+	log.Info("stopping", "reason", "signal")
+	return 0
+}

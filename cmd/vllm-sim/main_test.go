@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/enginesim"
+)
+
+// syncBuffer is a log sink safe to read while the command writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestBadFlagsExit2(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"unknown flag", []string{"-nope"}},
+		{"bad scale", []string{"-scale", "0"}},
+		{"bad duration", []string{"-load-time", "soon"}},
+		{"zero seats", []string{"-max-num-seqs", "0"}},
+		{"stray argument", []string{"extra"}},
+		{"missing key file", []string{"-api-key-file", filepath.Join(dir, "missing")}},
+		{"empty key file", []string{"-api-key-file", empty}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out syncBuffer
+			if code := runWith(context.Background(), tc.args, &out, nil); code != 2 {
+				t.Fatalf("exit %d, want 2 (output %s)", code, out.String())
+			}
+		})
+	}
+}
+
+func start(t *testing.T, ctx context.Context, args ...string) (chan int, *enginesim.Server, *syncBuffer) {
+	t.Helper()
+	args = append([]string{"-listen", "127.0.0.1:0", "-control", "127.0.0.1:0", "-scale", "1000"}, args...)
+	code := make(chan int, 1)
+	srvc := make(chan *enginesim.Server, 1)
+	out := &syncBuffer{}
+	go func() { code <- runWith(ctx, args, out, func(s *enginesim.Server) { srvc <- s }) }()
+	select {
+	case s := <-srvc:
+		select {
+		case <-s.Ready():
+		case <-time.After(5 * time.Second):
+			t.Fatal("not ready")
+		}
+		return code, s, out
+	case c := <-code:
+		t.Fatalf("exited %d early: %s", c, out.String())
+	}
+	return nil, nil, nil
+}
+
+func TestSignalExits0(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	code, s, out := start(t, ctx, "-load-time", "50s") // 50 ms wall
+	resp, err := http.Get(s.URL() + "/v1/models")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("models: %v", err)
+	}
+	resp.Body.Close()
+	if !strings.Contains(out.String(), "msg=loaded") {
+		t.Fatalf("no loaded line in %q", out.String())
+	}
+	cancel() // what SIGTERM does through signal.NotifyContext
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d, want 0", c)
+	}
+}
+
+func TestCrashExitsNonZero(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, []byte("k1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, s, _ := start(t, context.Background(), "-api-key-file", key)
+	resp, err := http.Get(s.URL() + "/v1/models")
+	if err != nil || resp.StatusCode != 401 {
+		t.Fatalf("models without key: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	resp, err = http.Post(s.ControlURL()+"/fault/crash", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case c := <-code:
+		if c == 0 {
+			t.Fatal("crash exited 0")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no exit after crash")
+	}
+}
