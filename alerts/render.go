@@ -1,0 +1,399 @@
+package alerts
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/watchdog"
+)
+
+// renderer writes pages. Every page says what vigil saw and what it will
+// and will not do; the plain text carries all of it, the Block Kit form
+// adds the evidence as fields.
+type renderer struct {
+	node      string
+	engineURL string // display form, no credentials
+	plan      string // what vigil does for hung or down
+	limiter   bool   // the admission limiter is in front of the engine
+}
+
+var stateEmoji = map[watchdog.State]string{
+	watchdog.StateHung:          ":red_circle:",
+	watchdog.StateDown:          ":red_circle:",
+	watchdog.StateSaturated:     ":large_orange_circle:",
+	watchdog.StateMisconfigured: ":large_purple_circle:",
+	watchdog.StateUnknown:       ":white_circle:",
+	watchdog.StateLoading:       ":hourglass_flowing_sand:",
+	watchdog.StateHealthy:       ":large_green_circle:",
+}
+
+func label(s watchdog.State) string { return strings.ToUpper(string(s)) }
+
+func severity(s watchdog.State) Severity {
+	if s.NeedsRecovery() {
+		return SeverityCritical
+	}
+	return SeverityWarning
+}
+
+// where is " (http://127.0.0.1:8000)", or nothing without an engine URL.
+func (r renderer) where() string {
+	if r.engineURL == "" {
+		return ""
+	}
+	return " (" + r.engineURL + ")"
+}
+
+// evidence is the one sentence of what vigil saw, by state.
+func (r renderer) evidence(v watchdog.Verdict) string {
+	e := v.Evidence
+	var parts []string
+	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	switch v.State {
+	case watchdog.StateHung:
+		if e.SinceProgress > 0 {
+			add("no progress for %s with %s waiting, %s running", exactDuration(e.SinceProgress), count(e.Waiting), count(e.Running))
+		} else if v.Reason != "" {
+			add("%s", v.Reason)
+		}
+		if e.Models != "" {
+			add("/v1/models %s", e.Models)
+		}
+		if e.Probe != "" {
+			add("probe %s", e.Probe)
+		}
+	case watchdog.StateSaturated, watchdog.StateHealthy:
+		load := fmt.Sprintf("%s waiting, %s running, %s tok/s", count(e.Waiting), count(e.Running), count(e.TokensPerSec))
+		if e.ProgressDelta > 0 && e.Window > 0 {
+			load += fmt.Sprintf(", counters +%s in %s", count(e.ProgressDelta), exactDuration(e.Window))
+		}
+		parts = append(parts, load)
+		if e.Probe != "" {
+			add("probe %s", e.Probe)
+		}
+		if e.DrainEstimate > 0 && v.State == watchdog.StateSaturated {
+			add("est. drain %s", roughDuration(e.DrainEstimate))
+		}
+	default: // down, misconfigured, unknown, loading: the reason leads
+		if v.Reason != "" {
+			add("%s", v.Reason)
+		}
+		if e.MetricsError != "" && !strings.Contains(v.Reason, e.MetricsError) {
+			add("metrics unreadable: %s", e.MetricsError)
+		}
+		if e.Health != "" {
+			add("/health %s", e.Health)
+		}
+		if e.Models != "" {
+			add("/v1/models %s", e.Models)
+		}
+		if e.Probe != "" {
+			add("probe %s", e.Probe)
+		}
+	}
+	if len(parts) == 0 {
+		return "no evidence recorded"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// intent is what vigil will and will not do about a state.
+func (r renderer) intent(s watchdog.State) string {
+	switch s {
+	case watchdog.StateHung, watchdog.StateDown:
+		return r.plan
+	case watchdog.StateSaturated:
+		if r.limiter {
+			return "Not restarting: the engine is making progress. Limiter is shedding excess load."
+		}
+		return "Not restarting: the engine is making progress. No admission limiter is in front of it (admission.enabled is off), so the queue will grow with the load."
+	case watchdog.StateMisconfigured:
+		return "Not restarting: a restart cannot fix authentication. Check engine.api_key against the engine's --api-key."
+	case watchdog.StateUnknown:
+		return "Not restarting: vigil cannot tell saturated from hung without its signals. A human should look."
+	}
+	return ""
+}
+
+// sentence joins a title, the engine URL, the evidence and the intent into
+// the plain-text page.
+func (r renderer) sentence(title, evidence, intent string) string {
+	s := title + r.where() + ": " + evidence + "."
+	if intent != "" {
+		s += " " + intent
+	}
+	return s
+}
+
+// incidentPage builds a page about a verdict under a title.
+func (r renderer) incidentPage(kind Kind, title string, v watchdog.Verdict, inc *watchdog.Incident) Message {
+	ev := r.evidence(v)
+	in := r.intent(v.State)
+	body := ev + "."
+	if in != "" {
+		body += "\n" + in
+	}
+	m := Message{
+		Kind:     kind,
+		Severity: severity(v.State),
+		At:       v.At,
+		Text:     r.sentence(title, ev, in),
+		Title:    title,
+		Body:     body,
+		Fields:   r.fields(v),
+		Context:  r.context(v, inc),
+	}
+	if inc != nil {
+		m.Incident = inc.ID
+	}
+	return m
+}
+
+func (r renderer) head(v watchdog.Verdict, inc *watchdog.Incident) Message {
+	return r.incidentPage(KindHead, fmt.Sprintf("%s %s on %s", stateEmoji[v.State], label(v.State), r.node), v, inc)
+}
+
+func (r renderer) change(v watchdog.Verdict, inc *watchdog.Incident, d decision) Message {
+	title := fmt.Sprintf("%s %s → %s on %s", stateEmoji[v.State], label(d.From), label(v.State), r.node)
+	if d.Again {
+		title = fmt.Sprintf("%s %s again on %s", stateEmoji[v.State], label(v.State), r.node)
+	}
+	return r.incidentPage(KindChange, title, v, inc)
+}
+
+func (r renderer) update(v watchdog.Verdict, inc *watchdog.Incident, held time.Duration) Message {
+	m := r.incidentPage(KindUpdate, fmt.Sprintf("%s Still %s on %s", stateEmoji[v.State], label(v.State), r.node), v, inc)
+	m.Title = "" // a reply, not a new headline
+	m.Text = strings.Replace(m.Text, r.where()+": ", r.where()+" after "+roughDuration(held)+": ", 1)
+	m.Body = "After " + roughDuration(held) + ": " + m.Body
+	return m
+}
+
+func (r renderer) resolve(v watchdog.Verdict, inc *watchdog.Incident, t thread, now time.Time) Message {
+	was := t.Announced
+	if inc != nil && inc.Peak != "" {
+		was = inc.Peak
+	}
+	opened, closed := t.Opened, now
+	if inc != nil {
+		if !inc.Opened.IsZero() {
+			opened = inc.Opened
+		}
+		if !inc.Resolved.IsZero() {
+			closed = inc.Resolved
+		}
+	}
+	title := fmt.Sprintf("%s RESOLVED on %s", stateEmoji[watchdog.StateHealthy], r.node)
+	var story []string
+	if was != "" {
+		story = append(story, "was "+label(was))
+	}
+	if !opened.IsZero() && closed.After(opened) {
+		story = append(story, "for "+roughDuration(closed.Sub(opened)))
+	}
+	ev := r.evidence(v)
+	if v.State != watchdog.StateHealthy {
+		ev = "now " + label(v.State) + ": " + ev
+	}
+	if len(story) > 0 {
+		title += ": " + strings.Join(story, " ")
+		ev = strings.Join(story, " ") + "; " + ev
+	}
+	m := Message{
+		Kind:     KindResolve,
+		Incident: t.Incident,
+		Severity: SeverityInfo,
+		At:       v.At,
+		Text:     r.sentence(fmt.Sprintf("%s RESOLVED on %s", stateEmoji[watchdog.StateHealthy], r.node), ev, ""),
+		Title:    title,
+		Body:     ev + ".",
+		Fields:   r.fields(v),
+		Context:  r.context(v, inc),
+	}
+	if m.At.IsZero() {
+		m.At = now
+	}
+	return m
+}
+
+// headUpdate turns a head-shaped page (a head for the latest verdict, or
+// the resolve) into the rewrite of the incident's head message.
+func (r renderer) headUpdate(latest Message, now time.Time) Message {
+	m := latest
+	m.Kind = KindHeadUpdate
+	m.Context = append(slices.Clip(m.Context), "latest as of "+clock(now))
+	return m
+}
+
+func (r renderer) fields(v watchdog.Verdict) []Field {
+	e := v.Evidence
+	var f []Field
+	add := func(name, value string) {
+		if value != "" {
+			f = append(f, Field{Name: name, Value: value})
+		}
+	}
+	add("Waiting / running", count(e.Waiting)+" / "+count(e.Running))
+	add("Throughput", count(e.TokensPerSec)+" tok/s")
+	if e.Window > 0 {
+		add("Progress counters", fmt.Sprintf("+%s in %s", count(e.ProgressDelta), exactDuration(e.Window)))
+	}
+	if e.SinceProgress > 0 && v.State != watchdog.StateHealthy {
+		add("No progress for", exactDuration(e.SinceProgress))
+	}
+	add("/v1/models", e.Models)
+	add("/health", e.Health)
+	add("Probe", e.Probe)
+	if e.DrainEstimate > 0 {
+		add("Est. drain", roughDuration(e.DrainEstimate))
+	}
+	if len(e.HeartbeatDeltas) > 0 {
+		names := make([]string, 0, len(e.HeartbeatDeltas))
+		for n := range e.HeartbeatDeltas {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		var lines []string
+		for _, n := range names {
+			lines = append(lines, fmt.Sprintf("%s +%s", n, count(e.HeartbeatDeltas[n])))
+		}
+		add("Heartbeats", strings.Join(lines, "\n"))
+	}
+	add("Metrics", e.MetricsError)
+	return f
+}
+
+func (r renderer) context(v watchdog.Verdict, inc *watchdog.Incident) []string {
+	where := []string{r.node}
+	if r.engineURL != "" {
+		where = append(where, r.engineURL)
+	}
+	if inc != nil {
+		where = append(where, "incident "+inc.ID)
+	}
+	if !v.At.IsZero() {
+		where = append(where, "verdict at "+v.At.UTC().Format("15:04:05 UTC"))
+	}
+	c := []string{strings.Join(where, " · ")}
+	if v.Reason != "" {
+		c = append(c, "Why: "+v.Reason)
+	}
+	return c
+}
+
+// stepText: the emoji and words for each recovery step that went well.
+var stepText = map[actions.StepName]struct{ emoji, done string }{
+	actions.StepGuardRefused:   {":no_entry:", "not restarting"},
+	actions.StepDrain:          {":arrow_down:", "drained at the load balancer"},
+	actions.StepDrainWait:      {":hourglass_flowing_sand:", "drain wait over"},
+	actions.StepRestart:        {":arrows_counterclockwise:", "restarted the engine"},
+	actions.StepRestartSkipped: {":fast_forward:", "restart skipped: the engine already restarted itself"},
+	actions.StepWaitReady:      {":white_check_mark:", "engine ready"},
+	actions.StepRestore:        {":arrow_up:", "restoring traffic"},
+	actions.StepResolved:       {":white_check_mark:", "recovery finished"},
+	actions.StepFailed:         {":x:", "recovery step failed"},
+}
+
+func (r renderer) step(s actions.Step) Message {
+	t, ok := stepText[s.Name]
+	if !ok {
+		t.emoji, t.done = ":gear:", strings.ReplaceAll(string(s.Name), "_", " ")
+	}
+	sev := SeverityInfo
+	if s.Name == actions.StepGuardRefused || s.Name == actions.StepFailed || (!s.OK && s.Err != "") {
+		sev = SeverityWarning
+	}
+	if !s.OK && s.Err != "" && s.Name != actions.StepFailed && s.Name != actions.StepGuardRefused {
+		t.emoji, t.done = ":x:", strings.ReplaceAll(string(s.Name), "_", " ")+" failed"
+	}
+	what := t.done
+	if s.DryRun {
+		what = "[dry run] " + what
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s: %s", t.emoji, r.node, what)
+	if s.Err != "" {
+		fmt.Fprintf(&b, ": %s", strings.TrimSuffix(s.Err, "."))
+	}
+	if s.Detail != "" {
+		sep := ": "
+		if s.Err != "" {
+			sep = ". "
+		}
+		b.WriteString(sep + strings.TrimSuffix(s.Detail, "."))
+	}
+	if s.Dropped > 0 {
+		fmt.Fprintf(&b, "; aborted %s in-flight requests", count(float64(s.Dropped)))
+	}
+	b.WriteString(".")
+	if s.Name == actions.StepGuardRefused {
+		if s.Until.IsZero() {
+			b.WriteString(" It has no set time to lift.")
+		} else if s.Until.After(s.At) {
+			fmt.Fprintf(&b, " Lifts at %s (in %s).", clock(s.Until), roughDuration(s.Until.Sub(s.At)))
+		} else {
+			fmt.Fprintf(&b, " Lifts at %s.", clock(s.Until))
+		}
+	}
+	text := b.String()
+	return Message{
+		Kind:     KindStep,
+		Incident: s.Incident,
+		Severity: sev,
+		At:       s.At,
+		Text:     text,
+		Context:  []string{fmt.Sprintf("%s · incident %s · step %s at %s", r.node, s.Incident, s.Name, s.At.UTC().Format("15:04:05 UTC"))},
+	}
+}
+
+var noticeEmoji = map[string]string{
+	"override":    ":wrench:",
+	"retry_storm": ":rotating_light:",
+	"digest":      ":bar_chart:",
+}
+
+func (r renderer) notice(topic, text string, fields []Field, now time.Time) Message {
+	emoji, ok := noticeEmoji[topic]
+	if !ok {
+		emoji = ":bell:"
+	}
+	plain := fmt.Sprintf("%s %s: %s", emoji, r.node, text)
+	if len(fields) > 0 {
+		var kv []string
+		for _, f := range fields {
+			kv = append(kv, f.Name+": "+f.Value)
+		}
+		plain += " (" + strings.Join(kv, "; ") + ")"
+	}
+	sev := SeverityInfo
+	if topic == "retry_storm" {
+		sev = SeverityWarning
+	}
+	where := []string{r.node}
+	if r.engineURL != "" {
+		where = append(where, r.engineURL)
+	}
+	return Message{
+		Kind:     KindNotice,
+		Topic:    topic,
+		Severity: sev,
+		At:       now,
+		Text:     plain,
+		Body:     emoji + " " + text,
+		Fields:   slices.Clone(fields),
+		Context:  []string{strings.Join(where, " · ") + " · " + topic},
+	}
+}
+
+func (r renderer) dropped(n, size int, now time.Time) Message {
+	return Message{
+		Kind:     KindDropped,
+		Severity: SeverityWarning,
+		At:       now,
+		Text: fmt.Sprintf(":warning: %s: %d pages were dropped while they could not be delivered (the outbox holds %d; evidence updates go first); the rest follow in order.",
+			r.node, n, size),
+	}
+}
