@@ -7,6 +7,7 @@ type StepName string
 
 // The recovery steps, in the order they run.
 const (
+	StepGuards         StepName = "guards"          // checking the guards (journaled; only a refusal is reported)
 	StepGuardRefused   StepName = "guard_refused"   // a guard said no; Until says when it lifts
 	StepDrain          StepName = "drain"           // set the server to DRAIN at the LB
 	StepDrainWait      StepName = "drain_wait"      // wait for sessions to leave (or the timeout)
@@ -29,7 +30,10 @@ type Step struct {
 	// 3 sessions left after 15s".
 	Detail string `json:"detail,omitempty"`
 	Err    string `json:"error,omitempty"`
-	// Until is when a refused guard lifts.
+	// Guard names the guard that refused (StepGuardRefused only).
+	Guard Guard `json:"guard,omitempty"`
+	// Until is when a refused guard lifts (zero when it lifts on someone
+	// else's action, e.g. another server being restored).
 	Until time.Time `json:"until,omitzero"`
 	// Dropped is how many in-flight requests a restart aborted.
 	Dropped int  `json:"dropped,omitempty"`

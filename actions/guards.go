@@ -1,0 +1,149 @@
+package actions
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Guard names one of the checks that must pass before vigil drains and
+// restarts (DESIGN.md section 4, step 1).
+type Guard string
+
+// The guards, in the order they are checked.
+const (
+	// GuardStartupGrace: the engine (re)started recently and may still be
+	// loading.
+	GuardStartupGrace Guard = "startup_grace"
+	// GuardCooldown: vigil restarted the engine recently.
+	GuardCooldown Guard = "cooldown"
+	// GuardBudget: vigil has used its restarts for the window.
+	GuardBudget Guard = "budget"
+	// GuardPoolLock: another member of the pool is drained (the load
+	// balancer's state is the pool's lock), or this host was drained by
+	// someone else.
+	GuardPoolLock Guard = "pool_lock"
+)
+
+// Refusal is a guard's no: which guard, why in words, and when it lifts.
+type Refusal struct {
+	Guard  Guard  `json:"guard"`
+	Reason string `json:"reason"`
+	// Until is when the guard lifts; zero when that depends on someone
+	// else (another server being restored).
+	Until time.Time `json:"until,omitzero"`
+}
+
+// guardLimits are the configured limits the time guards enforce.
+type guardLimits struct {
+	grace    time.Duration // watchdog.startup_grace
+	cooldown time.Duration // restart.cooldown
+	budget   int           // restart.budget
+	window   time.Duration // restart.budget_window
+}
+
+// timeGuards checks startup grace, cooldown and budget, in that order. It
+// is a pure function of its inputs: engineStarted is when the engine last
+// started (zero if unknown), history the times vigil restarted it.
+func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits) *Refusal {
+	last := lastOf(history)
+	started := engineStarted
+	if last.After(started) {
+		started = last
+	}
+	if !started.IsZero() && l.grace > 0 && now.Before(started.Add(l.grace)) {
+		until := started.Add(l.grace)
+		return &Refusal{Guard: GuardStartupGrace, Until: until, Reason: fmt.Sprintf(
+			"engine started %s ago (at %s); it may still be loading: startup grace of %s lifts at %s",
+			ago(now, started), clock(started), l.grace, clock(until))}
+	}
+	if !last.IsZero() && l.cooldown > 0 && now.Before(last.Add(l.cooldown)) {
+		until := last.Add(l.cooldown)
+		return &Refusal{Guard: GuardCooldown, Until: until, Reason: fmt.Sprintf(
+			"vigil restarted the engine %s ago (at %s); cooldown of %s lifts at %s",
+			ago(now, last), clock(last), l.cooldown, clock(until))}
+	}
+	if l.budget > 0 {
+		in := inWindow(history, now, l.window)
+		if len(in) >= l.budget {
+			// The window drops below the budget when the oldest
+			// len-budget+1 restarts have left it.
+			until := in[len(in)-l.budget].Add(l.window)
+			return &Refusal{Guard: GuardBudget, Until: until, Reason: fmt.Sprintf(
+				"restart budget spent: %d restarts in the last %s (budget %d); the next is allowed at %s",
+				len(in), l.window, l.budget, clock(until))}
+		}
+	}
+	return nil
+}
+
+// poolLock checks the load balancer's state, the pool's lock. Before vigil
+// drains (afterDrain false) it refuses when any other server of the
+// backend is out of rotation, or when this server is out and vigil did not
+// put it there (selfOurs false): an operator's drain is not vigil's to
+// undo. After vigil drained itself it refuses only when another server is
+// also out and sorts first by name: of two vigils that drained at the same
+// moment, the later name backs off.
+func poolLock(st LBState, selfOurs, afterDrain bool) *Refusal {
+	if !st.Known {
+		return nil
+	}
+	if !afterDrain && st.Self.Out() && !selfOurs {
+		return &Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+			"%s/%s is already %s at the load balancer and vigil did not do it; vigil will not restart it or put it back",
+			st.Self.Backend, st.Self.Server, outWord(st.Self))}
+	}
+	var blockers []string
+	for _, o := range st.Others {
+		if !o.Out() || (afterDrain && o.Server > st.Self.Server) {
+			continue
+		}
+		blockers = append(blockers, fmt.Sprintf("%s (%s, %d sessions)", o.Server, outWord(o), o.Sessions))
+	}
+	if len(blockers) == 0 {
+		return nil
+	}
+	sort.Strings(blockers)
+	if afterDrain {
+		return &Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+			"%s was drained at the same time and sorts first; %s backs off (put back in rotation) and retries later",
+			strings.Join(blockers, ", "), st.Self.Server)}
+	}
+	return &Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+		"another member of backend %s is out of rotation: %s; only one member of a pool is drained at a time",
+		st.Self.Backend, strings.Join(blockers, ", "))}
+}
+
+func outWord(s ServerStatus) string {
+	if s.Maint {
+		return "in maintenance"
+	}
+	return "drained"
+}
+
+// inWindow returns the times in (now-window, now], sorted.
+func inWindow(history []time.Time, now time.Time, window time.Duration) []time.Time {
+	var in []time.Time
+	for _, t := range history {
+		if t.After(now.Add(-window)) && !t.After(now) {
+			in = append(in, t)
+		}
+	}
+	sort.Slice(in, func(i, j int) bool { return in[i].Before(in[j]) })
+	return in
+}
+
+func lastOf(ts []time.Time) time.Time {
+	var last time.Time
+	for _, t := range ts {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+func ago(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() }
+
+func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }

@@ -1,0 +1,246 @@
+package testinfra
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"text/template"
+	"time"
+)
+
+// Server is one backend server of a test HAProxy.
+type Server struct {
+	Name string
+	Addr string // host:port
+	// Weight is the configured weight (default 100).
+	Weight int
+	// Check turns on health checks every 200ms (an HTTP GET of
+	// HAProxyConfig.HealthPath if set, else a TCP connect).
+	Check bool
+}
+
+// HAProxyConfig describes a test HAProxy: one frontend on a free loopback
+// port in front of one backend.
+type HAProxyConfig struct {
+	Backend string
+	Servers []Server
+	// HealthPath, if set, makes checks "GET HealthPath" expecting 2xx/3xx.
+	HealthPath string
+}
+
+// HAProxy is a running test HAProxy.
+type HAProxy struct {
+	// Socket is the admin runtime API socket's path.
+	Socket string
+	// Frontend is the "127.0.0.1:port" clients connect to.
+	Frontend string
+	Backend  string
+	// Dir holds the config, the socket and the log.
+	Dir string
+}
+
+// SocketURL is the socket as vigil's config writes it: "unix:///path".
+func (h *HAProxy) SocketURL() string { return "unix://" + h.Socket }
+
+// URL is the frontend's base URL.
+func (h *HAProxy) URL() string { return "http://" + h.Frontend }
+
+// StartHAProxy starts "haproxy -f cfg -db" with backend holding servers,
+// waits for its admin socket, and stops it when the test ends. It skips
+// the test (fails under VIGIL_REQUIRE_HAPROXY=1) if HAProxy cannot start.
+func StartHAProxy(t testing.TB, backend string, servers ...Server) *HAProxy {
+	t.Helper()
+	return StartHAProxyConfig(t, HAProxyConfig{Backend: backend, Servers: servers})
+}
+
+var haproxyConfig = template.Must(template.New("cfg").Parse(`global
+    stats socket {{.Socket}} level admin
+    stats timeout 30s
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 300s
+    timeout server 300s
+    timeout queue 60s
+frontend fe
+    bind {{.Frontend}}
+    default_backend {{.Backend}}
+backend {{.Backend}}
+    balance roundrobin
+{{- if .HealthPath}}
+    option httpchk GET {{.HealthPath}}
+{{- end}}
+{{- range .Servers}}
+    server {{.Name}} {{.Addr}} weight {{.Weight}}{{if .Check}} check inter 200ms fall 2 rise 1{{end}}
+{{- end}}
+`))
+
+// StartHAProxyConfig is StartHAProxy with every option.
+func StartHAProxyConfig(t testing.TB, cfg HAProxyConfig) *HAProxy {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		unavailable(t, "HAPROXY", RequireHAProxyEnv, err)
+	}
+	dir, err := shortTempDir("vh")
+	if err != nil {
+		t.Fatalf("testinfra: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h := &HAProxy{Socket: filepath.Join(dir, "admin.sock"), Frontend: FreeAddr(t), Backend: cfg.Backend, Dir: dir}
+	servers := make([]Server, len(cfg.Servers))
+	for i, s := range cfg.Servers {
+		if s.Weight == 0 {
+			s.Weight = 100
+		}
+		servers[i] = s
+	}
+	var text bytes.Buffer
+	if err := haproxyConfig.Execute(&text, map[string]any{
+		"Socket": h.Socket, "Frontend": h.Frontend, "Backend": cfg.Backend, "Servers": servers, "HealthPath": cfg.HealthPath,
+	}); err != nil {
+		t.Fatalf("testinfra: haproxy config: %v", err)
+	}
+	cfgPath := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(cfgPath, text.Bytes(), 0o600); err != nil {
+		t.Fatalf("testinfra: %v", err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "haproxy.log"))
+	if err != nil {
+		t.Fatalf("testinfra: %v", err)
+	}
+	cmd := exec.Command(bin, "-f", cfgPath, "-db")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// If the test binary dies, HAProxy dies with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		unavailable(t, "HAPROXY", RequireHAProxyEnv, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := h.command("show info")
+		if err == nil && strings.Contains(out, "Name: HAProxy") {
+			return h
+		}
+		select {
+		case werr := <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "haproxy.log"))
+			unavailable(t, "HAPROXY", RequireHAProxyEnv, fmt.Errorf("haproxy exited (%v): %s", werr, tail(log)))
+		default:
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "haproxy.log"))
+			unavailable(t, "HAPROXY", RequireHAProxyEnv, fmt.Errorf("admin socket %s not answering after 10s (%v): %s", h.Socket, err, tail(log)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Command sends one runtime API command and returns the answer. It is for
+// setting up and checking tests; the code under test has its own client.
+func (h *HAProxy) Command(t testing.TB, cmd string) string {
+	t.Helper()
+	out, err := h.command(cmd)
+	if err != nil {
+		t.Fatalf("testinfra: haproxy %q: %v", cmd, err)
+	}
+	return out
+}
+
+func (h *HAProxy) command(cmd string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", h.Socket)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, cmd+"\n"); err != nil {
+		return "", err
+	}
+	out, err := io.ReadAll(conn)
+	return string(out), err
+}
+
+// Stat returns "show stat" for the backend's servers: server name →
+// column name → value (e.g. stat["node1"]["status"] == "DRAIN").
+func (h *HAProxy) Stat(t testing.TB) map[string]map[string]string {
+	t.Helper()
+	out := h.Command(t, "show stat")
+	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(out, "# ")))
+	r.FieldsPerRecord = -1
+	header, err := r.Read()
+	if err != nil {
+		t.Fatalf("testinfra: show stat header: %v", err)
+	}
+	res := map[string]map[string]string{}
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("testinfra: show stat: %v", err)
+		}
+		if len(rec) < 2 || rec[0] != h.Backend || rec[1] == "BACKEND" {
+			continue
+		}
+		row := map[string]string{}
+		for i, name := range header {
+			if i < len(rec) {
+				row[name] = rec[i]
+			}
+		}
+		res[rec[1]] = row
+	}
+	return res
+}
+
+// WaitStatus waits up to timeout for server's "show stat" status to be
+// want (e.g. "UP" once health checks pass).
+func (h *HAProxy) WaitStatus(t testing.TB, server, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := h.Stat(t)[server]["status"]
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testinfra: haproxy %s/%s status %q, want %q after %s", h.Backend, server, got, want, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 2000 {
+		s = "..." + s[len(s)-2000:]
+	}
+	return s
+}
