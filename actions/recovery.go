@@ -44,6 +44,10 @@ type RecoveryOptions struct {
 	Reporter Reporter
 	// Limiter is told when recovery starts and ends; nil if there is none.
 	Limiter LimiterControl
+	// PeerDrained reports another member of the pool drained by its vigil
+	// (from the peers' /status), for pools whose members sit behind
+	// different load balancers; nil skips the check.
+	PeerDrained func(ctx context.Context) (node string, drained bool)
 	// DryRun runs the guards and reports every step as "would ...", but
 	// changes nothing: no drain, restart, weight, limiter or journal write.
 	DryRun bool
@@ -281,6 +285,13 @@ func (r *Recovery) attempt(ctx context.Context) {
 	if ref := poolLock(lb, r.drained(), false); ref != nil {
 		r.refuse(ref)
 		return
+	}
+	if r.o.PeerDrained != nil && !r.drained() {
+		if node, ok := r.o.PeerDrained(ctx); ok {
+			r.refuse(&Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+				"pool member %s is drained by its vigil; only one member of a pool is drained at a time", node)})
+			return
+		}
 	}
 	if r.o.DryRun {
 		r.dryRun(eng, lb)

@@ -34,6 +34,10 @@ type Options struct {
 	Plan string
 	// Limiter: the admission limiter is in front of the engine.
 	Limiter bool
+	// Pool, if set, gives a one-line view of the pool ("pool: 3 members —
+	// node1 SATURATED 40 waiting, ..."), shown in incident pages so one
+	// saturated member is never mistaken for the whole pool.
+	Pool func() string
 	// UpdateEvery: evidence updates at most this often. Default 10m.
 	UpdateEvery time.Duration
 	// UnknownAfter: a change to unknown inside an open incident pages only
@@ -133,6 +137,7 @@ type Pager struct {
 
 	saveMu  sync.Mutex // orders snapshots with their writes
 	running atomic.Bool
+	sent    atomic.Uint64 // pages delivered since start, for the digest
 }
 
 var (
@@ -190,6 +195,7 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 			engineURL: displayURL(o.EngineURL),
 			plan:      o.Plan,
 			limiter:   o.Limiter,
+			pool:      o.Pool,
 		},
 		redact:   newRedactor(o.Secrets...),
 		size:     o.OutboxSize,
@@ -288,6 +294,9 @@ func (p *Pager) Notice(topic, text string, fields ...Field) {
 	p.markDirty()
 	p.mu.Unlock()
 }
+
+// Sent is how many pages were delivered since the Pager started.
+func (p *Pager) Sent() uint64 { return p.sent.Load() }
 
 // Queued is the number of pages waiting for delivery.
 func (p *Pager) Queued() int {
@@ -446,6 +455,7 @@ func (p *Pager) done(pg pending, ts string, delivered bool) {
 	p.inflight = 0
 	if delivered {
 		p.metrics.sent.WithLabelValues(string(pg.msg.Kind)).Inc()
+		p.sent.Add(1)
 	}
 	p.notifyLocked()
 	p.markDirty()

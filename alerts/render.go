@@ -18,6 +18,7 @@ type renderer struct {
 	engineURL string // display form, no credentials
 	plan      string // what vigil does for hung or down
 	limiter   bool   // the admission limiter is in front of the engine
+	pool      func() string
 }
 
 var stateEmoji = map[watchdog.State]string{
@@ -280,6 +281,11 @@ func (r renderer) context(v watchdog.Verdict, inc *watchdog.Incident) []string {
 	c := []string{strings.Join(where, " · ")}
 	if v.Reason != "" {
 		c = append(c, "Why: "+v.Reason)
+	}
+	if r.pool != nil {
+		if line := r.pool(); line != "" {
+			c = append(c, line)
+		}
 	}
 	return c
 }

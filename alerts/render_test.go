@@ -3,6 +3,7 @@ package alerts
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -272,4 +273,15 @@ func TestFormatting(t *testing.T) {
 func readFile(name string) (string, error) {
 	b, err := os.ReadFile(name)
 	return string(b), err
+}
+
+func TestIncidentPagesShowThePool(t *testing.T) {
+	r := demoRenderer()
+	r.pool = func() string {
+		return "pool: 3 members — node1 SATURATED 99 waiting, node2 healthy 2 waiting, node3 unreachable"
+	}
+	m := r.head(saturated(t0, 99), &watchdog.Incident{ID: "inc-1", Opened: t0})
+	if !slices.Contains(m.Context, "pool: 3 members — node1 SATURATED 99 waiting, node2 healthy 2 waiting, node3 unreachable") {
+		t.Fatalf("head context %q lacks the pool line", m.Context)
+	}
 }

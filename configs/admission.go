@@ -11,9 +11,14 @@ type Admission struct {
 	Enabled bool   `yaml:"enabled"`
 	Listen  string `yaml:"listen"`
 	// MaxInFlight caps requests forwarded and unfinished. 0 = automatic:
-	// derived from the engine's measured capacity (Little's law) and
-	// adapted on queue time.
+	// adapted to the most the engine runs without queueing (its own
+	// waiting gauge) and to ttft_target (see package admission).
 	MaxInFlight int `yaml:"max_in_flight"`
+	// TTFTTarget is the time to first token (p90, streamed answers, at the
+	// engine) the automatic cap keeps within; it is the latency objective,
+	// not a capacity figure. 0 = none: the automatic cap then only keeps
+	// the engine's own queue empty (its maximum throughput).
+	TTFTTarget time.Duration `yaml:"ttft_target"`
 	// MaxQueue and MaxQueueWait bound the wait queue by count and age.
 	MaxQueue     int           `yaml:"max_queue"`
 	MaxQueueWait time.Duration `yaml:"max_queue_wait"`
@@ -75,6 +80,7 @@ func defaultAdmission() Admission {
 	return Admission{
 		Enabled:           true,
 		Listen:            "127.0.0.1:8001",
+		TTFTTarget:        2 * time.Second,
 		MaxQueue:          64,
 		MaxQueueWait:      30 * time.Second,
 		Order:             "newest_first",
@@ -104,6 +110,9 @@ func (a *Admission) validate(v *validator) {
 	}
 	if a.MaxInFlight < 0 {
 		v.errorf("admission.max_in_flight", "must be >= 0 (0 = automatic)")
+	}
+	if a.TTFTTarget < 0 {
+		v.errorf("admission.ttft_target", "must be >= 0 (0 = no latency objective)")
 	}
 	if a.MaxQueue < 0 {
 		v.errorf("admission.max_queue", "must be >= 0")

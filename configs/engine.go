@@ -74,3 +74,14 @@ func (e *Engine) validate(v *validator) {
 	}
 	v.secretSource("engine.api_key", e.APIKeySource)
 }
+
+// ValidateEngine checks an engine section built outside a config file
+// (e.g. from `vigil diagnose --engine URL`).
+func ValidateEngine(e Engine) error {
+	v := &validator{lines: map[string]int{}}
+	e.validate(v)
+	if len(v.errs) > 0 {
+		return v.errs
+	}
+	return nil
+}

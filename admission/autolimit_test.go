@@ -1,0 +1,280 @@
+package admission
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// engineModel is a toy continuous-batching engine fed by a saturated
+// limiter: it runs min(n, batch) requests and queues the rest; a wave of
+// prefills makes the first token come later the larger the batch, and a
+// queued request also waits for a whole answer to free a seat.
+type engineModel struct {
+	batch    int
+	ttftBase float64 // ms: first token of a lone request
+	perSeq   float64 // ms of first-token delay per request in the batch
+	answer   float64 // ms: one whole answer
+}
+
+func (e engineModel) ttft(n int) float64 {
+	t := e.ttftBase + e.perSeq*float64(min(n, e.batch))
+	if n > e.batch {
+		t += e.answer
+	}
+	return t
+}
+
+// drive runs the controller against the model: every 25 ms one streamed
+// first byte, every 250 ms one scrape of the engine's gauges; demand always
+// exceeds the cap. It returns the caps over time.
+func drive(a *autoLimit, e engineModel, d time.Duration) []int {
+	now := time.Unix(1000, 0)
+	var caps []int
+	for i := 0; time.Duration(i)*25*time.Millisecond < d; i++ {
+		now = now.Add(25 * time.Millisecond)
+		n := a.cap()
+		a.markDemand()
+		jitter := 1 + 0.05*math.Sin(float64(i))
+		a.observeTTFT(now, time.Duration(e.ttft(n)*jitter*float64(time.Millisecond)), now)
+		if i%10 == 0 {
+			a.observeEngine(float64(max(0, n-e.batch)), float64(min(n, e.batch)), now)
+		}
+		if i%40 == 0 {
+			caps = append(caps, a.cap())
+		}
+	}
+	return caps
+}
+
+func settled(caps []int) (mean float64, lo, hi int) {
+	tail := caps[len(caps)/2:]
+	lo, hi = tail[0], tail[0]
+	for _, c := range tail {
+		mean += float64(c)
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	return mean / float64(len(tail)), lo, hi
+}
+
+func TestAutoLimitFindsTheEngineWithoutBeingTold(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		engine         engineModel
+		target         time.Duration
+		wantLo, wantHi float64
+	}{
+		{"with no objective the cap settles at a batch of 24", engineModel{24, 20, 6, 300}, 0, 22, 28},
+		{"with no objective the cap settles at a batch of 100", engineModel{100, 20, 6, 600}, 0, 90, 112},
+		{"with no objective the cap settles at a batch of 200", engineModel{200, 40, 2, 2000}, 0, 180, 224},
+		{"a loose objective leaves the cap at the batch", engineModel{100, 20, 6, 600}, 5 * time.Second, 90, 112},
+		// 20 + 6n <= 200 ms: n <= 30.
+		{"a tight objective holds the cap below the batch, where TTFT meets it", engineModel{100, 20, 6, 600}, 200 * time.Millisecond, 20, 31},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAutoLimit(tc.target, time.Unix(1000, 0))
+			caps := drive(a, tc.engine, 2*time.Minute)
+			mean, lo, hi := settled(caps)
+			if mean < tc.wantLo || mean > tc.wantHi {
+				t.Errorf("settled around %.1f (%d..%d), want within [%.0f, %.0f]; caps every second: %v",
+					mean, lo, hi, tc.wantLo, tc.wantHi, caps)
+			}
+		})
+	}
+}
+
+func TestAutoLimitLaw(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// window feeds one window of evidence: first bytes of ttft, and two
+	// scrapes of the engine's gauges.
+	window := func(a *autoLimit, at time.Time, ttft time.Duration, waiting, running float64, demand bool) time.Time {
+		if demand {
+			a.markDemand()
+		}
+		for i := range windowMinSamples {
+			at = at.Add(15 * time.Millisecond)
+			a.observeTTFT(at, ttft, at)
+			if i%5 == 4 {
+				a.observeEngine(waiting, running, at)
+			}
+		}
+		return at
+	}
+	t.Run("it starts at 16 and grows by a quarter while demand fills the cap", func(t *testing.T) {
+		a := newAutoLimit(time.Second, t0)
+		if a.cap() != autoInitial {
+			t.Fatalf("initial cap %d, want %d", a.cap(), autoInitial)
+		}
+		window(a, t0, 100*time.Millisecond, 0, 16, true)
+		if a.cap() != 20 {
+			t.Errorf("after one uncongested round the cap is %d, want 20", a.cap())
+		}
+	})
+	t.Run("without demand the cap does not grow", func(t *testing.T) {
+		a := newAutoLimit(time.Second, t0)
+		at := window(a, t0, 100*time.Millisecond, 0, 5, false)
+		window(a, at, 100*time.Millisecond, 0, 5, false)
+		if a.cap() != autoInitial {
+			t.Errorf("idle cap moved to %d", a.cap())
+		}
+	})
+	t.Run("requests waiting in the engine cut the cap to what it runs", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.limit = 48
+		window(a, t0, 100*time.Millisecond, 8, 40, true)
+		if a.cap() != 40 {
+			t.Errorf("cap %d with 40 running and 8 waiting, want 40", a.cap())
+		}
+		if a.probing {
+			t.Error("still probing after congestion")
+		}
+	})
+	t.Run("one request waiting now and then is tolerated but ends the fast probing", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		window(a, t0, 100*time.Millisecond, 1, 15, true)
+		if a.cap() != 17 || a.probing {
+			t.Errorf("cap %d (probing %v), want a gentle growth to 17", a.cap(), a.probing)
+		}
+	})
+	t.Run("a TTFT p90 over the objective cuts in proportion", func(t *testing.T) {
+		a := newAutoLimit(200*time.Millisecond, t0)
+		a.limit = 40
+		window(a, t0, 250*time.Millisecond, 0, 40, true)
+		if a.cap() != 32 {
+			t.Errorf("cap %d after p90 250ms against 200ms, want 32", a.cap())
+		}
+	})
+	t.Run("near the objective the cap holds instead of crossing it", func(t *testing.T) {
+		a := newAutoLimit(200*time.Millisecond, t0)
+		window(a, t0, 180*time.Millisecond, 0, 16, true)
+		if a.cap() != autoInitial {
+			t.Errorf("cap %d at 90%% of the objective, want it held at %d", a.cap(), autoInitial)
+		}
+	})
+	t.Run("upstream failures cut the cap by a tenth", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		at := t0
+		for range windowMinSamples {
+			at = at.Add(15 * time.Millisecond)
+			a.drop(at, at)
+		}
+		if a.cap() != 14 {
+			t.Errorf("cap %d after failures, want 14", a.cap())
+		}
+	})
+	t.Run("the cap never falls below 2 nor rises above 256", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		at := t0
+		for range 100 {
+			at = window(a, at, time.Second, 100, 0, true)
+		}
+		if a.cap() != autoMin {
+			t.Errorf("cap %d with the engine queue never draining, want %d", a.cap(), autoMin)
+		}
+		b := newAutoLimit(0, t0)
+		at = t0
+		for range 100 {
+			at = window(b, at, 10*time.Millisecond, 0, 10, true)
+		}
+		if b.cap() != autoMax {
+			t.Errorf("cap %d after endless headroom, want %d", b.cap(), autoMax)
+		}
+	})
+	t.Run("answers admitted before the last change are not judged", func(t *testing.T) {
+		a := newAutoLimit(200*time.Millisecond, t0)
+		at := window(a, t0, 100*time.Millisecond, 0, 16, true)
+		before := t0.Add(time.Millisecond)
+		for range 3 * windowMinSamples {
+			at = at.Add(15 * time.Millisecond)
+			a.observeTTFT(before, time.Second, at)
+			a.drop(before, at)
+		}
+		if a.cap() != 20 {
+			t.Errorf("cap %d: stale evidence moved it", a.cap())
+		}
+	})
+	t.Run("saturation cuts a quarter and holds growth", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.limit = 100
+		a.hold = true
+		a.tighten(t0)
+		window(a, t0, 10*time.Millisecond, 0, 75, true)
+		if a.cap() != 75 {
+			t.Errorf("cap %d while saturated, want 75", a.cap())
+		}
+	})
+	t.Run("an engine that answers nothing gets no more work, whatever its gauges say", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.markDemand()
+		at := t0
+		for range 20 {
+			at = at.Add(pollEvery)
+			a.observeEngine(0, 16, at)
+		}
+		if a.cap() != autoInitial {
+			t.Errorf("cap %d grew on gauges alone, want %d", a.cap(), autoInitial)
+		}
+	})
+	t.Run("a slow window closes on time with little evidence", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.markDemand()
+		a.observeDone(t0, t0.Add(100*time.Millisecond))
+		if a.cap() != autoInitial {
+			t.Fatal("one answer closed a window early")
+		}
+		a.observeDone(t0, t0.Add(windowMax))
+		if a.cap() != 20 {
+			t.Errorf("cap %d after a second-long window of answers, want 20", a.cap())
+		}
+	})
+}
+
+func TestSlidingSumForgetsWhatLeftTheWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := newSlidingSum(time.Minute, 60)
+	s.add(t0, 5)
+	s.add(t0.Add(30*time.Second), 3)
+	if got := s.sum(t0.Add(59 * time.Second)); got != 8 {
+		t.Errorf("sum within the window = %v, want 8", got)
+	}
+	if got := s.sum(t0.Add(61 * time.Second)); got != 3 {
+		t.Errorf("sum after the first bucket left = %v, want 3", got)
+	}
+	if d := s.untilFreed(t0.Add(61*time.Second), 3); d <= 0 || d > 30*time.Second {
+		t.Errorf("untilFreed = %v, want within (0, 30s]", d)
+	}
+	if got := s.sum(t0.Add(10 * time.Minute)); got != 0 {
+		t.Errorf("sum long after = %v, want 0", got)
+	}
+	s.add(t0.Add(10*time.Minute), -4)
+	if got := s.sum(t0.Add(10 * time.Minute)); got != 0 {
+		t.Errorf("a negative correction made the sum %v, want it floored at 0", got)
+	}
+}
+
+func TestMeterCountsEventsAndReadsUsage(t *testing.T) {
+	stream := "data: {\"a\":1}\n\ndata: {\"a\":2}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2,\"total_tokens\":9}}\n\ndata: [DONE]\n\n"
+	t0 := time.Unix(1000, 0)
+	for _, split := range []int{1, 3, 7, len(stream)} {
+		m := meter{sse: true}
+		for i := 0; i < len(stream); i += split {
+			m.chunk([]byte(stream[i:min(len(stream), i+split)]), t0.Add(time.Duration(i)*time.Millisecond))
+		}
+		if m.events != 4 {
+			t.Errorf("split %d: %d events, want 4", split, m.events)
+		}
+		if c, tot := m.tokens(100); c != 2 || tot != 9 {
+			t.Errorf("split %d: tokens %d/%d, want 2/9 from usage", split, c, tot)
+		}
+	}
+	noUsage := meter{sse: true}
+	noUsage.chunk([]byte("data: {}\n\ndata: {}\n\ndata: [DONE]\n\n"), t0)
+	if c, tot := noUsage.tokens(10); c != 2 || tot != 12 {
+		t.Errorf("stream without usage: tokens %d/%d, want 2/12 counted from events", c, tot)
+	}
+	m := meter{}
+	m.chunk([]byte(`{"id":"x","usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`), t0)
+	if c, tot := m.tokens(100); c != 4 || tot != 7 {
+		t.Errorf("unary tokens %d/%d, want 4/7", c, tot)
+	}
+}

@@ -1,0 +1,21 @@
+package admission
+
+import "time"
+
+// Clock is the limiter's time source: queue ages, rate windows, the
+// deferred-cancellation and queue-wait timers all read it, so a test can
+// drive them without sleeping.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc runs f in its own goroutine once d has passed. The returned
+	// stop reports whether it prevented f from running.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
+}

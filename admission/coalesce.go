@@ -1,0 +1,541 @@
+package admission
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vigil-dev/vigil/configs"
+)
+
+const (
+	// maxReplayBytes is the most one execution keeps for listeners that
+	// attach late; a longer answer still streams to those already listening
+	// but no longer coalesces.
+	maxReplayBytes = 16 << 20
+	// minLiveBytes is the floor of the memory all running executions may
+	// keep for replay together (result_store_bytes when larger).
+	minLiveBytes = 16 << 20
+	// seenTTL and seenMax bound the memory of which call keys were seen:
+	// enough for a client's three retries after 120 s timeouts.
+	seenTTL = 10 * time.Minute
+	seenMax = 32768
+)
+
+// key identifies one call: the tenant's key hash, the idempotency key, the
+// method, the path with its query, and the body, hashed with SHA-256 so that
+// a reused idempotency key with another body is another call.
+type key [sha256.Size]byte
+
+func coalesceKey(tenant, idem, method, uri string, body []byte) key {
+	h := sha256.New()
+	for _, s := range [...]string{tenant, idem, method, uri} {
+		_, _ = io.WriteString(h, s)
+		_, _ = h.Write([]byte{0})
+	}
+	_, _ = h.Write(body)
+	var k key
+	h.Sum(k[:0])
+	return k
+}
+
+// execution is one upstream call shared by every attempt of a keyed call.
+// It runs in its own goroutine under its own context, so it outlives the
+// attempt that created it: a client that times out and retries finds its
+// work still going and attaches to it as another listener.
+type execution struct {
+	k      key
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	changed   chan struct{} // closed and replaced on every change
+	started   bool          // status and header are known
+	status    int
+	header    http.Header
+	buf       []byte // the answer from byte base on
+	base      int
+	replay    bool // buf holds the whole answer: late listeners can attach
+	done      bool
+	complete  bool       // read to its end
+	failure   *rejection // failed before any header
+	cursors   map[*cursor]struct{}
+	stopTimer func() bool // pending deferred cancellation
+	cancelled bool
+}
+
+// cursor is one listener's position in an execution's answer.
+type cursor struct{ off int }
+
+func (ex *execution) notifyLocked() {
+	close(ex.changed)
+	ex.changed = make(chan struct{})
+}
+
+// attach adds a listener, stopping a pending deferred cancellation; nil when
+// the execution can no longer be attached to.
+func (ex *execution) attach() *cursor {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.cancelled || !ex.replay {
+		return nil
+	}
+	if ex.stopTimer != nil {
+		ex.stopTimer()
+		ex.stopTimer = nil
+	}
+	c := &cursor{}
+	ex.cursors[c] = struct{}{}
+	return c
+}
+
+// trimLocked frees the part of a non-replayable answer every listener has
+// already sent.
+func (ex *execution) trimLocked() {
+	if ex.replay {
+		return
+	}
+	lo := ex.base + len(ex.buf)
+	for c := range ex.cursors {
+		lo = min(lo, c.off)
+	}
+	drop := lo - ex.base
+	switch {
+	case drop == 0:
+		return
+	case drop == len(ex.buf):
+		ex.buf = nil
+	case drop >= len(ex.buf)/2:
+		ex.buf = append([]byte(nil), ex.buf[drop:]...)
+	default:
+		return
+	}
+	ex.base = lo
+}
+
+// coalescer indexes running executions and finished results by call key.
+type coalescer struct {
+	cancelAfter time.Duration
+	maxLive     int64
+	clock       Clock
+	onDeferred  func()
+	onImmediate func()
+
+	live atomic.Int64 // bytes kept for replay by running executions
+
+	mu      sync.Mutex
+	running map[key]*execution
+	store   *resultStore
+	seen    *seenKeys
+}
+
+func newCoalescer(cfg configs.Admission, clock Clock, onDeferred, onImmediate func()) *coalescer {
+	return &coalescer{
+		cancelAfter: cfg.CancelAfter,
+		maxLive:     max(minLiveBytes, cfg.ResultStoreBytes),
+		clock:       clock,
+		onDeferred:  onDeferred,
+		onImmediate: onImmediate,
+		running:     map[key]*execution{},
+		store:       newResultStore(cfg.ResultTTL, cfg.ResultStoreBytes),
+		seen:        &seenKeys{ttl: seenTTL, max: seenMax, byKey: map[key]*list.Element{}},
+	}
+}
+
+// markSeen records a call key and reports whether it was seen before: an
+// attempt whose key is known is a retry.
+func (c *coalescer) markSeen(k key, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen.mark(k, now)
+}
+
+// lookup finds a running execution to attach to (with a new cursor) or a
+// stored result; both nil when the call must run.
+func (c *coalescer) lookup(k key, now time.Time) (*result, *execution, *cursor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ex := c.running[k]; ex != nil {
+		if cur := ex.attach(); cur != nil {
+			return nil, ex, cur
+		}
+	}
+	return c.store.get(k, now), nil, nil
+}
+
+// start registers a new execution for k, unless another attempt of the
+// same call started one (or finished) while this one queued for its slot.
+func (c *coalescer) start(k key, parent context.Context, now time.Time) (*result, *execution, *cursor, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ex := c.running[k]; ex != nil {
+		if cur := ex.attach(); cur != nil {
+			return nil, ex, cur, false
+		}
+	}
+	if res := c.store.get(k, now); res != nil {
+		return res, nil, nil, false
+	}
+	ctx, cancel := context.WithCancel(parent)
+	ex := &execution{k: k, ctx: ctx, cancel: cancel, changed: make(chan struct{}), replay: true,
+		cursors: map[*cursor]struct{}{}}
+	cur := &cursor{}
+	ex.cursors[cur] = struct{}{}
+	c.running[k] = ex
+	return nil, ex, cur, true
+}
+
+func (c *coalescer) unindexLocked(ex *execution) {
+	if c.running[ex.k] == ex {
+		delete(c.running, ex.k)
+	}
+}
+
+// leave removes a listener. When it was the last one and the answer is not
+// finished, the upstream call is cancelled after cancel_after (a retry may
+// attach meanwhile) or at once when no retry could attach.
+func (c *coalescer) leave(ex *execution, cur *cursor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	delete(ex.cursors, cur)
+	if len(ex.cursors) > 0 || ex.done || ex.cancelled {
+		ex.trimLocked()
+		return
+	}
+	if c.cancelAfter > 0 && ex.replay {
+		ex.stopTimer = c.clock.AfterFunc(c.cancelAfter, func() { c.expire(ex) })
+		return
+	}
+	ex.cancelled = true
+	c.unindexLocked(ex)
+	ex.cancel()
+	c.onImmediate()
+}
+
+// expire is the deferred cancellation: nobody attached within cancel_after.
+func (c *coalescer) expire(ex *execution) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if len(ex.cursors) > 0 || ex.done || ex.cancelled {
+		return
+	}
+	ex.stopTimer = nil
+	ex.cancelled = true
+	c.unindexLocked(ex)
+	ex.cancel()
+	c.onDeferred()
+}
+
+// begin publishes the answer's status and header.
+func (c *coalescer) begin(ex *execution, status int, h http.Header) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	ex.status, ex.header, ex.started = status, h, true
+	ex.notifyLocked()
+}
+
+// append adds a piece of the answer for every listener.
+func (c *coalescer) append(ex *execution, p []byte) {
+	ex.mu.Lock()
+	ex.buf = append(ex.buf, p...)
+	unindex := false
+	if ex.replay && (c.live.Add(int64(len(p))) > c.maxLive || len(ex.buf) > maxReplayBytes) {
+		// Too big to keep whole: stream on to the current listeners only.
+		ex.replay = false
+		c.live.Add(-int64(len(ex.buf)))
+		unindex = true
+	}
+	ex.trimLocked()
+	ex.notifyLocked()
+	ex.mu.Unlock()
+	if unindex {
+		c.mu.Lock()
+		c.unindexLocked(ex)
+		c.mu.Unlock()
+	}
+}
+
+// finish ends an execution; a complete 2xx answer is stored for late
+// retries.
+func (c *coalescer) finish(ex *execution, complete bool, failure *rejection, now time.Time) {
+	ex.mu.Lock()
+	ex.done, ex.complete = true, complete
+	if !ex.started && failure != nil {
+		ex.failure = failure
+	}
+	if ex.stopTimer != nil {
+		ex.stopTimer()
+		ex.stopTimer = nil
+	}
+	storable := complete && ex.replay && !ex.cancelled && ex.status >= 200 && ex.status < 300
+	if ex.replay {
+		c.live.Add(-int64(len(ex.buf)))
+	}
+	res := &result{k: ex.k, status: ex.status, header: ex.header, body: ex.buf, at: now}
+	ex.notifyLocked()
+	ex.mu.Unlock()
+	c.mu.Lock()
+	c.unindexLocked(ex)
+	if storable {
+		c.store.put(res, now)
+	}
+	c.mu.Unlock()
+	ex.cancel()
+}
+
+// closeAll cancels every running execution.
+func (c *coalescer) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ex := range c.running {
+		ex.cancel()
+	}
+}
+
+// stats reports what the store holds.
+func (c *coalescer) stats() (results int, bytes int64, running int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.store.lru.Len(), c.store.bytes, len(c.running)
+}
+
+// listen sends an execution's answer to one client from its first byte:
+// a listener that attaches late gets the stream replayed from its start,
+// then live. It returns when the answer ends or the client leaves.
+func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) {
+	defer l.co.leave(ex, cur)
+	rc := http.NewResponseController(w)
+	wrote, stream := false, false
+	for {
+		ex.mu.Lock()
+		changed := ex.changed
+		started, done, complete, failure := ex.started, ex.done, ex.complete, ex.failure
+		status, hdr := ex.status, ex.header
+		var chunk []byte
+		if started {
+			chunk = ex.buf[cur.off-ex.base:]
+			cur.off += len(chunk)
+		}
+		ex.mu.Unlock()
+		if !wrote && started {
+			copyResponseHeader(w.Header(), hdr)
+			w.WriteHeader(status)
+			wrote = true
+			stream = streaming(hdr)
+			if stream {
+				_ = rc.Flush()
+			}
+		}
+		if len(chunk) > 0 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			if stream {
+				_ = rc.Flush()
+			}
+		}
+		if done {
+			switch {
+			case !wrote && failure != nil:
+				failure.write(w)
+			case !wrote:
+				badGateway().write(w)
+			case !complete:
+				panic(http.ErrAbortHandler) // a broken answer must look broken
+			}
+			return
+		}
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// execute runs a keyed call upstream and tees its answer into the
+// execution's buffer.
+func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket, promptTokens int) {
+	o := outcome{completionTokens: -1, totalTokens: -1}
+	complete := false
+	var failure *rejection
+	defer func() {
+		if p := recover(); p != nil {
+			l.log.WithField("panic", fmt.Sprint(p)).Error("admission: upstream execution panicked")
+			o.dropped = true
+			failure = badGateway()
+		}
+		if !complete && ex.ctx.Err() != nil {
+			o.cancelled = true
+		}
+		tk.done(o)
+		l.co.finish(ex, complete, failure, l.clock.Now())
+	}()
+	m := meter{sent: l.clock.Now()}
+	resp, err := l.transport.RoundTrip(req)
+	if err != nil {
+		if ex.ctx.Err() == nil {
+			o.dropped = true
+			l.c.upstreamErrors.Add(1)
+			l.log.WithError(err).Debug("admission: upstream call failed")
+		}
+		failure = badGateway()
+		return
+	}
+	defer resp.Body.Close()
+	m.sse = isSSE(resp.Header)
+	o.dropped = resp.StatusCode >= 500
+	l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
+	bufp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bufp)
+	buf := *bufp
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			now := l.clock.Now()
+			first := m.first.IsZero()
+			m.chunk(buf[:n], now)
+			if first && m.sse && resp.StatusCode < 300 {
+				tk.firstByte(now.Sub(m.sent))
+			}
+			l.co.append(ex, buf[:n])
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if ex.ctx.Err() == nil {
+				o.dropped = true
+				l.c.upstreamErrors.Add(1)
+			}
+			return
+		}
+	}
+	complete = true
+	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.completionTokens, o.totalTokens = m.tokens(promptTokens)
+}
+
+func badGateway() *rejection {
+	return &rejection{status: http.StatusBadGateway, reason: "upstream_error", typ: "server_error",
+		message: "The engine could not be reached.", wait: time.Second}
+}
+
+// result is a finished 2xx answer kept for retries that arrive after it.
+type result struct {
+	k      key
+	status int
+	header http.Header
+	body   []byte
+	at     time.Time
+	size   int64
+}
+
+func (res *result) write(w http.ResponseWriter) {
+	copyResponseHeader(w.Header(), res.header)
+	w.Header().Set("Content-Length", strconv.Itoa(len(res.body)))
+	w.WriteHeader(res.status)
+	_, _ = w.Write(res.body)
+}
+
+// resultStore is an LRU of results bounded by age and total bytes.
+type resultStore struct {
+	ttl      time.Duration
+	maxBytes int64
+	bytes    int64
+	lru      list.List // of *result, most recent first
+	byKey    map[key]*list.Element
+}
+
+func newResultStore(ttl time.Duration, maxBytes int64) *resultStore {
+	return &resultStore{ttl: ttl, maxBytes: maxBytes, byKey: map[key]*list.Element{}}
+}
+
+func (s *resultStore) get(k key, now time.Time) *result {
+	e, ok := s.byKey[k]
+	if !ok {
+		return nil
+	}
+	res := e.Value.(*result)
+	if now.Sub(res.at) > s.ttl {
+		s.remove(e)
+		return nil
+	}
+	s.lru.MoveToFront(e)
+	return res
+}
+
+func (s *resultStore) remove(e *list.Element) {
+	res := s.lru.Remove(e).(*result)
+	delete(s.byKey, res.k)
+	s.bytes -= res.size
+}
+
+func (s *resultStore) put(res *result, now time.Time) {
+	res.size = int64(len(res.body)) + 256
+	for k, v := range res.header {
+		res.size += int64(len(k))
+		for _, x := range v {
+			res.size += int64(len(x))
+		}
+	}
+	// One answer may take at most a quarter of the store.
+	if s.ttl <= 0 || res.size > s.maxBytes/4 {
+		return
+	}
+	if e, ok := s.byKey[res.k]; ok {
+		s.remove(e)
+	}
+	s.byKey[res.k] = s.lru.PushFront(res)
+	s.bytes += res.size
+	for s.lru.Len() > 0 {
+		back := s.lru.Back()
+		if s.bytes <= s.maxBytes && now.Sub(back.Value.(*result).at) <= s.ttl {
+			break
+		}
+		s.remove(back)
+	}
+}
+
+// seenKeys remembers recent call keys, bounded by age and count.
+type seenKeys struct {
+	ttl   time.Duration
+	max   int
+	lru   list.List // of *seenEntry, most recent first
+	byKey map[key]*list.Element
+}
+
+type seenEntry struct {
+	k  key
+	at time.Time
+}
+
+func (s *seenKeys) mark(k key, now time.Time) bool {
+	if e, ok := s.byKey[k]; ok {
+		ent := e.Value.(*seenEntry)
+		fresh := now.Sub(ent.at) <= s.ttl
+		ent.at = now
+		s.lru.MoveToFront(e)
+		return fresh
+	}
+	s.byKey[k] = s.lru.PushFront(&seenEntry{k: k, at: now})
+	for s.lru.Len() > 0 {
+		back := s.lru.Back()
+		if s.lru.Len() <= s.max && now.Sub(back.Value.(*seenEntry).at) <= s.ttl {
+			break
+		}
+		delete(s.byKey, s.lru.Remove(back).(*seenEntry).k)
+	}
+	return false
+}

@@ -1,0 +1,240 @@
+package admission
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/enginesim"
+)
+
+// simEngine runs the simulated vLLM behind an httptest server.
+func simEngine(t testing.TB, seqs int, scale float64) (*enginesim.Engine, string) {
+	cfg := enginesim.DefaultConfig()
+	cfg.APIKey = engineKey
+	cfg.MaxNumSeqs = seqs
+	cfg.Scale = scale
+	e := enginesim.New(cfg)
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(func() { srv.Close(); e.Close() })
+	return e, srv.URL
+}
+
+const simStreamBody = `{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"x","max_tokens":8,"stream":true,` +
+	`"vigil_sim":{"prompt_tokens":200,"output_tokens":8}}`
+
+// loadResult is what closed-loop clients saw over a measured stretch.
+type loadResult struct {
+	completed int64           // 200 answers read to [DONE] within the window
+	shed      int64           // 429 and 503
+	ttfts     []time.Duration // client-side time to first event of the completed ones
+}
+
+// closedLoop runs n clients, each streaming call after call (pausing for
+// backoff after a rejection), for warm + measure; it counts the measure
+// part only.
+func closedLoop(t testing.TB, base string, n int, backoff, warm, measure time.Duration, during func()) loadResult {
+	t.Helper()
+	c := newClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	from, until := start.Add(warm), start.Add(warm+measure)
+	var res loadResult
+	var mu sync.Mutex
+	var completed, shed atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(until) {
+				sent := time.Now()
+				resp, err := post(ctx, c, base, simStreamBody)
+				if err != nil {
+					return
+				}
+				if resp.StatusCode != http.StatusOK {
+					resp.Body.Close()
+					if sent.After(from) {
+						shed.Add(1)
+					}
+					time.Sleep(backoff)
+					continue
+				}
+				br := bufio.NewReader(resp.Body)
+				var ttft time.Duration
+				done := false
+				for {
+					line, err := br.ReadString('\n')
+					if ttft == 0 && strings.HasPrefix(line, "data:") {
+						ttft = time.Since(sent)
+					}
+					if strings.HasPrefix(line, "data: [DONE]") {
+						done = true
+					}
+					if err != nil {
+						break
+					}
+				}
+				resp.Body.Close()
+				if now := time.Now(); done && sent.After(from) && now.Before(until) {
+					completed.Add(1)
+					mu.Lock()
+					res.ttfts = append(res.ttfts, ttft)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	if during != nil {
+		during()
+	}
+	wg.Wait()
+	res.completed, res.shed = completed.Load(), shed.Load()
+	return res
+}
+
+func TestWithTheSimulatedEngineTheCapHolds(t *testing.T) {
+	eng, url := simEngine(t, 256, 2)
+	cfg := testConfig()
+	cfg.MaxInFlight = 8
+	cfg.MaxQueue = 16
+	p := startProxy(t, cfg, url)
+	var worst atomic.Int64
+	res := closedLoop(t, p.url, 48, 20*time.Millisecond, 0, 700*time.Millisecond, func() {
+		for deadline := time.Now().Add(700 * time.Millisecond); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			s := eng.Stats()
+			if n := int64(s.Running + s.Waiting + s.Pending); n > worst.Load() {
+				worst.Store(n)
+			}
+		}
+	})
+	s := eng.Stats()
+	t.Logf("engine: max running %d, worst running+waiting+pending %d, completed %d; clients: %d completed, %d shed",
+		s.MaxRunning, worst.Load(), s.Completed, res.completed, res.shed)
+	if s.MaxRunning > 8 || worst.Load() > 8 {
+		t.Errorf("the engine held %d running (%d with its queues) over the cap of 8", s.MaxRunning, worst.Load())
+	}
+	if res.completed == 0 {
+		t.Error("nothing completed")
+	}
+}
+
+// simRun serves the simulated engine (batch seqs) through a limiter with
+// the given cap (0: automatic) under closed-loop overload, and reports the
+// clients' results, the engine's mean waiting queue and the mean cap over
+// the measured stretch, and the cap every 200 ms.
+type simRun struct {
+	res                    loadResult
+	engineWaiting, meanCap float64
+	caps                   []int
+	lastStats              Stats
+}
+
+func runSim(t *testing.T, seqs, clients, maxInFlight int, target time.Duration, warm, measure time.Duration) simRun {
+	eng, url := simEngine(t, seqs, 1)
+	cfg := testConfig()
+	cfg.MaxInFlight = maxInFlight
+	cfg.TTFTTarget = target
+	cfg.MaxQueue = 64
+	cfg.MaxQueueWait = time.Second
+	p := startProxy(t, cfg, url)
+	var run simRun
+	var waitingSum, capSum, samples float64
+	run.res = closedLoop(t, p.url, clients, 200*time.Millisecond, warm, measure, func() {
+		start := time.Now()
+		for i := 0; time.Since(start) < warm+measure; i++ {
+			time.Sleep(20 * time.Millisecond)
+			c := p.l.Stats().Cap
+			if i%10 == 0 {
+				run.caps = append(run.caps, c)
+			}
+			if time.Since(start) > warm {
+				waitingSum += float64(eng.Stats().Waiting)
+				capSum += float64(c)
+				samples++
+			}
+		}
+	})
+	run.lastStats = p.l.Stats()
+	p.stop()
+	run.engineWaiting, run.meanCap = waitingSum/samples, capSum/samples
+	return run
+}
+
+func within(r loadResult, slo time.Duration) int {
+	n := 0
+	for _, d := range r.ttfts {
+		if d <= slo {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTheAutomaticCapFindsTheEnginesBatch runs the simulated engine, whose
+// batch (max_num_seqs 40) the limiter is not told, under 3x overload: the
+// automatic cap must settle near the batch, keep the engine's own queue
+// below the watchdog's saturation threshold (8 waiting), and complete at
+// least 85% of what a cap fixed at the batch size completes.
+func TestTheAutomaticCapFindsTheEnginesBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulated engine for a few seconds")
+	}
+	const batch, clients = 40, 120
+	fixed := runSim(t, batch, clients, batch, 0, 2*time.Second, 2500*time.Millisecond)
+	auto := runSim(t, batch, clients, 0, 0, 2*time.Second, 2500*time.Millisecond)
+	for _, r := range []struct {
+		name string
+		run  simRun
+	}{{"fixed cap 40", fixed}, {"automatic cap", auto}} {
+		t.Logf("%s: %d completed, %d within 500 ms TTFT, engine waiting %.1f on average, cap %.1f on average; cap every 200 ms: %v",
+			r.name, r.run.res.completed, within(r.run.res, 500*time.Millisecond), r.run.engineWaiting, r.run.meanCap, r.run.caps)
+	}
+	if auto.meanCap < 0.75*batch || auto.meanCap > 1.25*batch {
+		t.Errorf("the automatic cap settled at %.1f, want near the engine's batch of %d", auto.meanCap, batch)
+	}
+	if s := auto.lastStats; s.EngineRunning < 0 {
+		t.Error("the automatic cap never read the engine's queue gauges")
+	}
+	if auto.engineWaiting > 8 {
+		t.Errorf("the engine's own queue averaged %.1f, over the saturation threshold of 8", auto.engineWaiting)
+	}
+	if float64(auto.res.completed) < 0.85*float64(fixed.res.completed) {
+		t.Errorf("the automatic cap completed %d, under 85%% of the fixed cap's %d", auto.res.completed, fixed.res.completed)
+	}
+}
+
+// TestATTFTObjectiveHoldsFirstTokensNearIt gives the automatic cap an
+// objective tighter than the TTFT of a full batch when requests arrive in
+// waves (a wave of 40 prefills takes ~260 ms here): the cap must hold the
+// first tokens near the objective, below the batch when waves form.
+func TestATTFTObjectiveHoldsFirstTokensNearIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulated engine for a few seconds")
+	}
+	const target = 150 * time.Millisecond
+	run := runSim(t, 40, 120, 0, target, 2*time.Second, 2*time.Second)
+	ttfts := slices.Clone(run.res.ttfts)
+	slices.Sort(ttfts)
+	var p50 time.Duration
+	if len(ttfts) > 0 {
+		p50 = ttfts[len(ttfts)/2]
+	}
+	t.Logf("objective %v: cap %.1f on average, %d completed, client TTFT p50 %v (queue wait included); cap every 200 ms: %v",
+		target, run.meanCap, run.res.completed, p50, run.caps)
+	if run.meanCap > 44 || run.meanCap < 8 {
+		t.Errorf("cap %.1f on average, want it between 8 and the batch of 40", run.meanCap)
+	}
+	if run.res.completed == 0 || p50 > target*3/2 {
+		t.Errorf("client TTFT p50 %v, want within 1.5x the objective %v (queue wait included)", p50, target)
+	}
+}

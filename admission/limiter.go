@@ -1,0 +1,643 @@
+package admission
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/configs"
+)
+
+const (
+	// completionSpan is the window of the measured completion rate that
+	// Retry-After is computed from.
+	completionSpan = 10 * time.Second
+	// unknownWait is the Retry-After when nothing has completed lately, so
+	// no rate is known.
+	unknownWait = 5 * time.Second
+	// recoveringWait is the Retry-After while the engine restarts: engines
+	// load for minutes, and the SDKs ignore anything over 60 s.
+	recoveringWait = 30 * time.Second
+	// saturatedShare of a fixed cap stays admitted while the watchdog
+	// reports the engine saturated.
+	saturatedShare = 0.75
+	// slowStartFloor is where the cap starts its ramp after a recovery.
+	slowStartFloor = 0.1
+)
+
+// Option adjusts a Limiter built by New.
+type Option func(*Limiter)
+
+// WithClock replaces the wall clock (tests).
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+
+// WithLogger sets where the limiter logs; the default discards.
+func WithLogger(e *logrus.Entry) Option { return func(l *Limiter) { l.log = e } }
+
+// WithRegisterer registers the vigil_admission_* metrics; nil registers
+// nothing.
+func WithRegisterer(r prometheus.Registerer) Option { return func(l *Limiter) { l.reg = r } }
+
+// Limiter is the admission proxy in front of one engine. Build it with New,
+// serve it with Serve (or mount Handler), steer it with the Set* methods.
+type Limiter struct {
+	cfg       configs.Admission
+	upstream  *url.URL
+	engineKey configs.Secret
+	clock     Clock
+	log       *logrus.Entry
+	reg       prometheus.Registerer
+	transport *http.Transport
+	co        *coalescer
+
+	// The engine's queue gauges, read for the automatic cap.
+	gaugeWaiting, gaugeRunning string
+	pollDone                   chan struct{}
+
+	// base is the parent context of keyed executions: they outlive the
+	// request that created them, never the limiter.
+	base context.Context
+	stop context.CancelFunc
+
+	mu          sync.Mutex
+	fixed       int // > 0: a fixed cap; 0: automatic
+	auto        *autoLimit
+	inFlight    int
+	waiters     list.List // of *waiter, oldest first
+	saturated   bool
+	recovering  bool
+	slowFrom    time.Time // zero: no slow start running
+	tenants     *tenantTable
+	budget      *retryBudget
+	completions *slidingSum
+	// Last reading of the engine's queue gauges (-1: none yet).
+	engineWaiting, engineRunning float64
+
+	c counters
+}
+
+// counters are the monotonic counts behind Stats and the metrics.
+type counters struct {
+	calls, executions, retries, admitted, queued, abandoned atomic.Uint64
+	attached, stored, cancelledImmediate, cancelledDeferred atomic.Uint64
+	upstreamErrors, passedThrough                           atomic.Uint64
+	rejected                                                map[string]*atomic.Uint64
+}
+
+// New builds a limiter that forwards to upstream (the engine's base URL,
+// without /v1). engineAPIKey, when set and cfg.InjectAPIKey is on, replaces
+// the client's Authorization upstream.
+func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, opts ...Option) (*Limiter, error) {
+	if upstream == nil || upstream.Host == "" || (upstream.Scheme != "http" && upstream.Scheme != "https") {
+		return nil, fmt.Errorf("admission: upstream %q must be an http(s) URL with a host", fmt.Sprint(upstream))
+	}
+	if cfg.Order != "fifo" && cfg.Order != "newest_first" {
+		return nil, fmt.Errorf("admission: order must be fifo or newest_first, got %q", cfg.Order)
+	}
+	if cfg.MaxInFlight < 0 || cfg.MaxQueue < 0 || cfg.MaxQueueWait <= 0 || cfg.MaxBodyBytes <= 0 || cfg.RetryWindow <= 0 {
+		return nil, errors.New("admission: max_in_flight, max_queue must be >= 0 and max_queue_wait, " +
+			"max_body_bytes, retry_window > 0 (was the config validated?)")
+	}
+	if cfg.IdempotencyHeader == "" {
+		cfg.IdempotencyHeader = "Idempotency-Key"
+	}
+	l := &Limiter{
+		cfg:           cfg,
+		upstream:      upstream,
+		engineKey:     engineAPIKey,
+		clock:         realClock{},
+		log:           discardLogger(),
+		fixed:         cfg.MaxInFlight,
+		gaugeWaiting:  "vllm:num_requests_waiting",
+		gaugeRunning:  "vllm:num_requests_running",
+		tenants:       newTenantTable(cfg.Tenants),
+		engineWaiting: -1,
+		engineRunning: -1,
+		budget:        newRetryBudget(cfg.RetryRatio, cfg.RetryWindow),
+	}
+	for _, o := range opts {
+		o(l)
+	}
+	l.log = l.log.WithField("component", "admission")
+	l.auto = newAutoLimit(cfg.TTFTTarget, l.clock.Now())
+	l.completions = newSlidingSum(completionSpan, 10)
+	l.c.rejected = make(map[string]*atomic.Uint64, len(allReasons))
+	for _, r := range allReasons {
+		l.c.rejected[r] = new(atomic.Uint64)
+	}
+	l.co = newCoalescer(cfg, l.clock, func() { l.c.cancelledDeferred.Add(1) },
+		func() { l.c.cancelledImmediate.Add(1) })
+	l.base, l.stop = context.WithCancel(context.Background())
+	l.transport = &http.Transport{
+		Proxy: nil, // the engine is local; never route it through an environment proxy
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		// Identity bodies: usage is read from the answer as it passes.
+		DisableCompression: true,
+	}
+	if l.reg != nil {
+		if err := l.reg.Register(&collector{l: l}); err != nil {
+			return nil, fmt.Errorf("admission: register metrics: %w", err)
+		}
+	}
+	l.pollDone = make(chan struct{})
+	if l.gaugeWaiting != "" {
+		go l.pollEngine()
+	} else {
+		close(l.pollDone)
+	}
+	return l, nil
+}
+
+func discardLogger() *logrus.Entry {
+	lg := logrus.New()
+	lg.SetOutput(discard{})
+	return logrus.NewEntry(lg)
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Handler is the proxy: mount it on any server, or use Serve.
+func (l *Limiter) Handler() http.Handler { return http.HandlerFunc(l.serveHTTP) }
+
+// Serve answers on ln until ctx is done, then shuts down (5 s grace for
+// requests in flight) and closes idle upstream connections. The server's
+// header and read timeouts come from the config: a client dribbling its
+// headers or body is cut off instead of holding a goroutine.
+func (l *Limiter) Serve(ctx context.Context, ln net.Listener) error {
+	errLog := l.log.WriterLevel(logrus.DebugLevel)
+	defer errLog.Close()
+	srv := &http.Server{
+		Handler:           l.Handler(),
+		ReadHeaderTimeout: l.cfg.ReadHeaderTimeout,
+		ReadTimeout:       l.cfg.ReadTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          newStdLogger(errLog),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	l.log.WithField("listen", ln.Addr().String()).Info("admission proxy listening")
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if serr := srv.Shutdown(sctx); serr != nil {
+			_ = srv.Close()
+		}
+		cancel()
+		err = <-errc
+	}
+	l.transport.CloseIdleConnections()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("admission: serve %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// ListenAndServe listens on the configured address and calls Serve.
+func (l *Limiter) ListenAndServe(ctx context.Context) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", l.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("admission: listen %s: %w", l.cfg.Listen, err)
+	}
+	return l.Serve(ctx, ln)
+}
+
+// Close cancels every execution still running (deferred ones included) and
+// closes idle upstream connections. Handlers still serving return soon
+// after. The limiter must not be used afterwards.
+func (l *Limiter) Close() {
+	l.stop()
+	l.co.closeAll()
+	<-l.pollDone
+	l.transport.CloseIdleConnections()
+}
+
+// SetSaturated is the watchdog's verdict that the engine is saturated
+// (progressing under a deep queue of its own). While it holds, a fixed cap
+// admits only 3/4 of itself; the automatic cap is cut by 1/4 once and does
+// not grow. Requests over the cap wait in the bounded queue and get 503
+// with Retry-After when it is full or their wait expires.
+func (l *Limiter) SetSaturated(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on == l.saturated {
+		return
+	}
+	now := l.clock.Now()
+	l.saturated = on
+	l.auto.hold = on
+	if on && l.fixed == 0 {
+		l.auto.tighten(now)
+	}
+	l.log.WithFields(logrus.Fields{"saturated": on, "cap": l.capLocked(now)}).Info("admission: engine saturation changed")
+	l.dispatchLocked(now)
+}
+
+// SetRecovering marks the engine as being restarted: new requests and every
+// waiter get 503 with Retry-After until it is cleared. Clearing it starts a
+// slow start, so the fresh engine is not hit by the whole backlog at once.
+func (l *Limiter) SetRecovering(on bool) {
+	l.mu.Lock()
+	if on == l.recovering {
+		l.mu.Unlock()
+		return
+	}
+	l.recovering = on
+	if on {
+		for l.waiters.Len() > 0 {
+			w := l.removeWaiterLocked(l.waiters.Front())
+			w.ch <- waitResult{rej: l.recoveringRejection()}
+		}
+	}
+	l.mu.Unlock()
+	l.log.WithField("recovering", on).Info("admission: engine recovery changed")
+	if !on {
+		l.SlowStart()
+	}
+}
+
+// SlowStart ramps the cap from 10% back to full over the configured
+// slow_start, for an engine that just came back. The automatic cap also
+// forgets its evidence (a restarted engine may differ) and probes again from
+// at least its initial value.
+func (l *Limiter) SlowStart() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	if l.cfg.SlowStart > 0 {
+		l.slowFrom = now
+	}
+	keep := max(l.auto.limit, autoInitial)
+	l.auto.reset(now)
+	l.auto.limit = keep
+	l.log.WithFields(logrus.Fields{"slow_start_seconds": l.cfg.SlowStart.Seconds(), "cap": l.capLocked(now)}).
+		Info("admission: slow start")
+}
+
+// SetMaxInFlight sets a fixed cap (n > 0) or returns to the automatic one
+// (n == 0); overrides use it and restore the old value at expiry.
+func (l *Limiter) SetMaxInFlight(n int) {
+	if n < 0 {
+		n = 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fixed = n
+	now := l.clock.Now()
+	l.log.WithFields(logrus.Fields{"max_in_flight": n, "cap": l.capLocked(now)}).Info("admission: max_in_flight set")
+	l.dispatchLocked(now)
+}
+
+// MaxInFlight is the configured cap: the fixed value, or 0 for automatic
+// (Stats.Cap is the cap in force).
+func (l *Limiter) MaxInFlight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fixed
+}
+
+// capLocked is the cap in force now: fixed or automatic, ramped by slow
+// start, reduced while saturated.
+func (l *Limiter) capLocked(now time.Time) int {
+	c := l.fixed
+	if c == 0 {
+		c = l.auto.cap()
+	} else if l.saturated {
+		c = max(1, int(float64(c)*saturatedShare))
+	}
+	if !l.slowFrom.IsZero() {
+		el := now.Sub(l.slowFrom)
+		if el >= l.cfg.SlowStart {
+			l.slowFrom = time.Time{}
+		} else {
+			f := slowStartFloor + (1-slowStartFloor)*float64(el)/float64(l.cfg.SlowStart)
+			c = max(1, int(math.Round(float64(c)*f)))
+		}
+	}
+	return c
+}
+
+// waiter is one request queued for a slot.
+type waiter struct {
+	at     time.Time
+	ch     chan waitResult // buffered 1: the dispatcher never blocks
+	elem   *list.Element
+	queued bool
+}
+
+// waitResult: a slot (rej == nil) or a rejection.
+type waitResult struct {
+	rej *rejection
+}
+
+func (l *Limiter) removeWaiterLocked(e *list.Element) *waiter {
+	w := l.waiters.Remove(e).(*waiter)
+	w.queued = false
+	return w
+}
+
+// dispatchLocked hands freed slots to waiters, newest or oldest first.
+func (l *Limiter) dispatchLocked(now time.Time) {
+	c := l.capLocked(now)
+	for l.inFlight < c && l.waiters.Len() > 0 {
+		e := l.waiters.Back()
+		if l.cfg.Order == "fifo" {
+			e = l.waiters.Front()
+		}
+		w := l.removeWaiterLocked(e)
+		l.inFlight++
+		l.c.admitted.Add(1)
+		w.ch <- waitResult{}
+	}
+}
+
+// estimatedWaitLocked is how long until ahead requests have completed at
+// the measured completion rate: the honest Retry-After.
+func (l *Limiter) estimatedWaitLocked(now time.Time, ahead int) time.Duration {
+	rate := l.completions.sum(now) / completionSpan.Seconds()
+	if rate <= 0 {
+		return unknownWait
+	}
+	return time.Duration(float64(ahead+1) / rate * float64(time.Second))
+}
+
+func (l *Limiter) recoveringRejection() *rejection {
+	return &rejection{status: http.StatusServiceUnavailable, reason: ReasonRecovering, typ: "server_error",
+		message: "The engine is restarting; retry after the indicated delay.", wait: recoveringWait}
+}
+
+func (l *Limiter) queueRejection(reason string, wait time.Duration) *rejection {
+	msg := "The engine is at capacity and the admission queue is full; retry after the indicated delay."
+	if reason == ReasonQueueTimeout {
+		msg = "The engine is at capacity and this request waited too long for a slot; retry after the indicated delay."
+	}
+	return &rejection{status: http.StatusServiceUnavailable, reason: reason, typ: "server_error", message: msg, wait: wait}
+}
+
+// admission describes one request asking for a slot.
+type admission struct {
+	tenant  string // key hash
+	tokens  int    // estimated prompt + max_tokens
+	retry   bool   // creates a new execution although it is a retry
+	maxWait time.Duration
+}
+
+// ticket is a granted slot plus the quota charges made for it. Exactly one
+// of cancel (never reached the engine) or done (it did) ends it.
+type ticket struct {
+	l        *Limiter
+	admitted time.Time
+	tenant   *tenantState
+	tokens   int
+	retry    bool
+	ended    atomic.Bool
+}
+
+var errClientGone = errors.New("client went away")
+
+// enter applies, in order: recovery, the tenant's quotas, the retry budget,
+// then the cap and its queue. It returns a ticket, a rejection, or
+// errClientGone when the client left while queued (it is removed from the
+// queue at once).
+func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, error) {
+	l.mu.Lock()
+	now := l.clock.Now()
+	if l.recovering {
+		l.mu.Unlock()
+		return nil, l.recoveringRejection(), nil
+	}
+	if !a.retry {
+		l.budget.first(now)
+	}
+	t := l.tenants.lookup(a.tenant, now)
+	if t != nil {
+		if v := t.check(now, a.tokens); v.reason != "" {
+			rj := &rejection{status: http.StatusTooManyRequests, reason: v.reason, typ: "rate_limit_error",
+				wait: v.wait, final: v.never, message: tenantMessage(t, v)}
+			if v.reason == ReasonTenantInFlight {
+				rj.wait = l.estimatedWaitLocked(now, 0)
+			}
+			l.mu.Unlock()
+			return nil, rj, nil
+		}
+	}
+	if a.retry {
+		if ok, wait := l.budget.take(now); !ok {
+			l.mu.Unlock()
+			return nil, &rejection{status: http.StatusTooManyRequests, reason: ReasonRetryBudget, typ: "rate_limit_error",
+				wait: wait, message: "Too many retries: retries that start new work are limited to a share of " +
+					"first attempts; retry after the indicated delay, with the same Idempotency-Key."}, nil
+		}
+	}
+	if t != nil {
+		t.charge(now, a.tokens)
+	}
+	tk := &ticket{l: l, tenant: t, tokens: a.tokens, retry: a.retry}
+	l.dispatchLocked(now) // the cap may have grown since the last release (slow start)
+	c := l.capLocked(now)
+	if l.inFlight < c && l.waiters.Len() == 0 {
+		l.inFlight++
+		l.c.admitted.Add(1)
+		if l.inFlight >= c {
+			l.auto.markDemand()
+		}
+		l.mu.Unlock()
+		tk.admitted = now
+		return tk, nil, nil
+	}
+	l.auto.markDemand()
+	if l.waiters.Len() >= l.cfg.MaxQueue {
+		if l.cfg.Order == "fifo" || l.cfg.MaxQueue == 0 {
+			rj := l.queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.waiters.Len()))
+			l.undoLocked(now, tk)
+			l.mu.Unlock()
+			return nil, rj, nil
+		}
+		// Newest first: the oldest waiter's client is the closest to giving
+		// up, so it makes room.
+		old := l.removeWaiterLocked(l.waiters.Front())
+		old.ch <- waitResult{rej: l.queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.waiters.Len()))}
+	}
+	w := &waiter{at: now, ch: make(chan waitResult, 1), queued: true}
+	w.elem = l.waiters.PushBack(w)
+	l.c.queued.Add(1)
+	l.mu.Unlock()
+
+	stop := l.clock.AfterFunc(a.maxWait, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if w.queued {
+			l.removeWaiterLocked(w.elem)
+			w.ch <- waitResult{rej: l.queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(l.clock.Now(), l.waiters.Len()))}
+		}
+	})
+	defer stop()
+	var res waitResult
+	select {
+	case res = <-w.ch:
+	case <-ctx.Done():
+		l.mu.Lock()
+		if w.queued {
+			l.removeWaiterLocked(w.elem)
+			l.undoLocked(l.clock.Now(), tk)
+			l.mu.Unlock()
+			l.c.abandoned.Add(1)
+			return nil, nil, errClientGone
+		}
+		l.mu.Unlock()
+		// A slot or a rejection was handed over just as the client left.
+		if res = <-w.ch; res.rej == nil {
+			tk.admitted = l.clock.Now()
+			tk.cancel()
+		} else {
+			l.mu.Lock()
+			l.undoLocked(l.clock.Now(), tk)
+			l.mu.Unlock()
+		}
+		l.c.abandoned.Add(1)
+		return nil, nil, errClientGone
+	}
+	if res.rej != nil {
+		l.mu.Lock()
+		l.undoLocked(l.clock.Now(), tk)
+		l.mu.Unlock()
+		return nil, res.rej, nil
+	}
+	tk.admitted = l.clock.Now()
+	return tk, nil, nil
+}
+
+// undoLocked refunds the quota charges of a request that got no slot.
+func (l *Limiter) undoLocked(now time.Time, tk *ticket) {
+	if tk.tenant != nil {
+		tk.tenant.refund(now, tk.tokens)
+	}
+	if tk.retry {
+		l.budget.give(now)
+	}
+}
+
+func tenantMessage(t *tenantState, v quotaVerdict) string {
+	switch {
+	case v.never:
+		return fmt.Sprintf("This request needs more tokens than the key's whole quota of %d per minute; "+
+			"reduce max_tokens or the prompt.", t.limits.TPM)
+	case v.reason == ReasonTenantRPM:
+		return fmt.Sprintf("Rate limit reached: %d requests per minute for this key.", t.limits.RPM)
+	case v.reason == ReasonTenantTPM:
+		return fmt.Sprintf("Rate limit reached: %d tokens per minute for this key.", t.limits.TPM)
+	default:
+		return fmt.Sprintf("Concurrency limit reached: %d requests at a time for this key.", t.limits.MaxInFlight)
+	}
+}
+
+// cancel ends a ticket whose request never reached the engine: the slot is
+// freed and the quota charges refunded.
+func (tk *ticket) cancel() {
+	if tk.ended.Swap(true) {
+		return
+	}
+	l := tk.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	l.inFlight--
+	l.undoLocked(now, tk)
+	l.dispatchLocked(now)
+}
+
+// outcome is what an upstream call reports when it ends.
+type outcome struct {
+	dropped   bool // upstream failure: 5xx, refused, reset mid-answer
+	cancelled bool // we cancelled it (client gone, deferral expired)
+	success   bool // 2xx, read to the end
+	completionTokens,
+	totalTokens int // -1: unknown
+}
+
+// done ends a ticket whose request reached the engine: frees the slot,
+// corrects the tenant's token charge and feeds the automatic cap.
+func (tk *ticket) done(o outcome) {
+	if tk.ended.Swap(true) {
+		return
+	}
+	l := tk.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	l.inFlight--
+	if tk.tenant != nil {
+		tk.tenant.finish(now, tk.tokens, o.totalTokens)
+	}
+	if !o.cancelled {
+		l.completions.add(now, 1)
+	}
+	if l.fixed == 0 {
+		switch {
+		case o.dropped:
+			l.auto.drop(tk.admitted, now)
+		case o.success:
+			l.auto.observeDone(tk.admitted, now)
+		}
+	}
+	l.dispatchLocked(now)
+}
+
+// firstByte feeds a streamed answer's upstream time to first byte (its
+// TTFT) to the automatic cap as soon as it is known.
+func (tk *ticket) firstByte(ttft time.Duration) {
+	l := tk.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fixed != 0 {
+		return
+	}
+	now := l.clock.Now()
+	if l.auto.observeTTFT(tk.admitted, ttft, now) {
+		l.dispatchLocked(now)
+	}
+}
+
+// stainlessRetry reports whether an OpenAI SDK marked this attempt a retry.
+func stainlessRetry(r *http.Request) bool {
+	n, err := strconv.Atoi(r.Header.Get("X-Stainless-Retry-Count"))
+	return err == nil && n > 0
+}
+
+// queueWaitFor bounds a request's queue wait by max_queue_wait and by half
+// the client's own timeout when the SDK announces it (X-Stainless-Timeout,
+// seconds): waiting out the whole timeout in the queue leaves no time to
+// generate, and the attempt turns into a retry anyway.
+func (l *Limiter) queueWaitFor(r *http.Request) time.Duration {
+	d := l.cfg.MaxQueueWait
+	if s, err := strconv.ParseFloat(r.Header.Get("X-Stainless-Timeout"), 64); err == nil && s > 0 {
+		d = min(d, time.Duration(s/2*float64(time.Second)))
+	}
+	return max(d, time.Millisecond)
+}

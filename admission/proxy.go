@@ -1,0 +1,362 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// hopHeaders are connection-level headers a proxy must not forward
+// (RFC 9110 section 7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// serveHTTP routes a request: methods without a body (GET, HEAD, OPTIONS)
+// pass through uncapped, so /v1/models, /health and /metrics always tell
+// the truth about the engine; every other request is admission-controlled,
+// whatever its path, so no endpoint bypasses the cap.
+func (l *Limiter) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		l.passThrough(w, r)
+	default:
+		l.admit(w, r)
+	}
+}
+
+func (l *Limiter) passThrough(w http.ResponseWriter, r *http.Request) {
+	l.c.passedThrough.Add(1)
+	var body io.Reader = http.NoBody
+	if r.ContentLength != 0 {
+		body = http.MaxBytesReader(w, r.Body, l.cfg.MaxBodyBytes)
+	}
+	req := l.upstreamRequest(r.Context(), r, body, r.ContentLength)
+	l.forward(w, r, req, nil, 0)
+}
+
+// requestInfo is what admission needs from a request body.
+type requestInfo struct {
+	Stream              bool            `json:"stream"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Messages            json.RawMessage `json:"messages"`
+	Input               json.RawMessage `json:"input"`
+}
+
+// estimateTokens charges a request before the engine has seen it: about 4
+// bytes a token of the prompt (or of the whole body), plus max_tokens.
+func estimateTokens(body []byte, info *requestInfo) (prompt, total int) {
+	n := len(info.Prompt) + len(info.Messages) + len(info.Input)
+	if n == 0 {
+		n = len(body)
+	}
+	prompt = max(1, (n+3)/4)
+	out := defaultMaxTokens
+	switch {
+	case info.MaxTokens != nil:
+		out = *info.MaxTokens
+	case info.MaxCompletionTokens != nil:
+		out = *info.MaxCompletionTokens
+	}
+	return prompt, prompt + max(0, out)
+}
+
+func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
+	if c := l.c.rejected[rj.reason]; c != nil {
+		c.Add(1)
+	}
+	l.log.WithFields(logrus.Fields{"reason": rj.reason, "status": rj.status,
+		"retry_after_seconds": rj.wait.Seconds()}).Debug("admission: rejected")
+	rj.write(w)
+}
+
+// admit is the admission-controlled path.
+func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > l.cfg.MaxBodyBytes {
+		// Refuse before reading a byte, and close: draining 100 MB to keep
+		// the connection would be the slow path the limit exists to avoid.
+		w.Header().Set("Connection", "close")
+		l.reject(w, tooLarge(l.cfg.MaxBodyBytes))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, l.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
+			w.Header().Set("Connection", "close")
+			l.reject(w, tooLarge(l.cfg.MaxBodyBytes))
+		case errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			l.reject(w, &rejection{status: http.StatusRequestTimeout, reason: ReasonBadBody,
+				typ: "invalid_request_error", message: "The request body was not received in time."})
+		case r.Context().Err() == nil:
+			l.reject(w, &rejection{status: http.StatusBadRequest, reason: ReasonBadBody,
+				typ: "invalid_request_error", message: "The request body could not be read.", final: true})
+		}
+		return
+	}
+	// The body is in: from here the connection's read deadline would only
+	// cut a long answer short (net/http cancels the request when its
+	// background read times out), so lift it.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+
+	var info requestInfo
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		if !json.Valid(body) {
+			l.reject(w, &rejection{status: http.StatusBadRequest, reason: ReasonInvalidJSON, typ: "invalid_request_error",
+				message: "The request body is not valid JSON.", final: true})
+			return
+		}
+		_ = json.Unmarshal(body, &info) // a body of another shape still counts by its length
+	}
+	promptTokens, tokens := estimateTokens(body, &info)
+	tenant := tenantKey(r)
+	l.c.calls.Add(1)
+
+	retry := stainlessRetry(r)
+	idem := r.Header.Get(l.cfg.IdempotencyHeader)
+	var k key
+	if idem != "" {
+		k = coalesceKey(tenant, idem, r.Method, r.URL.RequestURI(), body)
+		if l.co.markSeen(k, l.clock.Now()) {
+			retry = true
+		}
+	}
+	if retry {
+		l.c.retries.Add(1)
+	}
+	coalesce := idem != "" && l.cfg.Coalesce
+	if coalesce {
+		res, ex, cur := l.co.lookup(k, l.clock.Now())
+		switch {
+		case res != nil:
+			l.c.stored.Add(1)
+			res.write(w)
+			return
+		case ex != nil:
+			l.c.attached.Add(1)
+			l.listen(w, r, ex, cur)
+			return
+		}
+	}
+
+	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, retry: retry, maxWait: l.queueWaitFor(r)})
+	switch {
+	case err != nil:
+		return // the client left while queued; nobody to answer
+	case rj != nil:
+		l.reject(w, rj)
+		return
+	}
+	if !coalesce {
+		req := l.upstreamRequest(r.Context(), r, bytes.NewReader(body), int64(len(body)))
+		l.c.executions.Add(1)
+		l.forward(w, r, req, tk, promptTokens)
+		return
+	}
+	res, ex, cur, created := l.co.start(k, l.base, l.clock.Now())
+	switch {
+	case res != nil:
+		// Another attempt of this call finished while this one queued.
+		tk.cancel()
+		l.c.stored.Add(1)
+		res.write(w)
+		return
+	case !created:
+		// Another attempt of this call got its slot first: ride along.
+		tk.cancel()
+		l.c.attached.Add(1)
+		l.listen(w, r, ex, cur)
+		return
+	}
+	l.c.executions.Add(1)
+	req := l.upstreamRequest(ex.ctx, r, bytes.NewReader(body), int64(len(body)))
+	go l.execute(ex, req, tk, promptTokens)
+	l.listen(w, r, ex, cur)
+}
+
+func tooLarge(limit int64) *rejection {
+	return &rejection{status: http.StatusRequestEntityTooLarge, reason: ReasonBodyTooLarge, typ: "invalid_request_error",
+		message: "The request body exceeds the limit of " + formatBytes(limit) + ".", final: true}
+}
+
+// upstreamRequest builds the request to the engine: same method, path,
+// query and headers minus hop-by-hop ones; the engine's key instead of the
+// client's when injection is on.
+func (l *Limiter) upstreamRequest(ctx context.Context, r *http.Request, body io.Reader, n int64) *http.Request {
+	u := *l.upstream
+	u.Path = strings.TrimSuffix(l.upstream.Path, "/") + r.URL.Path
+	u.RawPath = ""
+	u.RawQuery = r.URL.RawQuery
+	req, _ := http.NewRequestWithContext(ctx, r.Method, u.String(), body)
+	req.ContentLength = n
+	if n == 0 {
+		req.Body = http.NoBody
+	}
+	h := r.Header.Clone()
+	removeHop(h)
+	h.Del("Accept-Encoding") // identity, so usage can be read on the way
+	if l.cfg.InjectAPIKey && l.engineKey != "" {
+		h.Set("Authorization", "Bearer "+l.engineKey.Value())
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := h.Get("X-Forwarded-For"); prior != "" {
+			ip = prior + ", " + ip
+		}
+		h.Set("X-Forwarded-For", ip)
+	}
+	req.Header = h
+	req.Host = ""
+	return req
+}
+
+func removeHop(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
+// streaming reports whether an answer must be flushed as it comes: SSE, or
+// any body of unknown length. A sized body (a JSON answer) goes out in one
+// write, as the engine would have sent it.
+func streaming(h http.Header) bool {
+	return isSSE(h) || h.Get("Content-Length") == ""
+}
+
+func isSSE(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(h.Get("Content-Type")), "text/event-stream")
+}
+
+// copyResponseHeader sets the client's headers from the engine's answer.
+func copyResponseHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = append(dst[k][:0:0], v...)
+	}
+	removeHop(dst)
+	if isSSE(src) {
+		// Tell any buffering proxy in front of us (nginx) to pass it on.
+		dst.Set("X-Accel-Buffering", "no")
+	}
+}
+
+// forward runs one upstream call in the client's own goroutine and streams
+// the answer back, flushing every read of a stream: used for pass-through (tk nil) and
+// for requests without an idempotency key, whose upstream call is cancelled
+// the moment the client leaves (the request context ends, the transport
+// closes the connection, the engine aborts).
+func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *ticket, promptTokens int) {
+	ctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	req = req.WithContext(ctx)
+	o := outcome{completionTokens: -1, totalTokens: -1}
+	if tk != nil {
+		defer func() { tk.done(o) }()
+	}
+	m := meter{sent: l.clock.Now()}
+	resp, err := l.transport.RoundTrip(req)
+	if err != nil {
+		if r.Context().Err() != nil {
+			o.cancelled = true
+			if tk != nil {
+				l.c.cancelledImmediate.Add(1)
+			}
+			return
+		}
+		o.dropped = true
+		l.upstreamFailed(w, err)
+		return
+	}
+	defer resp.Body.Close()
+	m.sse = isSSE(resp.Header)
+	o.dropped = resp.StatusCode >= 500
+	copyResponseHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	stream := streaming(resp.Header)
+	if stream {
+		_ = rc.Flush()
+	}
+	bufp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bufp)
+	buf := *bufp
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			now := l.clock.Now()
+			first := m.first.IsZero()
+			m.chunk(buf[:n], now)
+			if first && tk != nil && m.sse && resp.StatusCode < 300 {
+				tk.firstByte(now.Sub(m.sent))
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				o.cancelled = true
+				if tk != nil {
+					l.c.cancelledImmediate.Add(1)
+				}
+				return
+			}
+			if stream {
+				_ = rc.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if r.Context().Err() != nil {
+				o.cancelled = true
+				if tk != nil {
+					l.c.cancelledImmediate.Add(1)
+				}
+				return
+			}
+			// The engine broke off mid-answer: make the client see a broken
+			// answer, not a complete-looking short one.
+			o.dropped = true
+			l.c.upstreamErrors.Add(1)
+			panic(http.ErrAbortHandler)
+		}
+	}
+	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.completionTokens, o.totalTokens = m.tokens(promptTokens)
+}
+
+// upstreamFailed answers a request whose upstream call failed before any
+// header came back.
+func (l *Limiter) upstreamFailed(w http.ResponseWriter, err error) {
+	l.c.upstreamErrors.Add(1)
+	l.log.WithError(err).Debug("admission: upstream call failed")
+	badGateway().write(w)
+}
+
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}

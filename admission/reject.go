@@ -1,0 +1,78 @@
+package admission
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Reasons a request is answered by the limiter instead of the engine. They
+// label vigil_admission_rejected_total and key Stats.Rejected.
+const (
+	ReasonQueueFull      = "queue_full"       // 503: the wait queue is at max_queue
+	ReasonQueueTimeout   = "queue_timeout"    // 503: waited max_queue_wait (or half the client's timeout)
+	ReasonRecovering     = "recovering"       // 503: the engine is being restarted
+	ReasonTenantRPM      = "tenant_rpm"       // 429: the key's requests per minute
+	ReasonTenantTPM      = "tenant_tpm"       // 429: the key's tokens per minute
+	ReasonTenantInFlight = "tenant_in_flight" // 429: the key's concurrent requests
+	ReasonRetryBudget    = "retry_budget"     // 429: retries over retry_ratio of first attempts
+	ReasonBodyTooLarge   = "body_too_large"   // 413
+	ReasonInvalidJSON    = "invalid_json"     // 400
+	ReasonBadBody        = "bad_body"         // 400/408: the body could not be read
+)
+
+const (
+	reasonTenantRPM      = ReasonTenantRPM
+	reasonTenantTPM      = ReasonTenantTPM
+	reasonTenantInFlight = ReasonTenantInFlight
+)
+
+var allReasons = []string{ReasonQueueFull, ReasonQueueTimeout, ReasonRecovering, ReasonTenantRPM,
+	ReasonTenantTPM, ReasonTenantInFlight, ReasonRetryBudget, ReasonBodyTooLarge, ReasonInvalidJSON, ReasonBadBody}
+
+// maxRetryAfter is the longest wait the official OpenAI SDKs honour; past
+// it they ignore the header and fall back to their own short backoff.
+const maxRetryAfter = 60 * time.Second
+
+// rejection is one answer the limiter gives in the engine's place.
+type rejection struct {
+	status  int
+	reason  string
+	typ     string
+	message string
+	wait    time.Duration
+	// final: a retry cannot help (x-should-retry: false).
+	final bool
+}
+
+// write sends the rejection in OpenAI's error shape, with the headers the
+// OpenAI SDKs act on: retry-after-ms first, then Retry-After (both at most
+// 60 s, so they are obeyed rather than ignored), and x-should-retry.
+func (rj rejection) write(w http.ResponseWriter) {
+	h := w.Header()
+	wait := min(max(rj.wait, time.Second), maxRetryAfter)
+	// Spread the retries of everyone rejected together by up to 20%, still
+	// within the 60 s the SDKs honour.
+	wait = min(maxRetryAfter, wait+time.Duration(rand.Float64()*0.2*float64(wait)))
+	h.Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+	h.Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
+	h.Set("X-Should-Retry", strconv.FormatBool(!rj.final))
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(rj.status)
+	_ = json.NewEncoder(w).Encode(errorBody{Error: errorDetail{Message: rj.message, Type: rj.typ, Code: rj.reason}})
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}

@@ -1,0 +1,174 @@
+package admission
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Stats is a snapshot of what the limiter has done and holds.
+type Stats struct {
+	// Calls counts admission-controlled requests seen (every attempt).
+	Calls uint64 `json:"calls"`
+	// Executions counts upstream calls started for them; with Calls it
+	// shows the retry amplification the engine is exposed to.
+	Executions uint64 `json:"executions"`
+	// Retries counts attempts that were retries (X-Stainless-Retry-Count
+	// > 0, or a call key already seen).
+	Retries uint64 `json:"retries"`
+	// Admitted counts requests given a slot; Queued those that waited for
+	// one; QueueAbandoned those whose client left while waiting.
+	Admitted       uint64 `json:"admitted"`
+	Queued         uint64 `json:"queued"`
+	QueueAbandoned uint64 `json:"queue_abandoned"`
+	// Rejected counts answers the limiter gave itself, by Reason*.
+	Rejected map[string]uint64 `json:"rejected"`
+	// CoalescedAttached counts attempts that joined a running execution;
+	// CoalescedStored those answered from the result store.
+	CoalescedAttached uint64 `json:"coalesced_attached"`
+	CoalescedStored   uint64 `json:"coalesced_stored"`
+	// CancelledImmediate counts upstream calls cancelled when their client
+	// left; CancelledDeferred keyed executions cancelled after cancel_after
+	// with nobody attached.
+	CancelledImmediate uint64 `json:"cancelled_immediate"`
+	CancelledDeferred  uint64 `json:"cancelled_deferred"`
+	// UpstreamErrors counts calls the engine refused, reset or broke off.
+	UpstreamErrors uint64 `json:"upstream_errors"`
+	// PassedThrough counts uncapped requests (GET, HEAD, OPTIONS).
+	PassedThrough uint64 `json:"passed_through"`
+
+	QueueDepth   int           `json:"queue_depth"`
+	OldestQueued time.Duration `json:"oldest_queued_ns"`
+	InFlight     int           `json:"in_flight"`
+	// Cap is the in-flight cap in force; Automatic tells whether it is
+	// derived (max_in_flight 0) or fixed.
+	Cap        int  `json:"cap"`
+	Automatic  bool `json:"automatic"`
+	Saturated  bool `json:"saturated"`
+	Recovering bool `json:"recovering"`
+	SlowStart  bool `json:"slow_start"`
+	// CompletionRate is upstream calls finished per second over the last
+	// 10 s, the rate Retry-After is computed from.
+	CompletionRate float64 `json:"completion_rate"`
+	// EngineWaiting and EngineRunning are the engine's queue gauges as last
+	// read for the automatic cap (-1: never read).
+	EngineWaiting float64 `json:"engine_waiting"`
+	EngineRunning float64 `json:"engine_running"`
+	// Running executions (keyed calls), StoredResults and StoredBytes
+	// describe the coalescer.
+	Running       int   `json:"running_executions"`
+	StoredResults int   `json:"stored_results"`
+	StoredBytes   int64 `json:"stored_bytes"`
+}
+
+// Stats returns a snapshot.
+func (l *Limiter) Stats() Stats {
+	s := Stats{
+		Calls:              l.c.calls.Load(),
+		Executions:         l.c.executions.Load(),
+		Retries:            l.c.retries.Load(),
+		Admitted:           l.c.admitted.Load(),
+		Queued:             l.c.queued.Load(),
+		QueueAbandoned:     l.c.abandoned.Load(),
+		Rejected:           make(map[string]uint64, len(l.c.rejected)),
+		CoalescedAttached:  l.c.attached.Load(),
+		CoalescedStored:    l.c.stored.Load(),
+		CancelledImmediate: l.c.cancelledImmediate.Load(),
+		CancelledDeferred:  l.c.cancelledDeferred.Load(),
+		UpstreamErrors:     l.c.upstreamErrors.Load(),
+		PassedThrough:      l.c.passedThrough.Load(),
+	}
+	for r, c := range l.c.rejected {
+		s.Rejected[r] = c.Load()
+	}
+	s.StoredResults, s.StoredBytes, s.Running = l.co.stats()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	s.QueueDepth = l.waiters.Len()
+	if e := l.waiters.Front(); e != nil {
+		s.OldestQueued = now.Sub(e.Value.(*waiter).at)
+	}
+	s.InFlight = l.inFlight
+	s.Cap = l.capLocked(now)
+	s.Automatic = l.fixed == 0
+	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
+	s.CompletionRate = l.completions.sum(now) / completionSpan.Seconds()
+	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning
+	return s
+}
+
+// collector exposes Stats as vigil_admission_* metrics, read at scrape
+// time so the metrics and Stats can never disagree.
+type collector struct{ l *Limiter }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("vigil_admission_"+name, help, labels, nil)
+}
+
+var (
+	descCalls      = desc("calls_total", "Admission-controlled requests seen (every attempt).")
+	descExecutions = desc("executions_total", "Upstream executions created; against calls_total, the retry amplification.")
+	descRetries    = desc("retries_total", "Attempts that were retries (X-Stainless-Retry-Count > 0 or a known call key).")
+	descAdmitted   = desc("admitted_total", "Requests given an in-flight slot.")
+	descQueued     = desc("queued_total", "Requests that waited in the queue for a slot.")
+	descAbandoned  = desc("queue_abandoned_total", "Queued requests whose client left before a slot freed.")
+	descRejected   = desc("rejected_total", "Requests answered by the limiter itself, by reason.", "reason")
+	descCoalesced  = desc("coalesced_total", "Attempts served by another attempt's execution: attached live or from the result store.", "how")
+	descCancelled  = desc("cancelled_total", "Upstream calls cancelled: immediate (client left, no key) or deferred (cancel_after expired).", "how")
+	descUpErrors   = desc("upstream_errors_total", "Upstream calls refused, reset or broken off by the engine.")
+	descPassed     = desc("passed_through_total", "Uncapped requests (GET, HEAD, OPTIONS).")
+	descDepth      = desc("queue_depth", "Requests waiting for a slot.")
+	descOldest     = desc("oldest_queued_seconds", "Age of the oldest waiting request.")
+	descInFlight   = desc("in_flight", "Requests forwarded upstream and unfinished.")
+	descCap        = desc("cap", "In-flight cap in force (automatic or fixed, after slow start and saturation).")
+	descAutomatic  = desc("cap_automatic", "1 when the cap is derived automatically (max_in_flight 0).")
+	descRate       = desc("completion_rate", "Upstream calls finished per second over the last 10 s.")
+	descStored     = desc("stored_results", "Finished results kept for late retries.")
+	descStoredB    = desc("stored_bytes", "Bytes held by the result store.")
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
+		descAbandoned, descRejected, descCoalesced, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
+		descInFlight, descCap, descAutomatic, descRate, descStored, descStoredB} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.l.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	counter(descCalls, s.Calls)
+	counter(descExecutions, s.Executions)
+	counter(descRetries, s.Retries)
+	counter(descAdmitted, s.Admitted)
+	counter(descQueued, s.Queued)
+	counter(descAbandoned, s.QueueAbandoned)
+	for _, r := range allReasons {
+		counter(descRejected, s.Rejected[r], r)
+	}
+	counter(descCoalesced, s.CoalescedAttached, "attached")
+	counter(descCoalesced, s.CoalescedStored, "stored")
+	counter(descCancelled, s.CancelledImmediate, "immediate")
+	counter(descCancelled, s.CancelledDeferred, "deferred")
+	counter(descUpErrors, s.UpstreamErrors)
+	counter(descPassed, s.PassedThrough)
+	gauge(descDepth, float64(s.QueueDepth))
+	gauge(descOldest, s.OldestQueued.Seconds())
+	gauge(descInFlight, float64(s.InFlight))
+	gauge(descCap, float64(s.Cap))
+	auto := 0.0
+	if s.Automatic {
+		auto = 1
+	}
+	gauge(descAutomatic, auto)
+	gauge(descRate, s.CompletionRate)
+	gauge(descStored, float64(s.StoredResults))
+	gauge(descStoredB, float64(s.StoredBytes))
+}
