@@ -43,6 +43,13 @@ type Evidence struct {
 	// LongestGap is the longest stretch between counter moves seen while
 	// work was pending; hang_after must exceed it.
 	LongestGap time.Duration `json:"longest_gap_seconds"`
+	// Stalled is how long no progress signal has moved while work was
+	// pending (time under unreadable scrapes excluded): what hang_after is
+	// compared with. Zero when idle or moving.
+	Stalled time.Duration `json:"stalled_seconds"`
+	// CounterReset: a counter went down in the last interval, so the
+	// engine restarted and the counters were re-baselined.
+	CounterReset bool `json:"counter_reset,omitempty"`
 
 	// Models, Health and Probe are one-line outcomes, e.g. "200 in 4ms",
 	// "refused", "timeout after 90s", "outstanding for 40s".

@@ -5,8 +5,6 @@ import (
 	"io"
 )
 
-func runDaemon(args []string, stdout, stderr io.Writer) int   { return notYet("run", stderr) }
-func runDiagnose(args []string, stdout, stderr io.Writer) int { return notYet("diagnose", stderr) }
 func runDemo(args []string, stdout, stderr io.Writer) int     { return notYet("demo", stderr) }
 func runOverride(args []string, stdout, stderr io.Writer) int { return notYet("override", stderr) }
 

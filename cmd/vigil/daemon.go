@@ -1,0 +1,440 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/robfig/cron/v3"
+	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/admission"
+	"github.com/vigil-dev/vigil/alerts"
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/sdnotify"
+	"github.com/vigil-dev/vigil/overrides"
+	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/state"
+	"github.com/vigil-dev/vigil/status"
+	"github.com/vigil-dev/vigil/watchdog"
+)
+
+// runDaemon is `vigil run`: the watchdog, the recovery, the pager, the
+// admission limiter and vigil's own status listener, until SIGTERM.
+func runDaemon(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configFile := fs.String("config", "/etc/vigil/vigil.yaml", "config file")
+	dryRun := fs.Bool("dry-run", false, "run the whole loop but only log and page what would be done")
+	logLevel := fs.String("log-level", envOr("LOGRUS_LEVEL", "info"), "debug, info, warn or error")
+	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "vigil run: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	cfg, err := configs.Load(*configFile)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	if *dryRun {
+		cfg.Watchdog.DryRun = true
+	}
+	log, err := newLogger(stderr, *logLevel, *logJSON)
+	if err != nil {
+		fmt.Fprintf(stderr, "vigil run: %v\n", err)
+		return exitUsage
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	d, err := newDaemon(ctx, cfg, log, daemonOptions{})
+	if err != nil {
+		log.WithError(err).Error("vigil cannot start")
+		return exitFail
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = sdnotify.Reloading()
+				d.reload(*configFile, *dryRun)
+				_ = sdnotify.Ready()
+			}
+		}
+	}()
+	if err := d.run(ctx); err != nil {
+		log.WithError(err).Error("vigil stopped on an error")
+		return exitFail
+	}
+	return exitOK
+}
+
+// daemonOptions lets the demo and tests swap the clock-free parts.
+type daemonOptions struct {
+	// Notifier replaces the notifier the config names (the demo logs).
+	Notifier alerts.Notifier
+	// Registry replaces a fresh registry.
+	Registry *prometheus.Registry
+	// NoStatus skips vigil's own listener.
+	NoStatus bool
+}
+
+// daemon is every part of `vigil run`, wired.
+type daemon struct {
+	log      *logrus.Entry
+	registry *prometheus.Registry
+	store    *state.Store
+
+	mu  sync.Mutex
+	cfg *configs.Config
+
+	pager     *alerts.Pager
+	digest    *alerts.Digest
+	limiter   *admission.Limiter // nil when admission is off
+	recovery  *actions.Recovery
+	restarter actions.Restarter
+	watchdog  *watchdog.Watchdog
+	overrides *overrides.Manager
+	status    *status.Server
+	cron      *cron.Cron
+	pool      poolCache
+	readyOnce sync.Once
+	lastSent  uint64
+}
+
+func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o daemonOptions) (*daemon, error) {
+	d := &daemon{log: log, cfg: cfg, registry: o.Registry}
+	if d.registry == nil {
+		d.registry = prometheus.NewRegistry()
+		d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	var err error
+	if d.store, err = state.Open(cfg.Watchdog.StateFile); err != nil {
+		return nil, fmt.Errorf("%w (watchdog.state_file)", err)
+	}
+
+	// Pages.
+	notifier := o.Notifier
+	if notifier == nil {
+		if notifier, err = alerts.NewNotifier(cfg.Alerts, log.WithField("part", "alerts"), nil); err != nil {
+			return nil, err
+		}
+	}
+	po := alerts.OptionsFromConfig(*cfg)
+	po.Store, po.Log, po.Registerer = d.store, log.WithField("part", "alerts"), d.registry
+	po.Pool = d.poolLine
+	if d.pager, err = alerts.NewPager(notifier, po); err != nil {
+		return nil, err
+	}
+	d.digest = alerts.NewDigest(nil)
+
+	// The limiter.
+	if cfg.Admission.Enabled {
+		upstream, err := url.Parse(cfg.Engine.URL)
+		if err != nil {
+			return nil, fmt.Errorf("engine.url: %w", err)
+		}
+		d.limiter, err = admission.New(cfg.Admission, upstream, cfg.Engine.APIKey,
+			admission.WithLogger(log.WithField("part", "admission")),
+			admission.WithRegisterer(d.registry),
+			admission.WithEngineMetrics(cfg.Engine.Metrics.Waiting, cfg.Engine.Metrics.Running))
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	// Recovery: drain, restart, wait ready, restore.
+	drainer, err := actions.NewDrainer(cfg.LoadBalancer)
+	if err != nil {
+		return nil, err
+	}
+	if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
+		return nil, err
+	}
+	ro := actions.RecoveryOptions{
+		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace,
+		Drainer: drainer, Restarter: d.restarter, Ready: readyCheck(cfg),
+		Store: d.store, Reporter: d.fanout(), DryRun: cfg.Watchdog.DryRun, PeerDrained: d.peerDrained,
+		Registerer: d.registry, Log: log.WithField("part", "recovery"),
+	}
+	if d.limiter != nil {
+		ro.Limiter = d.limiter
+	}
+	if d.recovery, err = actions.NewRecovery(ro); err != nil {
+		return nil, err
+	}
+
+	// The watchdog.
+	wo := watchdog.Options{
+		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, Node: cfg.Node,
+		Pager: d.fanout(), Recoverer: d.recovery, Store: d.store,
+		Log: log.WithField("part", "watchdog"), Registerer: d.registry,
+		OnCycle: d.onCycle, Notice: d.notice,
+	}
+	if d.limiter != nil {
+		wo.Limiter = d.limiter
+		wo.MaxInFlight = cfg.Admission.MaxInFlight
+	}
+	if st, err := d.restarter.Status(ctx); err == nil && st.Known {
+		wo.EngineStarted = st.StartedAt
+	}
+	if d.watchdog, err = watchdog.New(wo); err != nil {
+		return nil, err
+	}
+
+	// Overrides: they need the live values, so they come after the limiter
+	// and the watchdog.
+	if d.overrides, err = overrides.New(overrides.Options{
+		Applier: liveSettings{d}, Notifier: noticeFunc(d.notice), Store: d.store,
+		Log: log.WithField("part", "overrides"), Registerer: d.registry,
+	}); err != nil {
+		return nil, err
+	}
+	if err := d.overrides.Resume(cfg.Overrides); err != nil {
+		log.WithError(err).Warn("some overrides in the config were not applied")
+	}
+
+	// Scheduled jobs: the daily digest.
+	d.cron = cron.New(cron.WithChain(cron.Recover(overrides.CronLogger(log)), cron.SkipIfStillRunning(overrides.CronLogger(log))),
+		cron.WithLogger(overrides.CronLogger(log)))
+	if cfg.Alerts.Digest != "" {
+		if _, err := d.cron.AddFunc(cfg.Alerts.Digest, d.sendDigest); err != nil {
+			return nil, fmt.Errorf("alerts.digest: %w", err)
+		}
+	}
+
+	if !o.NoStatus && cfg.Status.Listen != "" {
+		d.status = status.New(status.Options{
+			Listen: cfg.Status.Listen, Gatherer: d.registry, Snapshot: d.snapshot,
+			Overrides: d.overrides, Log: log.WithField("part", "status"),
+		})
+	}
+	return d, nil
+}
+
+// run starts every part and blocks until ctx ends, then stops them in
+// order: the loop first, so no new action starts, then the listeners,
+// then the pager gets a moment to flush.
+func (d *daemon) run(ctx context.Context) error {
+	cfg := d.config()
+	d.log.WithFields(logrus.Fields{
+		"engine": cfg.Engine.URL, "node": cfg.Node, "dry_run": cfg.Watchdog.DryRun,
+		"interval_seconds": cfg.Watchdog.Interval.Seconds(), "hang_after_seconds": cfg.Watchdog.HangAfter.Seconds(),
+		"limiter": limiterSummary(cfg.Admission), "load_balancer": cfg.LoadBalancer.Kind, "restart": cfg.Restart.Kind,
+		"alerts": cfg.Alerts.Kind, "state_file": cfg.Watchdog.StateFile, "version": version,
+	}).Info("vigil starting")
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	pagerCtx, stopPager := context.WithCancel(context.Background())
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = d.pager.Run(pagerCtx) }()
+	if d.limiter != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.limiter.ListenAndServe(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("admission.listen %s: %w", cfg.Admission.Listen, err)
+			}
+		}()
+	}
+	if d.status != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.status.ListenAndServe(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("status.listen %s: %w", cfg.Status.Listen, err)
+			}
+		}()
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); d.overrides.Run(ctx) }()
+	go func() { defer wg.Done(); d.refreshPool(ctx) }()
+	d.cron.Start()
+
+	// A recovery that was in progress when vigil stopped goes on first.
+	if err := d.recovery.Resume(ctx); err != nil {
+		d.log.WithError(err).Error("cannot resume the recovery in the journal")
+	}
+
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); _ = d.watchdog.Run(loopCtx) }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+	}
+	_ = sdnotify.Stopping()
+	d.log.Info("vigil stopping")
+	stopLoop()
+	<-loopDone
+	<-d.cron.Stop().Done()
+	// Each recovery step was journaled before it ran: the next vigil
+	// resumes it. Give the step in flight a moment to finish cleanly.
+	waitTimeout(d.recovery.Wait, 5*time.Second)
+	if d.limiter != nil {
+		d.limiter.Close()
+	}
+	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := d.pager.Flush(flushCtx); err != nil {
+		d.log.WithField("queued", d.pager.Queued()).Warn("pages still queued at exit; they are in the state file and go out on the next start")
+	}
+	cancel()
+	stopPager()
+	wg.Wait()
+	return runErr
+}
+
+// onCycle runs at the end of every watchdog cycle, from the loop itself:
+// READY=1 once, then WATCHDOG=1 every cycle, so a wedged loop stops the
+// heartbeat and systemd restarts vigil.
+func (d *daemon) onCycle(v watchdog.Verdict) {
+	d.readyOnce.Do(func() {
+		_ = sdnotify.Ready()
+		d.log.WithField("state", string(v.State)).Info("first sample taken; ready")
+	})
+	_ = sdnotify.Watchdog()
+	_ = sdnotify.Status(fmt.Sprintf("%s: %s", v.State, v.Reason))
+}
+
+// notice pages a standalone message (overrides, the retry-storm alarm,
+// the digest) and logs it.
+func (d *daemon) notice(kind, text string) {
+	d.log.WithField("kind", kind).Warn(text)
+	d.pager.Notice(kind, text)
+}
+
+type noticeFunc func(kind, text string)
+
+func (f noticeFunc) Notice(kind, text string) { f(kind, text) }
+
+func (d *daemon) sendDigest() {
+	var in []string
+	for _, o := range d.overrides.List() {
+		in = append(in, fmt.Sprintf("%s=%s until %s (%s)", o.Key, o.Value, o.Until.UTC().Format("Jan 2 15:04 MST"), o.Reason))
+	}
+	sent := d.pager.Sent()
+	text := d.digest.Report(d.config().Node, sent-d.lastSent, in)
+	d.lastSent = sent
+	d.pager.Notice("digest", text)
+}
+
+// fanout sends verdicts and recovery steps to the pager and the digest.
+func (d *daemon) fanout() tee { return tee{d.pager, d.digest} }
+
+type tee struct {
+	pager  *alerts.Pager
+	digest *alerts.Digest
+}
+
+func (t tee) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
+	t.digest.Observe(v, inc)
+	t.pager.Observe(v, inc)
+}
+
+func (t tee) RecoveryStep(s actions.Step) {
+	t.digest.RecoveryStep(s)
+	t.pager.RecoveryStep(s)
+}
+
+func (d *daemon) config() *configs.Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
+
+// readyCheck is recovery's "serves again": /v1/models 200 and a 1-token
+// completion that completes.
+func readyCheck(cfg *configs.Config) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		pc := probes.FromConfig(cfg.Engine, cfg.Watchdog)
+		c := probes.NewClient(pc)
+		defer c.Close()
+		m := c.Models(ctx)
+		if !m.OK() {
+			return fmt.Errorf("/v1/models: %s", m)
+		}
+		model := cfg.Engine.Model
+		if model == "" {
+			model = m.First()
+		}
+		c.StartCompletion(model)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			s := c.PollCompletion()
+			switch s.State {
+			case probes.ProbeOK:
+				return nil
+			case probes.ProbeFailed, probes.ProbeTimedOut:
+				return fmt.Errorf("completion probe: %s", s)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+}
+
+func newLogger(w io.Writer, level string, asJSON bool) (*logrus.Entry, error) {
+	l := logrus.New()
+	l.SetOutput(w)
+	lv, err := logrus.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	l.SetLevel(lv)
+	if asJSON {
+		l.SetFormatter(&logrus.JSONFormatter{})
+	} else {
+		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, DisableColors: true})
+	}
+	return logrus.NewEntry(l), nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func waitTimeout(wait func(), d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+var errNoLimiter = errors.New("the admission limiter is off (admission.enabled: false)")

@@ -1,0 +1,231 @@
+package watchdog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vigil-dev/vigil/probes"
+)
+
+// Report is the outcome of Diagnose: the verdict, its evidence, and the
+// figures an operator sizes vigil with.
+type Report struct {
+	State    State     `json:"state"`
+	Reason   string    `json:"reason"`
+	At       time.Time `json:"at"`
+	Evidence Evidence  `json:"evidence"`
+	// Action is what `vigil run` would do about State.
+	Action string `json:"action"`
+
+	Engine string `json:"engine"`
+	// Model is the model the probe asked for.
+	Model string `json:"model,omitempty"`
+	// Window is the span actually sampled; Samples how many were taken.
+	Window   time.Duration `json:"-"`
+	Interval time.Duration `json:"-"`
+	Samples  int           `json:"samples"`
+
+	// HangAfter and SaturatedWaiting are the thresholds the verdict used.
+	HangAfter        time.Duration `json:"-"`
+	SaturatedWaiting int           `json:"saturated_waiting"`
+
+	// InFlight is Little's law over the window (InFlightKnown false
+	// without completions); MaxInFlight the limiter's cap beside it.
+	InFlight      float64 `json:"in_flight"`
+	InFlightKnown bool    `json:"in_flight_known"`
+	MaxInFlight   int     `json:"max_in_flight,omitempty"`
+
+	RetryStorm RetryStormCheck `json:"retry_storm"`
+	// Missing lists configured metrics the engine does not export.
+	Missing []string `json:"missing_metrics,omitempty"`
+}
+
+// MarshalJSON writes durations as seconds.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report
+	return json.Marshal(struct {
+		plain
+		Window    float64 `json:"window_seconds"`
+		Interval  float64 `json:"interval_seconds"`
+		HangAfter float64 `json:"hang_after_seconds"`
+	}{plain(r), r.Window.Seconds(), r.Interval.Seconds(), r.HangAfter.Seconds()})
+}
+
+// ExitCode maps a state to `vigil diagnose`'s exit code: 0 healthy, 1
+// saturated, 2 hung or down, 3 anything else.
+func ExitCode(s State) int {
+	switch s {
+	case StateHealthy:
+		return 0
+	case StateSaturated:
+		return 1
+	case StateHung, StateDown:
+		return 2
+	}
+	return 3
+}
+
+// Diagnose samples the engine across window, every interval (at least two
+// samples), and classifies the result as `vigil run` would. It needs only
+// opts.Engine and opts.Watchdog (and uses opts.Probes, Now, EngineStarted
+// and MaxInFlight when set); it changes nothing. An unreachable engine is
+// a verdict, not an error; the error is for an interrupted run.
+func Diagnose(ctx context.Context, opts Options, window, interval time.Duration) (Report, error) {
+	if interval <= 0 {
+		return Report{}, errors.New("diagnose: interval must be > 0")
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	p := opts.Probes
+	if p == nil {
+		pc := probes.FromConfig(opts.Engine, opts.Watchdog)
+		pc.Now = now
+		c := probes.NewClient(pc)
+		defer c.Close()
+		p = c
+	}
+	n := max(int(window/interval)+1, 2)
+	history := make([]Sample, 0, n)
+	begin := time.Now()
+	var model string
+	for i := range n {
+		if i > 0 {
+			wait := time.Until(begin.Add(time.Duration(i) * interval))
+			t := time.NewTimer(max(wait, 0))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return Report{}, fmt.Errorf("diagnose: interrupted after %d of %d samples: %w", i, n, ctx.Err())
+			case <-t.C:
+			}
+		}
+		s := sampleOnce(ctx, p, now(), opts.Engine.RequestTimeout)
+		history = append(history, s)
+		if model = opts.Engine.Model; model == "" {
+			model = s.Models.First()
+		}
+		p.StartCompletion(model)
+	}
+	last := history[len(history)-1]
+	params := ParamsFrom(opts.Watchdog)
+	params.DownAfter = min(max(params.DownAfter, 1), n)
+	params.LastStart = opts.EngineStarted
+	params.RateWindow = last.At.Sub(history[0].At)
+	v := Classify(history, params, last.At)
+
+	r := Report{
+		State: v.State, Reason: v.Reason, At: v.At, Evidence: v.Evidence,
+		Engine: opts.Engine.URL, Model: model,
+		Window: last.At.Sub(history[0].At), Interval: interval, Samples: n,
+		HangAfter: params.HangAfter, SaturatedWaiting: params.SaturatedWaiting,
+		MaxInFlight: opts.MaxInFlight,
+		RetryStorm:  CheckRetryStorm(history, opts.Watchdog.RetryStorm),
+	}
+	r.InFlight, r.InFlightKnown = InFlight(history, r.Window)
+	r.Action = actionFor(v.State, true, opts.Watchdog.DryRun)
+	for i := len(history) - 1; i >= 0; i-- {
+		if m := history[i].Metrics; m.Readable() || len(m.Missing) > 0 {
+			r.Missing = m.Missing
+			break
+		}
+	}
+	return r, nil
+}
+
+// WriteText prints the report for a person: the verdict first, then what
+// vigil saw, grouped the way one reasons about an engine at 3 a.m.
+func (r Report) WriteText(w io.Writer) error {
+	ev := r.Evidence
+	var b strings.Builder
+	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	row := func(label, format string, a ...any) { line("  %-18s %s", label, fmt.Sprintf(format, a...)) }
+
+	model := ""
+	if r.Model != "" {
+		model = ", model " + r.Model
+	}
+	line("vigil diagnose: %s%s; %d samples over %s, %s", r.Engine, model, r.Samples, human(r.Window), r.At.UTC().Format("2006-01-02 15:04:05 MST"))
+	line("")
+	line("%s (exit %d)", strings.ToUpper(string(r.State)), ExitCode(r.State))
+	line("  %s", r.Reason)
+	line("  vigil run would: %s", r.Action)
+	if r.State == StateUnknown && ev.Stalled > 0 && ev.Stalled < r.HangAfter {
+		line("  counters were frozen for %s of the %s hang_after: run again with --window longer than %s to tell hung from slow",
+			human(ev.Stalled), human(r.HangAfter), human(r.HangAfter))
+	}
+	line("")
+	line("Engine")
+	row("/v1/models", "%s", ev.Models)
+	row("/health", "%s", ev.Health)
+	row("completion probe", "%s", ev.Probe)
+	if ev.MetricsError != "" {
+		row("/metrics", "unreadable: %s", ev.MetricsError)
+	}
+	line("")
+	line("Queue")
+	row("waiting", "%s (saturated at %d)", count(ev.Waiting), r.SaturatedWaiting)
+	row("running", "%s", count(ev.Running))
+	row("completions/s", "%s", count(ev.CompletionsPerSec))
+	if ev.DrainEstimate > 0 {
+		row("est. drain", "%s", approx(ev.DrainEstimate))
+	}
+	line("")
+	line("Progress over %s", human(ev.Window))
+	row("tokens", "+%s (%s tok/s)", count(ev.ProgressDelta), count(ev.TokensPerSec))
+	for _, name := range sortedNames(ev.HeartbeatDeltas) {
+		row("heartbeat", "+%s %s", count(ev.HeartbeatDeltas[name]), name)
+	}
+	row("since progress", "%s", human(ev.SinceProgress))
+	if ev.Stalled > 0 {
+		row("stalled", "%s with work pending (hung at %s)", human(ev.Stalled), human(r.HangAfter))
+	}
+	row("longest gap", "%s between counter moves while work was pending; hang_after (%s) must exceed the longest legitimate one",
+		human(ev.LongestGap), human(r.HangAfter))
+	if ev.CounterReset {
+		row("counters", "reset during the window (engine restarted); re-baselined")
+	}
+	line("")
+	line("Capacity")
+	if r.InFlightKnown {
+		limit := ""
+		if r.MaxInFlight > 0 {
+			limit = fmt.Sprintf("; limiter max_in_flight %d", r.MaxInFlight)
+		}
+		row("in flight", "%s (Little's law: completions/s x mean end-to-end latency)%s", count(r.InFlight), limit)
+	} else {
+		row("in flight", "unknown (no request completed in the window)")
+	}
+	switch rs := r.RetryStorm; {
+	case rs.Alarm:
+		row("retry storm", "ALARM: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f): the engine prefills for clients that left",
+			count(rs.PromptTokens), count(rs.PrefixCacheQueries), rs.Ratio)
+	case rs.Judged:
+		row("retry storm", "no: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f)",
+			count(rs.PromptTokens), count(rs.PrefixCacheQueries), rs.Ratio)
+	default:
+		row("retry storm", "not judged (too little traffic in the window)")
+	}
+	if len(r.Missing) > 0 {
+		line("")
+		line("Metrics the engine does not export (check engine.metrics): %s", strings.Join(r.Missing, ", "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func sortedNames(m map[string]float64) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}

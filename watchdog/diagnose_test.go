@@ -1,0 +1,148 @@
+package watchdog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/vigil-dev/vigil/configs"
+)
+
+func TestExitCodeByState(t *testing.T) {
+	t.Parallel()
+	want := map[State]int{
+		StateHealthy: 0, StateSaturated: 1, StateHung: 2, StateDown: 2,
+		StateMisconfigured: 3, StateUnknown: 3, StateLoading: 3,
+	}
+	for s, code := range want {
+		if got := ExitCode(s); got != code {
+			t.Errorf("ExitCode(%s) = %d, want %d", s, got, code)
+		}
+	}
+}
+
+func diagnoseOptions(f *fakeEngine) Options {
+	cfg := configs.Default()
+	return Options{Engine: cfg.Engine, Watchdog: cfg.Watchdog, Probes: f, MaxInFlight: 32}
+}
+
+func TestDiagnoseASaturatedEngine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeEngine()
+		f.set(func(f *fakeEngine) {
+			f.waiting, f.running, f.tokensPerSec = 99, 8, 2340
+			f.probeLatency = 40 * time.Second
+		})
+		r, err := Diagnose(context.Background(), diagnoseOptions(f), 30*time.Second, 15*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != StateSaturated || r.Samples != 3 || r.Window != 30*time.Second {
+			t.Fatalf("report %s, %d samples over %s: %s", r.State, r.Samples, r.Window, r.Reason)
+		}
+		if r.Evidence.TokensPerSec < 2300 || r.Evidence.TokensPerSec > 2400 {
+			t.Fatalf("tokens/s %v", r.Evidence.TokensPerSec)
+		}
+		var text bytes.Buffer
+		if err := r.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			"SATURATED (exit 1)",
+			"vigil run would: page; tell the limiter; never restart",
+			"/v1/models         200 in 2ms (llama)",
+			"completion probe   outstanding for 30s",
+			"waiting            99 (saturated at 8)",
+			"longest gap",
+			"Metrics the engine does not export (check engine.metrics): vllm:prefix_cache_queries_total",
+		} {
+			if !strings.Contains(text.String(), want) {
+				t.Errorf("text report lacks %q:\n%s", want, text.String())
+			}
+		}
+
+		raw, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			State    string         `json:"state"`
+			Reason   string         `json:"reason"`
+			Window   float64        `json:"window_seconds"`
+			Evidence map[string]any `json:"evidence"`
+		}
+		if err := json.Unmarshal(raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.State != "saturated" || got.Reason != r.Reason || got.Window != 30 {
+			t.Fatalf("json %s", raw)
+		}
+		if got.Evidence["waiting"] != 99.0 || got.Evidence["window_seconds"] != 30.0 || got.Evidence["probe_latency_seconds"] != 30.0 {
+			t.Fatalf("json evidence %v", got.Evidence)
+		}
+	})
+}
+
+func TestDiagnoseTakesAtLeastTwoSamples(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeEngine()
+		r, err := Diagnose(context.Background(), diagnoseOptions(f), 0, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Samples != 2 || r.State != StateHealthy {
+			t.Fatalf("%d samples, %s: %s", r.Samples, r.State, r.Reason)
+		}
+	})
+}
+
+func TestDiagnoseOfAShortStallSaysToWatchLonger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeEngine()
+		f.set(func(f *fakeEngine) { f.waiting, f.running, f.mode = 40, 8, "hung" })
+		r, err := Diagnose(context.Background(), diagnoseOptions(f), 30*time.Second, 15*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text bytes.Buffer
+		r.WriteText(&text)
+		if r.State != StateUnknown || !strings.Contains(text.String(), "run again with --window longer than 3m00s") {
+			t.Fatalf("%s:\n%s", r.State, text.String())
+		}
+	})
+}
+
+func TestDiagnoseStopsWhenInterrupted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := Diagnose(ctx, diagnoseOptions(newFakeEngine()), time.Minute, 15*time.Second)
+		if err == nil || !strings.Contains(err.Error(), "interrupted after 2 of 5 samples") {
+			t.Fatalf("error %v", err)
+		}
+	})
+}
+
+func TestEvidenceJSONRoundTripsInSeconds(t *testing.T) {
+	t.Parallel()
+	ev := Evidence{Window: 15 * time.Second, SinceProgress: 185 * time.Second, DrainEstimate: 6 * time.Minute,
+		HeartbeatDeltas: map[string]float64{"x": 3}, Probe: "ok in 4ms", Stalled: time.Second, CounterReset: true}
+	raw, err := json.Marshal(Verdict{State: StateHung, Evidence: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"since_progress_seconds":185`) {
+		t.Fatalf("durations not in seconds: %s", raw)
+	}
+	var back Verdict
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Evidence.SinceProgress != ev.SinceProgress || back.Evidence.DrainEstimate != ev.DrainEstimate || !back.Evidence.CounterReset {
+		t.Fatalf("round trip: %+v", back.Evidence)
+	}
+}

@@ -1,0 +1,69 @@
+package watchdog
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// evidenceJSON is Evidence with its durations in seconds, as its JSON
+// names (window_seconds, ...) promise to scripts reading `diagnose --json`
+// and /status.
+type evidenceJSON struct {
+	Window            float64            `json:"window_seconds"`
+	Samples           int                `json:"samples"`
+	Waiting           float64            `json:"waiting"`
+	Running           float64            `json:"running"`
+	ProgressDelta     float64            `json:"progress_delta"`
+	TokensPerSec      float64            `json:"tokens_per_second"`
+	HeartbeatDeltas   map[string]float64 `json:"heartbeat_deltas,omitempty"`
+	SinceProgress     float64            `json:"since_progress_seconds"`
+	LongestGap        float64            `json:"longest_gap_seconds"`
+	Stalled           float64            `json:"stalled_seconds"`
+	CounterReset      bool               `json:"counter_reset,omitempty"`
+	Models            string             `json:"models"`
+	Health            string             `json:"health"`
+	Probe             string             `json:"probe"`
+	ProbeLatency      float64            `json:"probe_latency_seconds"`
+	MetricsError      string             `json:"metrics_error,omitempty"`
+	CompletionsPerSec float64            `json:"completions_per_second"`
+	DrainEstimate     float64            `json:"drain_estimate_seconds"`
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+func duration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// MarshalJSON writes durations as seconds.
+func (e Evidence) MarshalJSON() ([]byte, error) {
+	return json.Marshal(evidenceJSON{
+		Window: seconds(e.Window), Samples: e.Samples,
+		Waiting: e.Waiting, Running: e.Running,
+		ProgressDelta: e.ProgressDelta, TokensPerSec: e.TokensPerSec,
+		HeartbeatDeltas: e.HeartbeatDeltas,
+		SinceProgress:   seconds(e.SinceProgress), LongestGap: seconds(e.LongestGap),
+		Stalled: seconds(e.Stalled), CounterReset: e.CounterReset,
+		Models: e.Models, Health: e.Health, Probe: e.Probe,
+		ProbeLatency: seconds(e.ProbeLatency), MetricsError: e.MetricsError,
+		CompletionsPerSec: e.CompletionsPerSec, DrainEstimate: seconds(e.DrainEstimate),
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (e *Evidence) UnmarshalJSON(b []byte) error {
+	var j evidenceJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*e = Evidence{
+		Window: duration(j.Window), Samples: j.Samples,
+		Waiting: j.Waiting, Running: j.Running,
+		ProgressDelta: j.ProgressDelta, TokensPerSec: j.TokensPerSec,
+		HeartbeatDeltas: j.HeartbeatDeltas,
+		SinceProgress:   duration(j.SinceProgress), LongestGap: duration(j.LongestGap),
+		Stalled: duration(j.Stalled), CounterReset: j.CounterReset,
+		Models: j.Models, Health: j.Health, Probe: j.Probe,
+		ProbeLatency: duration(j.ProbeLatency), MetricsError: j.MetricsError,
+		CompletionsPerSec: j.CompletionsPerSec, DrainEstimate: duration(j.DrainEstimate),
+	}
+	return nil
+}

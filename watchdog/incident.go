@@ -1,0 +1,94 @@
+package watchdog
+
+import (
+	"fmt"
+	"time"
+)
+
+// severity orders states for an incident's Peak: hung and down outrank
+// misconfigured, which outranks saturated, which outranks unknown.
+func severity(s State) int {
+	switch s {
+	case StateHung, StateDown:
+		return 5
+	case StateMisconfigured:
+		return 4
+	case StateSaturated:
+		return 3
+	case StateUnknown:
+		return 2
+	case StateLoading:
+		return 1
+	}
+	return 0
+}
+
+// tracker is the incident state machine. It is persisted as is.
+type tracker struct {
+	// Open is the incident in progress (nil when none).
+	Open *Incident `json:"incident,omitempty"`
+	// Seq numbers incidents so IDs stay unique within one second.
+	Seq int `json:"incident_seq"`
+	// UnknownSince is the first of the current run of unknown verdicts.
+	UnknownSince time.Time `json:"unknown_since,omitzero"`
+}
+
+// counts reports whether v opens (or keeps) an incident on its own: every
+// state that pages, and unknown once it has lasted unknownAfter.
+func (t *tracker) counts(v Verdict, unknownAfter time.Duration) bool {
+	switch v.State {
+	case StateSaturated, StateHung, StateDown, StateMisconfigured:
+		return true
+	case StateUnknown:
+		return v.At.Sub(t.UnknownSince) >= unknownAfter
+	}
+	return false
+}
+
+// observe moves the state machine on with v. It returns the incident v
+// belongs to (a copy; nil when none): the open one, or the one v just
+// resolved. An incident opens on the first verdict that counts, follows
+// every later state, and resolves on a healthy verdict unless a recovery
+// is still busy.
+func (t *tracker) observe(v Verdict, busy bool, unknownAfter time.Duration, node string) (inc *Incident, opened, resolved bool) {
+	if v.State == StateUnknown {
+		if t.UnknownSince.IsZero() {
+			t.UnknownSince = v.At
+		}
+	} else {
+		t.UnknownSince = time.Time{}
+	}
+	switch {
+	case t.Open == nil && t.counts(v, unknownAfter):
+		t.Seq++
+		t.Open = &Incident{
+			ID:     incidentID(node, v.At, t.Seq),
+			Opened: v.At, State: v.State, Peak: v.State, Changed: v.At,
+		}
+		opened = true
+	case t.Open == nil:
+		return nil, false, false
+	case v.State == StateHealthy && !busy:
+		t.Open.State, t.Open.Changed, t.Open.Resolved = StateHealthy, v.At, v.At
+		c := *t.Open
+		t.Open = nil
+		return &c, false, true
+	case t.Open.State != v.State:
+		t.Open.State, t.Open.Changed = v.State, v.At
+		if severity(v.State) > severity(t.Open.Peak) {
+			t.Open.Peak = v.State
+		}
+	}
+	c := *t.Open
+	return &c, opened, false
+}
+
+// incidentID is unique (a sequence number) and stable (persisted with the
+// incident), and sorts by time: "node1-20260301T030000Z-7".
+func incidentID(node string, at time.Time, seq int) string {
+	id := fmt.Sprintf("%s-%d", at.UTC().Format("20060102T150405Z"), seq)
+	if node != "" {
+		id = node + "-" + id
+	}
+	return id
+}

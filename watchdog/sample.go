@@ -1,0 +1,102 @@
+package watchdog
+
+import (
+	"time"
+
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/probes"
+)
+
+// Sample is one cycle's observations of the engine, time-stamped.
+type Sample struct {
+	At      time.Time                 `json:"at"`
+	Models  probes.ModelsObservation  `json:"models"`
+	Health  probes.Observation        `json:"health"`
+	Metrics probes.MetricsObservation `json:"metrics"`
+	// Probe is the completion probe as polled this cycle: the one in
+	// flight, or the last one finished.
+	Probe probes.CompletionStatus `json:"probe"`
+}
+
+// readable reports a scrape with usable values.
+func (s *Sample) readable() bool { return s.Metrics.Readable() }
+
+// pending reports whether work was waiting on the engine at this sample:
+// queued or running requests, or our own probe unanswered. ok is false
+// when it cannot tell (scrape unreadable and our probe not pending).
+func (s *Sample) pending() (pending, ok bool) {
+	if s.Probe.Pending() {
+		return true, true
+	}
+	if !s.readable() {
+		return false, false
+	}
+	m := s.Metrics.Metrics
+	return m.Waiting+m.Running > 0, true
+}
+
+// pendingSince is the earliest moment the work seen at this sample was
+// known to be pending: our probe's send time if it is the one pending.
+func (s *Sample) pendingSince() time.Time {
+	if s.Probe.Pending() && !s.Probe.Started.IsZero() && s.Probe.Started.Before(s.At) {
+		return s.Probe.Started
+	}
+	return s.At
+}
+
+// unauthorized names the first endpoint that answered 401/403, or "".
+func (s *Sample) unauthorized() *probes.Observation {
+	for _, o := range []*probes.Observation{&s.Models.Observation, &s.Health, &s.Metrics.Observation, &s.Probe.Observation} {
+		if o.Unauthorized() {
+			return o
+		}
+	}
+	return nil
+}
+
+// Thresholds are the classifier's tunables, the ones an operator may
+// change on a live watchdog (SIGHUP, an override).
+type Thresholds struct {
+	// HangAfter: no progress for this long while work is pending is hung.
+	HangAfter time.Duration `json:"hang_after"`
+	// SaturatedWaiting: waiting at or above this, with progress, is
+	// saturated.
+	SaturatedWaiting int `json:"saturated_waiting"`
+	// ProbeSLO: a completion probe slower than this is a saturation sign.
+	ProbeSLO time.Duration `json:"probe_slo"`
+	// DownAfter: consecutive samples of refused/reset/5xx from /health or
+	// /v1/models before down.
+	DownAfter int `json:"down_after"`
+	// StartupGrace: after a (re)start the engine is loading until it
+	// serves or this elapses.
+	StartupGrace time.Duration `json:"startup_grace"`
+}
+
+// ThresholdsFrom takes the thresholds from the watchdog config.
+func ThresholdsFrom(w configs.Watchdog) Thresholds {
+	return Thresholds{
+		HangAfter:        w.HangAfter,
+		SaturatedWaiting: w.SaturatedWaiting,
+		ProbeSLO:         w.ProbeSLO,
+		DownAfter:        w.DownAfter,
+		StartupGrace:     w.StartupGrace,
+	}
+}
+
+// Params are the classifier's thresholds and guard state.
+type Params struct {
+	Thresholds
+	// LastStart is when the engine was last (re)started; zero: unknown,
+	// no grace.
+	LastStart time.Time
+	// LastReady is when /v1/models last answered with a model list; it
+	// tells "ready since the start" when history is too short to.
+	LastReady time.Time
+	// RateWindow: deltas and rates span the readable samples within this
+	// window before the last one (0: the last two readable samples).
+	RateWindow time.Duration
+}
+
+// ParamsFrom takes the thresholds from the watchdog config. LastStart and
+// LastReady are the caller's to fill.
+func ParamsFrom(w configs.Watchdog) Params { return Params{Thresholds: ThresholdsFrom(w)} }

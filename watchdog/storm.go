@@ -1,0 +1,122 @@
+package watchdog
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/probes"
+)
+
+// RetryStormCheck compares, over a window, how fast prompt tokens rise
+// with how fast prefix-cache queries rise (DESIGN.md section 7). Queries
+// count at admission, prompt tokens only at a prefill's first output
+// token: when clients give up and retry, the engine admits and prefills
+// for callers that already left, and prompt tokens fall far behind.
+type RetryStormCheck struct {
+	Window             time.Duration `json:"-"`
+	PromptTokens       float64       `json:"prompt_tokens_delta"`
+	PrefixCacheQueries float64       `json:"prefix_cache_queries_delta"`
+	// Ratio is PromptTokens / PrefixCacheQueries (0 when not judged).
+	Ratio float64 `json:"ratio"`
+	// Judged: the window had enough queries (MinQueries) to judge.
+	Judged bool `json:"judged"`
+	// Alarm: judged, and Ratio below the configured ratio.
+	Alarm bool `json:"alarm"`
+}
+
+// MarshalJSON writes the window in seconds.
+func (c RetryStormCheck) MarshalJSON() ([]byte, error) {
+	type plain RetryStormCheck
+	return json.Marshal(struct {
+		plain
+		Window float64 `json:"window_seconds"`
+	}{plain(c), c.Window.Seconds()})
+}
+
+// CheckRetryStorm runs the retry-storm check over the readable samples
+// within cfg.Window before the last one, never across a counter reset.
+func CheckRetryStorm(history []Sample, cfg configs.RetryStorm) RetryStormCheck {
+	var c RetryStormCheck
+	first, last := extraSpan(history, cfg.Window, probes.MetricPromptTokens, probes.MetricPrefixCacheQueries)
+	if first == nil {
+		return c
+	}
+	a, b := first.Metrics.Metrics.Extra, last.Metrics.Metrics.Extra
+	c.Window = last.At.Sub(first.At)
+	c.PromptTokens = b[probes.MetricPromptTokens] - a[probes.MetricPromptTokens]
+	c.PrefixCacheQueries = b[probes.MetricPrefixCacheQueries] - a[probes.MetricPrefixCacheQueries]
+	if c.PrefixCacheQueries > 0 && c.PrefixCacheQueries >= cfg.MinQueries {
+		c.Judged = true
+		c.Ratio = c.PromptTokens / c.PrefixCacheQueries
+		c.Alarm = c.Ratio < cfg.Ratio
+	}
+	return c
+}
+
+// InFlight is Little's law over the window: requests completed per second
+// times their mean end-to-end latency, which is the rise of the latency
+// histogram's sum per second. It is the work the engine genuinely held in
+// flight on average; ok is false without completions in the window.
+func InFlight(history []Sample, window time.Duration) (inFlight float64, ok bool) {
+	first, last := extraSpan(history, window, probes.MetricE2ELatencySum, probes.MetricE2ELatencyCount)
+	if first == nil {
+		return 0, false
+	}
+	a, b := first.Metrics.Metrics.Extra, last.Metrics.Metrics.Extra
+	dt := last.At.Sub(first.At).Seconds()
+	if b[probes.MetricE2ELatencyCount]-a[probes.MetricE2ELatencyCount] <= 0 || dt <= 0 {
+		return 0, false
+	}
+	return (b[probes.MetricE2ELatencySum] - a[probes.MetricE2ELatencySum]) / dt, true
+}
+
+// extraSpan finds the earliest and the last readable samples within window
+// that both carry the named extra metrics, with no decrease of them in
+// between (a decrease is an engine restart: the span starts after it).
+func extraSpan(history []Sample, window time.Duration, names ...string) (first, last *Sample) {
+	has := func(s *Sample) bool {
+		if !s.readable() {
+			return false
+		}
+		for _, n := range names {
+			if _, ok := s.Metrics.Metrics.Extra[n]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for i := len(history) - 1; i >= 0; i-- {
+		if s := &history[i]; has(s) {
+			last = s
+			break
+		}
+	}
+	if last == nil {
+		return nil, nil
+	}
+	next := last
+	for i := len(history) - 1; i >= 0; i-- {
+		s := &history[i]
+		if s == last || !has(s) || s.At.After(last.At) {
+			continue
+		}
+		if s.At.Before(last.At.Add(-window)) {
+			break
+		}
+		decreased := false
+		for _, n := range names {
+			if next.Metrics.Metrics.Extra[n] < s.Metrics.Metrics.Extra[n] {
+				decreased = true
+			}
+		}
+		if decreased {
+			break
+		}
+		first, next = s, s
+	}
+	if first == nil {
+		return nil, nil
+	}
+	return first, last
+}

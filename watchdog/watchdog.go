@@ -1,0 +1,536 @@
+package watchdog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/state"
+)
+
+// Probes is what one cycle observes. *probes.Client implements it; tests
+// fake it. The completion probe is asynchronous: PollCompletion never
+// blocks, StartCompletion starts one unless one is outstanding.
+type Probes interface {
+	Models(ctx context.Context) probes.ModelsObservation
+	Health(ctx context.Context) probes.Observation
+	Metrics(ctx context.Context) probes.MetricsObservation
+	StartCompletion(model string) bool
+	PollCompletion() probes.CompletionStatus
+}
+
+// Options configure a Watchdog. Engine and Watchdog are required; every
+// collaborator may be nil.
+type Options struct {
+	Engine   configs.Engine
+	Watchdog configs.Watchdog
+	// UnknownAfter: an unknown verdict opens an incident only once it has
+	// lasted this long (alerts.unknown_after).
+	UnknownAfter time.Duration
+	// Node prefixes incident IDs (the config's node name).
+	Node string
+
+	// Probes observes the engine; nil builds a probes.Client from Engine
+	// and Watchdog (closed when Run returns).
+	Probes    Probes
+	Pager     Pager
+	Recoverer Recoverer
+	Limiter   LimiterControl
+	// Store persists the open incident and the sample history (section
+	// "watchdog"); nil keeps them in memory only.
+	Store *state.Store
+	Log   *logrus.Entry
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Registerer receives vigil_watchdog_* metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// OnCycle is called at the end of every cycle with its verdict, from
+	// the loop itself: the place for systemd's WATCHDOG=1, so a wedged
+	// loop stops the heartbeat.
+	OnCycle func(Verdict)
+	// EngineStarted is when the engine was last started, if known (e.g.
+	// from Docker), for the startup-grace rule. When zero and the engine
+	// has never been seen ready, vigil assumes it started with vigil.
+	EngineStarted time.Time
+	// MaxInFlight is the admission limiter's cap, shown beside the
+	// Little's-law estimate by Diagnose and Capacity (0: not shown).
+	MaxInFlight int
+	// Notice, when set, is told standalone events that are not verdicts:
+	// the retry-storm alarm starting and ending ("retry_storm") and
+	// configured metrics missing from the engine ("metrics_missing"). It
+	// must not block.
+	Notice func(kind, text string)
+}
+
+// StateSection is the state-file section the watchdog owns.
+const StateSection = "watchdog"
+
+// maxHistory bounds the persisted history whatever the stall length.
+const maxHistory = 1000
+
+// persisted is the watchdog's state-file section.
+type persisted struct {
+	tracker
+	LastReady time.Time `json:"last_ready,omitzero"`
+	History   []Sample  `json:"history"`
+}
+
+// Watchdog is the cycle loop: sample, classify, keep the incident, tell
+// the pager and the limiter, ask for recovery. Create it with New.
+type Watchdog struct {
+	opts      Options
+	base      Params // thresholds guarded by mu
+	interval  time.Duration
+	log       *logrus.Entry
+	now       func() time.Time
+	probes    Probes
+	ownProbes *probes.Client
+	store     *state.Store
+	metrics   *metrics
+	started   time.Time
+
+	cycleMu sync.Mutex // one cycle at a time
+
+	mu        sync.Mutex // guards the fields below
+	history   []Sample
+	lastReady time.Time
+	tracker   tracker
+	current   Verdict
+	cycled    bool // a cycle has run
+
+	// Used by the cycle only (under cycleMu).
+	missing       string
+	lastCompleted time.Time
+	saveErr       string
+	asked         string // incident+state recovery was last asked for
+	storm         bool
+}
+
+// New builds a Watchdog and restores its persisted state: an incident
+// open when vigil stopped stays the same incident, and the history keeps
+// the "frozen since" clock running across vigil's own restart.
+func New(opts Options) (*Watchdog, error) {
+	if opts.Watchdog.Interval <= 0 {
+		return nil, errors.New("watchdog: interval must be > 0")
+	}
+	w := &Watchdog{
+		opts:     opts,
+		base:     ParamsFrom(opts.Watchdog),
+		interval: opts.Watchdog.Interval,
+		log:      opts.Log,
+		now:      opts.Now,
+		probes:   opts.Probes,
+		store:    opts.Store,
+	}
+	if w.now == nil {
+		w.now = time.Now
+	}
+	if w.log == nil {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		w.log = logrus.NewEntry(l)
+	}
+	if w.store == nil {
+		w.store = state.Memory()
+	}
+	var err error
+	if w.metrics, err = newMetrics(opts.Registerer); err != nil {
+		return nil, err
+	}
+	var p persisted
+	found, err := w.store.Load(StateSection, &p)
+	if err != nil {
+		return nil, fmt.Errorf("watchdog: restore state: %w", err)
+	}
+	if found {
+		w.tracker, w.lastReady, w.history = p.tracker, p.LastReady, p.History
+		if w.tracker.Open != nil {
+			w.log.WithFields(logrus.Fields{"incident": w.tracker.Open.ID, "state": w.tracker.Open.State}).
+				Info("watchdog: resuming the open incident")
+		}
+	}
+	if w.probes == nil {
+		pc := probes.FromConfig(opts.Engine, opts.Watchdog)
+		pc.Now = w.now
+		w.ownProbes = probes.NewClient(pc)
+		w.probes = w.ownProbes
+	}
+	w.started = w.now()
+	w.current = Verdict{State: StateUnknown, Reason: "UNKNOWN: no sample yet", At: w.started}
+	return w, nil
+}
+
+// Run samples every interval until ctx is done, then returns nil.
+func (w *Watchdog) Run(ctx context.Context) error {
+	if w.ownProbes != nil {
+		defer w.ownProbes.Close()
+	}
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		w.Cycle(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Current returns the last verdict and the open incident (nil if none),
+// for /status.
+func (w *Watchdog) Current() (Verdict, *Incident) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tracker.Open == nil {
+		return w.current, nil
+	}
+	c := *w.tracker.Open
+	return w.current, &c
+}
+
+// Cycle runs one sampling cycle and returns its verdict. Run calls it every
+// interval; calls are serialized.
+func (w *Watchdog) Cycle(ctx context.Context) Verdict {
+	w.cycleMu.Lock()
+	defer w.cycleMu.Unlock()
+	now := w.now()
+	s := sampleOnce(ctx, w.probes, now, w.opts.Engine.RequestTimeout)
+	if ctx.Err() != nil {
+		// Shutting down mid-sample: the probes saw our own cancellation,
+		// not the engine. Record nothing.
+		v, _ := w.Current()
+		return v
+	}
+	w.observeSample(&s)
+
+	w.mu.Lock()
+	w.history = append(w.history, s)
+	if s.Models.OK() {
+		w.lastReady = now
+	}
+	params := w.params(now)
+	v := Classify(w.history, params, now)
+	w.history = trim(w.history, now, w.retention())
+	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
+	inc, opened, resolved := w.tracker.observe(v, busy, w.opts.UnknownAfter, w.opts.Node)
+	prev, first := w.current, !w.cycled
+	w.current, w.cycled = v, true
+	snapshot := persisted{tracker: w.tracker, LastReady: w.lastReady, History: w.history}
+	w.mu.Unlock()
+
+	// The next completion probe runs while we wait for the next cycle.
+	model := w.opts.Engine.Model
+	if model == "" {
+		model = s.Models.First()
+	}
+	w.probes.StartCompletion(model)
+
+	w.persist(snapshot)
+	w.metrics.verdict(v, opened)
+	w.logVerdict(prev, v, inc, first || opened, resolved)
+	if w.opts.Watchdog.RetryStorm.Enabled {
+		w.checkStorm()
+	}
+
+	if w.opts.Pager != nil {
+		w.opts.Pager.Observe(v, inc)
+	}
+	if w.opts.Limiter != nil {
+		w.opts.Limiter.SetSaturated(v.State == StateSaturated)
+	}
+	if v.State.NeedsRecovery() && inc.Open() && w.opts.Recoverer != nil && !busy {
+		w.recover(ctx, *inc, v)
+	}
+	if w.opts.OnCycle != nil {
+		w.opts.OnCycle(v)
+	}
+	return v
+}
+
+// Thresholds returns the thresholds in force.
+func (w *Watchdog) Thresholds() Thresholds {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.base.Thresholds
+}
+
+// SetThresholds changes the thresholds from the next cycle on (a SIGHUP
+// reload, an override). The caller validates them.
+func (w *Watchdog) SetThresholds(t Thresholds) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t != w.base.Thresholds {
+		w.log.WithFields(logrus.Fields{
+			"hang_after_seconds": t.HangAfter.Seconds(), "saturated_waiting": t.SaturatedWaiting,
+			"probe_slo_seconds": t.ProbeSLO.Seconds(), "down_after": t.DownAfter,
+			"startup_grace_seconds": t.StartupGrace.Seconds(),
+		}).Info("watchdog: thresholds changed")
+	}
+	w.base.Thresholds = t
+}
+
+// Capacity is the engine's measured capacity over the recent samples, for
+// /status: Little's law beside the limiter's cap, the rates, and the
+// retry-storm check.
+type Capacity struct {
+	Window            time.Duration   `json:"-"`
+	InFlight          float64         `json:"in_flight"`
+	InFlightKnown     bool            `json:"in_flight_known"`
+	MaxInFlight       int             `json:"max_in_flight,omitempty"`
+	CompletionsPerSec float64         `json:"completions_per_second"`
+	TokensPerSec      float64         `json:"tokens_per_second"`
+	RetryStorm        RetryStormCheck `json:"retry_storm"`
+}
+
+// MarshalJSON writes the window in seconds.
+func (c Capacity) MarshalJSON() ([]byte, error) {
+	type plain Capacity
+	return json.Marshal(struct {
+		plain
+		Window float64 `json:"window_seconds"`
+	}{plain(c), c.Window.Seconds()})
+}
+
+// capacityWindow is the span Capacity measures over.
+const capacityWindow = 5 * time.Minute
+
+// Capacity measures over the last five minutes of samples (or the
+// retry-storm window when that is set).
+func (w *Watchdog) Capacity() Capacity {
+	window := capacityWindow
+	if rs := w.opts.Watchdog.RetryStorm; rs.Window > 0 {
+		window = rs.Window
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := Capacity{MaxInFlight: w.opts.MaxInFlight}
+	if len(w.history) == 0 {
+		return c
+	}
+	last := w.history[len(w.history)-1].At
+	p := w.base
+	p.RateWindow = window
+	ev := Classify(w.history, p, last).Evidence
+	c.Window, c.CompletionsPerSec, c.TokensPerSec = ev.Window, ev.CompletionsPerSec, ev.TokensPerSec
+	c.InFlight, c.InFlightKnown = InFlight(w.history, window)
+	rs := w.opts.Watchdog.RetryStorm
+	rs.Window = window
+	c.RetryStorm = CheckRetryStorm(w.history, rs)
+	return c
+}
+
+// params completes the thresholds with the guard state; call with mu held.
+func (w *Watchdog) params(now time.Time) Params {
+	p := w.base
+	p.LastReady = w.lastReady
+	p.LastStart = w.opts.EngineStarted
+	if w.opts.Recoverer != nil {
+		if t := w.opts.Recoverer.LastRestart(); t.After(p.LastStart) {
+			p.LastStart = t
+		}
+	}
+	// Never seen ready, by this vigil or a previous one: the engine most
+	// likely booted with us, and restarting it mid-load would only start
+	// the load again.
+	if p.LastStart.IsZero() && w.lastReady.IsZero() {
+		p.LastStart = w.started
+	}
+	return p
+}
+
+// retention is how much history the classifier and Capacity need: twice
+// hang_after, the capacity window, and a few intervals (trim keeps more
+// while a stall is longer). Call with mu held.
+func (w *Watchdog) retention() time.Duration {
+	return max(2*w.base.HangAfter, capacityWindow, w.opts.Watchdog.RetryStorm.Window) + 4*w.interval
+}
+
+// trim drops samples older than retention, but never the sample at which
+// the counters last moved: the "frozen since" clock is anchored there.
+func trim(h []Sample, now time.Time, retention time.Duration) []Sample {
+	cut := 0
+	for cut < len(h)-2 && h[cut].At.Before(now.Add(-retention)) {
+		cut++
+	}
+	if sc := scanHistory(h, now); sc.lastReadable != nil && sc.lastMoveIdx < cut {
+		cut = sc.lastMoveIdx
+	}
+	cut = max(cut, len(h)-maxHistory)
+	if cut == 0 {
+		return h
+	}
+	return append([]Sample(nil), h[cut:]...)
+}
+
+// sampleOnce takes one sample: the three synchronous probes in parallel,
+// each bounded by timeout, and the completion probe's current status.
+func sampleOnce(ctx context.Context, p Probes, now time.Time, timeout time.Duration) Sample {
+	s := Sample{At: now}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout+time.Second)
+		defer cancel()
+	}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); s.Models = p.Models(ctx) }()
+	go func() { defer wg.Done(); s.Health = p.Health(ctx) }()
+	go func() { defer wg.Done(); s.Metrics = p.Metrics(ctx) }()
+	s.Probe = p.PollCompletion()
+	wg.Wait()
+	return s
+}
+
+// observeSample feeds vigil's own metrics and logs missing metrics once.
+func (w *Watchdog) observeSample(s *Sample) {
+	w.metrics.probe("models", s.Models.Observation)
+	w.metrics.probe("health", s.Health)
+	w.metrics.probe("metrics", s.Metrics.Observation)
+	if !s.Metrics.Readable() {
+		w.metrics.scrapeErrors.Inc()
+	}
+	if st := s.Probe; st.State != probes.ProbeOutstanding && st.State != probes.ProbeIdle && !st.Started.Equal(w.lastCompleted) {
+		w.lastCompleted = st.Started
+		w.metrics.probe("completion", st.Observation)
+	}
+	// A missing metric is said once, when the set of missing names changes;
+	// a scrape that failed to parse says nothing about names.
+	if s.Metrics.Readable() || len(s.Metrics.Missing) > 0 {
+		if missing := strings.Join(s.Metrics.Missing, ", "); missing != w.missing {
+			if missing != "" {
+				w.log.WithField("missing", missing).
+					Warn("watchdog: engine metrics missing from /metrics (check engine.metrics); a missing heartbeat is ignored, a missing waiting, running or progress metric leaves the verdict unknown")
+				w.notice("metrics_missing", "engine metrics missing from /metrics: "+missing+" (check engine.metrics)")
+			}
+			w.missing = missing
+		}
+	}
+}
+
+func (w *Watchdog) persist(p persisted) {
+	err := w.store.Save(StateSection, p)
+	switch {
+	case err != nil && err.Error() != w.saveErr:
+		w.log.WithError(err).Error("watchdog: cannot persist state; an incident may reopen after a vigil restart")
+		w.saveErr = err.Error()
+	case err == nil && w.saveErr != "":
+		w.log.Info("watchdog: state persisted again")
+		w.saveErr = ""
+	}
+}
+
+// action says what vigil does about a state, for the log.
+func (w *Watchdog) action(s State) string {
+	return actionFor(s, w.opts.Recoverer != nil, w.opts.Watchdog.DryRun)
+}
+
+func actionFor(s State, canRecover, dryRun bool) string {
+	switch s {
+	case StateHung, StateDown:
+		if !canRecover {
+			return "page; no recoverer configured"
+		}
+		if dryRun {
+			return "dry-run: would drain and restart"
+		}
+		return "drain and restart"
+	case StateSaturated:
+		return "page; tell the limiter; never restart"
+	case StateMisconfigured:
+		return "page once; never restart"
+	case StateUnknown:
+		return "page if it lasts; never restart"
+	case StateHealthy:
+		return "resolve any open incident"
+	}
+	return "wait"
+}
+
+func (w *Watchdog) logVerdict(prev, v Verdict, inc *Incident, opened, resolved bool) {
+	ev := v.Evidence
+	l := w.log.WithFields(logrus.Fields{
+		"state":                  string(v.State),
+		"waiting":                ev.Waiting,
+		"running":                ev.Running,
+		"tokens_per_second":      round1(ev.TokensPerSec),
+		"since_progress_seconds": round1(ev.SinceProgress.Seconds()),
+		"stalled_seconds":        round1(ev.Stalled.Seconds()),
+		"probe":                  ev.Probe,
+	})
+	if inc != nil {
+		l = l.WithField("incident", inc.ID)
+	}
+	if prev.State == v.State && !opened && !resolved {
+		l.Debug(v.Reason)
+		return
+	}
+	l = l.WithFields(logrus.Fields{"previous_state": string(prev.State), "action": w.action(v.State)})
+	switch {
+	case opened:
+		l.Warn("incident opened: " + v.Reason)
+	case resolved:
+		l.Info("incident resolved: " + v.Reason)
+	case v.State == StateHealthy || v.State == StateLoading:
+		l.Info(v.Reason)
+	default:
+		l.Warn(v.Reason)
+	}
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+func (w *Watchdog) recover(ctx context.Context, inc Incident, v Verdict) {
+	key := inc.ID + "/" + string(v.State)
+	l := w.log.WithFields(logrus.Fields{"incident": inc.ID, "state": string(v.State)})
+	switch {
+	case w.opts.Watchdog.DryRun && key != w.asked:
+		l.Warn("dry-run: asking the recoverer, which only logs and pages what it would do")
+	case key != w.asked:
+		l.Warn("asking for recovery: drain, restart, wait ready, restore")
+	default:
+		l.Debug("asking for recovery again")
+	}
+	w.asked = key
+	w.opts.Recoverer.Recover(ctx, inc, v)
+}
+
+// checkStorm logs the retry-storm alarm when it starts and ends.
+func (w *Watchdog) checkStorm() {
+	w.mu.Lock()
+	c := CheckRetryStorm(w.history, w.opts.Watchdog.RetryStorm)
+	w.mu.Unlock()
+	if c.Alarm == w.storm {
+		return
+	}
+	w.storm = c.Alarm
+	l := w.log.WithFields(logrus.Fields{
+		"prompt_tokens_delta": c.PromptTokens, "prefix_cache_queries_delta": c.PrefixCacheQueries,
+		"ratio": round1(c.Ratio*100) / 100, "window_seconds": c.Window.Seconds(),
+	})
+	if c.Alarm {
+		l.Warn("retry storm: the engine prefills for clients that already left (prompt tokens rise much slower than prefix-cache queries)")
+		w.notice("retry_storm", fmt.Sprintf("RETRY STORM: over %s prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f): the engine prefills for clients that already left",
+			human(c.Window), count(c.PromptTokens), count(c.PrefixCacheQueries), c.Ratio))
+	} else {
+		l.Info("retry storm over")
+		w.notice("retry_storm", fmt.Sprintf("retry storm over: prompt tokens +%s vs prefix-cache queries +%s over %s",
+			count(c.PromptTokens), count(c.PrefixCacheQueries), human(c.Window)))
+	}
+}
+
+func (w *Watchdog) notice(kind, text string) {
+	if w.opts.Notice != nil {
+		w.opts.Notice(kind, text)
+	}
+}

@@ -1,0 +1,561 @@
+package watchdog
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/state"
+)
+
+// rig is one watchdog over a fake engine, inside a synctest bubble: the
+// defaults of the config (15 s interval, 3 min hang_after) run in fake time.
+type rig struct {
+	t       *testing.T
+	engine  *fakeEngine
+	pager   *fakePager
+	rec     *fakeRecoverer
+	limiter *fakeLimiter
+	hook    *logtest.Hook
+	reg     *prometheus.Registry
+	w       *Watchdog
+	cycles  int
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newRig(t *testing.T, store *state.Store, tweak func(*Options)) *rig {
+	t.Helper()
+	cfg := configs.Default()
+	logger, hook := logtest.NewNullLogger()
+	logger.SetLevel(logrus.DebugLevel)
+	r := &rig{t: t, engine: newFakeEngine(), pager: &fakePager{}, rec: &fakeRecoverer{busyFor: 10 * time.Minute},
+		limiter: &fakeLimiter{}, hook: hook, reg: prometheus.NewRegistry()}
+	opts := Options{
+		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, Node: "node1",
+		Probes: r.engine, Pager: r.pager, Recoverer: r.rec, Limiter: r.limiter, Store: store,
+		Log: logrus.NewEntry(logger), Registerer: r.reg,
+		OnCycle: func(Verdict) { r.mu.Lock(); r.cycles++; r.mu.Unlock() },
+	}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	w, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.w = w
+	return r
+}
+
+func (r *rig) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan struct{})
+	go func() {
+		defer close(r.done)
+		if err := r.w.Run(ctx); err != nil {
+			r.t.Errorf("Run: %v", err)
+		}
+	}()
+}
+
+func (r *rig) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// firstAt returns when the pager was first told state s (zero if never).
+func (r *rig) firstAt(s State) time.Time {
+	for _, p := range r.pager.all() {
+		if p.v.State == s {
+			return p.v.At
+		}
+	}
+	return time.Time{}
+}
+
+// incidentIDs lists the distinct incident IDs the pager was given.
+func (r *rig) incidentIDs() []string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, p := range r.pager.all() {
+		if p.inc != nil && !seen[p.inc.ID] {
+			seen[p.inc.ID] = true
+			ids = append(ids, p.inc.ID)
+		}
+	}
+	return ids
+}
+
+func TestSaturatedForAnHourNeverRestarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.engine.set(func(f *fakeEngine) {
+			f.waiting, f.running, f.tokensPerSec = 99, 8, 2340
+			f.probeLatency = 2 * time.Minute // every probe times out at 90 s
+		})
+		r.start()
+		time.Sleep(time.Hour + time.Second) // the cycle at 1h completes
+		r.stop()
+
+		if n := r.rec.count(); n != 0 {
+			t.Fatalf("a saturated engine was recovered %d times", n)
+		}
+		if at := r.firstAt(StateHung); !at.IsZero() {
+			t.Fatalf("a saturated engine was called hung at %s", at)
+		}
+		if ids := r.incidentIDs(); len(ids) != 1 {
+			t.Fatalf("incidents %v, want exactly one", ids)
+		}
+		if now, _ := r.limiter.get(); !now {
+			t.Fatal("the limiter was not told the engine is saturated")
+		}
+		v, inc := r.w.Current()
+		if v.State != StateSaturated || !inc.Open() || inc.Peak != StateSaturated {
+			t.Fatalf("current %s %+v", v.State, inc)
+		}
+		if !strings.HasPrefix(v.Reason, "SATURATED: 99 waiting, 8 running, 2,3") || !strings.Contains(v.Reason, "not restarting") {
+			t.Fatalf("reason %q", v.Reason)
+		}
+		if got := testutil.ToFloat64(r.w.metrics.state.WithLabelValues("saturated")); got != 1 {
+			t.Fatalf("vigil_watchdog_state{state=saturated} = %v", got)
+		}
+		if got := testutil.ToFloat64(r.w.metrics.opened); got != 1 {
+			t.Fatalf("incidents opened = %v", got)
+		}
+		r.mu.Lock()
+		cycles := r.cycles
+		r.mu.Unlock()
+		if cycles != 241 {
+			t.Fatalf("OnCycle called %d times in an hour of 15 s cycles, want 241", cycles)
+		}
+	})
+}
+
+func TestHangUnderLoadIsRecoveredOnceAndResolvesAfterTheRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 40, 8, 900 })
+		r.start()
+		time.Sleep(5 * time.Minute)
+		hungAt := time.Now()
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(4 * time.Minute)
+
+		at := r.firstAt(StateHung)
+		if at.IsZero() {
+			t.Fatal("the hang was never detected")
+		}
+		cfg := configs.Default().Watchdog
+		if took := at.Sub(hungAt); took > cfg.HangAfter+2*cfg.Interval {
+			t.Fatalf("hang detected after %s, want within hang_after + 2 intervals (%s)", took, cfg.HangAfter+2*cfg.Interval)
+		}
+		if n := r.rec.count(); n != 1 {
+			t.Fatalf("recoveries asked %d, want 1 (the recoverer stays busy)", n)
+		}
+		// The recovery brings the engine back while still busy: the
+		// incident stays open until it finishes.
+		r.engine.set(func(f *fakeEngine) { f.mode = "serving"; f.waiting = 0 })
+		time.Sleep(time.Minute)
+		if _, inc := r.w.Current(); !inc.Open() {
+			t.Fatal("the incident resolved while the recovery was busy")
+		}
+		time.Sleep(10 * time.Minute)
+		r.stop()
+		v, inc := r.w.Current()
+		if v.State != StateHealthy || inc != nil {
+			t.Fatalf("after the recovery: %s, incident %+v", v.State, inc)
+		}
+		ids := r.incidentIDs()
+		if len(ids) != 1 || !strings.HasPrefix(ids[0], "node1-") {
+			t.Fatalf("incident IDs %v", ids)
+		}
+		var resolved *Incident
+		for _, p := range r.pager.all() {
+			if p.inc != nil && !p.inc.Resolved.IsZero() {
+				resolved = p.inc
+			}
+		}
+		if resolved == nil || resolved.Peak != StateHung || resolved.State != StateHealthy {
+			t.Fatalf("the pager never saw the resolve with peak hung: %+v", resolved)
+		}
+		if r.rec.calls[0].ID != ids[0] {
+			t.Fatalf("recovered incident %q, paged %q", r.rec.calls[0].ID, ids[0])
+		}
+	})
+}
+
+func TestDryRunStillAsksTheRecovererAndSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, func(o *Options) { o.Watchdog.DryRun = true })
+		r.start()
+		time.Sleep(time.Minute)
+		r.engine.set(func(f *fakeEngine) { f.mode = "down" })
+		time.Sleep(time.Minute)
+		r.stop()
+		if r.rec.count() != 1 {
+			t.Fatalf("recoverer asked %d times, want 1", r.rec.count())
+		}
+		found := false
+		for _, e := range r.hook.AllEntries() {
+			if strings.Contains(e.Message, "dry-run") || e.Data["action"] == "dry-run: would drain and restart" {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatal("dry-run was not logged")
+		}
+	})
+}
+
+func TestVigilRestartedMidHangKeepsTheFrozenClock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	synctest.Test(t, func(t *testing.T) {
+		store, err := state.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := newRig(t, store, nil)
+		first.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 40, 8, 900 })
+		first.start()
+		time.Sleep(2 * time.Minute)
+		hungAt := time.Now()
+		first.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(2 * time.Minute)
+		first.stop()
+		if !first.firstAt(StateHung).IsZero() {
+			t.Fatal("hung before hang_after")
+		}
+
+		time.Sleep(20 * time.Second) // systemd restarts vigil
+		reopened, err := state.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := newRig(t, reopened, nil)
+		second.engine = first.engine
+		second.w.probes = first.engine
+		second.start()
+		time.Sleep(3 * time.Minute)
+		second.stop()
+
+		at := second.firstAt(StateHung)
+		if at.IsZero() {
+			t.Fatal("the restarted vigil never saw the hang")
+		}
+		cfg := configs.Default().Watchdog
+		if took := at.Sub(hungAt); took > cfg.HangAfter+2*cfg.Interval {
+			t.Fatalf("hung detected %s after the hang: the restarted vigil waited a fresh hang_after", took)
+		}
+	})
+}
+
+func TestVigilRestartedDuringAnIncidentKeepsTheSameIncident(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	synctest.Test(t, func(t *testing.T) {
+		store, _ := state.Open(path)
+		first := newRig(t, store, nil)
+		first.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 99, 8, 900 })
+		first.start()
+		time.Sleep(2 * time.Minute)
+		first.stop()
+		ids := first.incidentIDs()
+		if len(ids) != 1 {
+			t.Fatalf("first vigil: incidents %v", ids)
+		}
+
+		reopened, _ := state.Open(path)
+		second := newRig(t, reopened, nil)
+		second.engine = first.engine
+		second.w.probes = first.engine
+		second.start()
+		time.Sleep(time.Minute)
+		second.stop()
+		if got := second.incidentIDs(); len(got) != 1 || got[0] != ids[0] {
+			t.Fatalf("after the restart: incidents %v, want the same %v", got, ids)
+		}
+		if got := testutil.ToFloat64(second.w.metrics.opened); got != 0 {
+			t.Fatalf("the restarted vigil opened %v incidents", got)
+		}
+		found := false
+		for _, e := range second.hook.AllEntries() {
+			found = found || strings.Contains(e.Message, "resuming the open incident")
+		}
+		if !found {
+			t.Fatal("resuming the incident was not logged")
+		}
+	})
+}
+
+func TestUnknownOpensAnIncidentOnlyOnceItLasts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 2, 2, 100 })
+		r.start()
+		time.Sleep(time.Minute)
+		r.engine.set(func(f *fakeEngine) { f.mode = "garbage" })
+		time.Sleep(4 * time.Minute)
+		if _, inc := r.w.Current(); inc != nil {
+			t.Fatalf("an incident opened before unknown lasted unknown_after: %+v", inc)
+		}
+		time.Sleep(2 * time.Minute)
+		r.stop()
+		v, inc := r.w.Current()
+		if v.State != StateUnknown || !inc.Open() || inc.State != StateUnknown {
+			t.Fatalf("after 6 min unknown: %s, %+v", v.State, inc)
+		}
+		if r.rec.count() != 0 {
+			t.Fatal("unknown asked for recovery")
+		}
+		if got := testutil.ToFloat64(r.w.metrics.scrapeErrors); got < 20 {
+			t.Fatalf("scrape errors counted %v", got)
+		}
+	})
+}
+
+func TestMisconfiguredPagesAndNeverRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.engine.set(func(f *fakeEngine) { f.mode = "unauthorized" })
+		r.start()
+		time.Sleep(10 * time.Minute)
+		r.stop()
+		v, inc := r.w.Current()
+		if v.State != StateMisconfigured || !inc.Open() {
+			t.Fatalf("%s %+v", v.State, inc)
+		}
+		if r.rec.count() != 0 {
+			t.Fatal("a 401 asked for a restart")
+		}
+	})
+}
+
+func TestAnEngineNeverSeenReadyWhenVigilStartsIsLoadingNotDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.engine.set(func(f *fakeEngine) { f.mode = "down" })
+		r.start()
+		time.Sleep(9 * time.Minute)
+		if v, _ := r.w.Current(); v.State != StateLoading || r.rec.count() != 0 {
+			t.Fatalf("9 min after boot: %s, %d recoveries", v.State, r.rec.count())
+		}
+		time.Sleep(2 * time.Minute)
+		r.stop()
+		if v, _ := r.w.Current(); v.State != StateDown || r.rec.count() != 1 {
+			t.Fatalf("past the grace: %s, %d recoveries", v.State, r.rec.count())
+		}
+	})
+}
+
+func TestLoadingAfterARestartNeverRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.rec.lastRestart = time.Now()
+		r.engine.set(func(f *fakeEngine) { f.mode = "down" })
+		r.start()
+		time.Sleep(5 * time.Minute)
+		if v, _ := r.w.Current(); v.State != StateLoading || r.rec.count() != 0 {
+			t.Fatalf("5 min into a 10 min grace: %s, %d recoveries", v.State, r.rec.count())
+		}
+		r.engine.set(func(f *fakeEngine) { f.mode = "serving" })
+		time.Sleep(time.Minute)
+		r.stop()
+		if v, inc := r.w.Current(); v.State != StateHealthy || inc != nil {
+			t.Fatalf("after loading: %s %+v", v.State, inc)
+		}
+	})
+}
+
+func TestVerdictChangesLogAtInfoOrWarnAndSteadyStatesAtDebug(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 1, 1, 100 })
+		r.start()
+		time.Sleep(2 * time.Minute)
+		r.engine.set(func(f *fakeEngine) { f.waiting = 50 })
+		time.Sleep(2 * time.Minute)
+		r.stop()
+
+		var changes, steady, missing int
+		for _, e := range r.hook.AllEntries() {
+			if strings.Contains(e.Message, "metrics missing") {
+				missing++
+				continue
+			}
+			if _, ok := e.Data["state"]; !ok {
+				continue
+			}
+			for _, k := range []string{"waiting", "running", "tokens_per_second", "since_progress_seconds", "probe"} {
+				if _, ok := e.Data[k]; !ok {
+					t.Errorf("log line %q lacks field %s", e.Message, k)
+				}
+			}
+			if e.Level == logrus.DebugLevel {
+				steady++
+			} else {
+				changes++
+				if _, ok := e.Data["action"]; !ok {
+					t.Errorf("verdict change %q does not say the action", e.Message)
+				}
+			}
+		}
+		// unknown (first sample) -> healthy -> saturated (incident opened)
+		if changes != 3 || steady < 10 {
+			t.Fatalf("%d change lines, %d steady lines", changes, steady)
+		}
+		if missing != 1 {
+			t.Fatalf("missing metric logged %d times, want once", missing)
+		}
+	})
+}
+
+func TestALongHangKeepsItsTrueSinceProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, func(o *Options) { o.Recoverer = nil })
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 3, 3, 100 })
+		r.start()
+		time.Sleep(time.Minute)
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(time.Hour + time.Second)
+		r.stop()
+		v, _ := r.w.Current()
+		if v.State != StateHung || v.Evidence.Stalled < 59*time.Minute || v.Evidence.SinceProgress < 59*time.Minute {
+			t.Fatalf("after an hour hung: %s, stalled %s, since progress %s", v.State, v.Evidence.Stalled, v.Evidence.SinceProgress)
+		}
+		if !strings.HasPrefix(v.Reason, "HUNG: no progress for 1h0") {
+			t.Fatalf("reason %q", v.Reason)
+		}
+		r.w.mu.Lock()
+		n := len(r.w.history)
+		r.w.mu.Unlock()
+		if n > maxHistory {
+			t.Fatalf("history grew to %d", n)
+		}
+	})
+}
+
+func TestIncidentStateMachine(t *testing.T) {
+	t.Parallel()
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	var tr tracker
+	step := func(m int, s State, busy bool) (*Incident, bool, bool) {
+		return tr.observe(Verdict{State: s, At: at(m)}, busy, 5*time.Minute, "")
+	}
+	if inc, _, _ := step(0, StateHealthy, false); inc != nil {
+		t.Fatal("healthy opened an incident")
+	}
+	if inc, _, _ := step(1, StateLoading, false); inc != nil {
+		t.Fatal("loading opened an incident")
+	}
+	inc, opened, _ := step(2, StateSaturated, false)
+	if !opened || inc.State != StateSaturated || inc.ID != "20260301T030200Z-1" {
+		t.Fatalf("saturated: %+v opened=%v", inc, opened)
+	}
+	inc, opened, _ = step(3, StateHung, false)
+	if opened || inc.Peak != StateHung || !inc.Changed.Equal(at(3)) {
+		t.Fatalf("hung: %+v", inc)
+	}
+	inc, _, _ = step(4, StateSaturated, false)
+	if inc.Peak != StateHung || inc.State != StateSaturated {
+		t.Fatalf("peak fell: %+v", inc)
+	}
+	if inc, _, resolved := step(5, StateHealthy, true); resolved || !inc.Open() {
+		t.Fatalf("resolved while busy: %+v", inc)
+	}
+	inc, _, resolved := step(6, StateHealthy, false)
+	if !resolved || inc.Open() || !inc.Resolved.Equal(at(6)) {
+		t.Fatalf("not resolved: %+v", inc)
+	}
+	inc, opened, _ = step(7, StateDown, false)
+	if !opened || inc.ID != "20260301T030700Z-2" {
+		t.Fatalf("second incident: %+v", inc)
+	}
+}
+
+func TestACycleCutShortByShutdownRecordsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		v := r.w.Cycle(ctx)
+		if v.State != StateUnknown || v.Reason != "UNKNOWN: no sample yet" {
+			t.Fatalf("verdict %+v", v)
+		}
+		if len(r.pager.all()) != 0 || len(r.w.history) != 0 {
+			t.Fatal("a cancelled cycle was recorded")
+		}
+	})
+}
+
+func TestSetThresholdsAppliesFromTheNextCycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 40, 8, 900 })
+		r.start()
+		time.Sleep(time.Minute)
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(time.Minute + time.Second)
+		if v, _ := r.w.Current(); v.State == StateHung {
+			t.Fatal("hung before hang_after")
+		}
+		th := r.w.Thresholds()
+		if th.HangAfter != 3*time.Minute || th.SaturatedWaiting != 8 {
+			t.Fatalf("thresholds %+v", th)
+		}
+		th.HangAfter = 45 * time.Second
+		r.w.SetThresholds(th)
+		time.Sleep(15 * time.Second)
+		r.stop()
+		if v, _ := r.w.Current(); v.State != StateHung {
+			t.Fatalf("after lowering hang_after to 45s a minute into the hang: %s", v.Reason)
+		}
+	})
+}
+
+func TestCapacityAndTheRetryStormNotice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		notices := map[string][]string{}
+		r := newRig(t, nil, func(o *Options) {
+			o.MaxInFlight = 32
+			o.Notice = func(kind, text string) { mu.Lock(); notices[kind] = append(notices[kind], text); mu.Unlock() }
+		})
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 2, 8, 2340 })
+		r.start()
+		time.Sleep(6 * time.Minute)
+		c := r.w.Capacity()
+		// One completion a second, plus our probe every 15 s, of 12 s
+		// each: 12.8 in flight.
+		if !c.InFlightKnown || c.InFlight < 12.7 || c.InFlight > 12.9 || c.MaxInFlight != 32 || c.Window != 5*time.Minute {
+			t.Fatalf("capacity %+v", c)
+		}
+		if c.RetryStorm.Alarm || !c.RetryStorm.Judged {
+			t.Fatalf("no storm yet: %+v", c.RetryStorm)
+		}
+		r.engine.set(func(f *fakeEngine) { f.stormFactor = 10 })
+		time.Sleep(6 * time.Minute)
+		r.stop()
+		if c := r.w.Capacity(); !c.RetryStorm.Alarm {
+			t.Fatalf("storm not seen: %+v", c.RetryStorm)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(notices["retry_storm"]) != 1 || !strings.HasPrefix(notices["retry_storm"][0], "RETRY STORM: over 5m00s") {
+			t.Fatalf("retry-storm notices %q", notices["retry_storm"])
+		}
+		if len(notices["metrics_missing"]) != 1 || !strings.Contains(notices["metrics_missing"][0], "vllm:prefix_cache_queries_total") {
+			t.Fatalf("missing-metrics notices %q", notices["metrics_missing"])
+		}
+	})
+}
