@@ -193,6 +193,13 @@ func probeVerdict(history []Sample, p Params) (slow, failed bool) {
 		case probes.ProbeOK:
 			return p.ProbeSLO > 0 && s.Latency > p.ProbeSLO, false
 		case probes.ProbeFailed:
+			// Refused or reset is the port, not the model: the down rule
+			// judges that from /health and /v1/models. Counted here, a
+			// probe sent while a restarted engine was still loading would
+			// taint the first verdicts after it serves again.
+			if s.Class == probes.ClassRefused || s.Class == probes.ClassReset {
+				return false, false
+			}
 			return false, true
 		}
 		return false, false

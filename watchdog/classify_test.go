@@ -321,6 +321,16 @@ func TestClassify(t *testing.T) {
 			want: StateMisconfigured,
 		},
 		{
+			name: "a probe refused while the restarted engine loaded does not taint the first verdict after it serves",
+			hist: func() *sim {
+				return newSim().work(2, 8).tick(3, func(s *sim) { s.serve(3000, 10) }).tick(1, func(s *sim) {
+					s.serve(3000, 10)
+					s.probe = probes.CompletionStatus{State: probes.ProbeFailed, Observation: failed(probes.EndpointCompletions, probes.ClassRefused, 0)}
+				})
+			},
+			want: StateHealthy,
+		},
+		{
 			name: "refused on one sample is not yet down",
 			hist: func() *sim {
 				return newSim().work(0, 0).tick(3).tick(1, func(s *sim) {

@@ -238,7 +238,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 
 	w.persist(snapshot)
 	w.metrics.verdict(v, opened)
-	w.logVerdict(prev, v, inc, first || opened, resolved)
+	w.logVerdict(prev, v, inc, first, opened, resolved)
 	if w.opts.Watchdog.RetryStorm.Enabled {
 		w.checkStorm()
 	}
@@ -457,7 +457,9 @@ func actionFor(s State, canRecover, dryRun bool) string {
 	return "wait"
 }
 
-func (w *Watchdog) logVerdict(prev, v Verdict, inc *Incident, opened, resolved bool) {
+// logVerdict logs the first verdict and every change at info or warn, and
+// steady states at debug.
+func (w *Watchdog) logVerdict(prev, v Verdict, inc *Incident, first, opened, resolved bool) {
 	ev := v.Evidence
 	l := w.log.WithFields(logrus.Fields{
 		"state":                  string(v.State),
@@ -471,16 +473,21 @@ func (w *Watchdog) logVerdict(prev, v Verdict, inc *Incident, opened, resolved b
 	if inc != nil {
 		l = l.WithField("incident", inc.ID)
 	}
-	if prev.State == v.State && !opened && !resolved {
+	if prev.State == v.State && !first && !opened && !resolved {
 		l.Debug(v.Reason)
 		return
 	}
-	l = l.WithFields(logrus.Fields{"previous_state": string(prev.State), "action": w.action(v.State)})
+	l = l.WithField("action", w.action(v.State))
+	if !first {
+		l = l.WithField("previous_state", string(prev.State))
+	}
 	switch {
 	case opened:
 		l.Warn("incident opened: " + v.Reason)
 	case resolved:
 		l.Info("incident resolved: " + v.Reason)
+	case first && (v.State == StateHealthy || v.State == StateLoading):
+		l.Info("first verdict: " + v.Reason)
 	case v.State == StateHealthy || v.State == StateLoading:
 		l.Info(v.Reason)
 	default:

@@ -5,7 +5,6 @@ import (
 	"io"
 )
 
-func runDemo(args []string, stdout, stderr io.Writer) int     { return notYet("demo", stderr) }
 func runOverride(args []string, stdout, stderr io.Writer) int { return notYet("override", stderr) }
 
 func notYet(cmd string, stderr io.Writer) int {
