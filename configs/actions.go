@@ -40,8 +40,8 @@ type HAProxy struct {
 
 // HTTPDrainer calls hooks for load balancers without a runtime API.
 type HTTPDrainer struct {
-	Drain   HTTPHook `yaml:"drain"`
-	Ready   HTTPHook `yaml:"ready"`
+	Drain   HTTPHook      `yaml:"drain"`
+	Ready   HTTPHook      `yaml:"ready"`
 	Timeout time.Duration `yaml:"timeout"`
 }
 
@@ -56,9 +56,9 @@ type HTTPHook struct {
 // Restart says how to restart the engine and what limits restarts.
 type Restart struct {
 	// Kind: docker, systemd, command or none.
-	Kind    string        `yaml:"kind"`
-	Docker  DockerRestart `yaml:"docker"`
-	Systemd SystemdUnit   `yaml:"systemd"`
+	Kind    string         `yaml:"kind"`
+	Docker  DockerRestart  `yaml:"docker"`
+	Systemd SystemdUnit    `yaml:"systemd"`
 	Command CommandRestart `yaml:"command"`
 	// Cooldown since the last restart before another is allowed.
 	Cooldown time.Duration `yaml:"cooldown"`
