@@ -43,6 +43,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Recovery steps that failed, by step.",
 		}, []string{"step"}),
 	}
+	// Every guard shows from the start, at 0, so a dashboard or an alert
+	// rule on a guard's rate works before the first refusal.
+	for _, g := range []Guard{GuardStartupGrace, GuardCooldown, GuardBudget, GuardPoolLock} {
+		m.refusals.WithLabelValues(string(g))
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -34,15 +34,12 @@ type Override struct {
 // MaxOverride is how far in the future an override may expire.
 const MaxOverride = 7 * 24 * time.Hour
 
-// OverridableKeys are the config paths an override may change.
+// OverridableKeys are the config paths an override may change: the ones
+// vigil can change live (cmd/vigil's liveSettings applies them).
 var OverridableKeys = []string{
 	"admission.max_in_flight",
-	"admission.max_queue",
-	"admission.max_queue_wait",
-	"admission.retry_ratio",
 	"watchdog.hang_after",
 	"watchdog.saturated_waiting",
-	"watchdog.dry_run",
 }
 
 func defaultStatus() Status { return Status{Listen: "127.0.0.1:9108"} }

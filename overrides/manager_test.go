@@ -31,9 +31,9 @@ type settings struct {
 
 func newSettings() *settings {
 	return &settings{values: map[string]string{
-		"admission.max_in_flight": "32",
-		"admission.max_queue":     "64",
-		"watchdog.hang_after":     "3m0s",
+		"admission.max_in_flight":    "32",
+		"watchdog.saturated_waiting": "64",
+		"watchdog.hang_after":        "3m0s",
 	}, failSet: map[string]error{}}
 }
 
@@ -347,7 +347,7 @@ func TestOverridesSurviveVigilsRestart(t *testing.T) {
 	if err := first.m.Set(lift("64", t0.Add(4*time.Hour), "load test")); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.m.Set(configs.Override{Key: "admission.max_queue", Value: "256", Until: t0.Add(time.Hour), Reason: "burst"}); err != nil {
+	if err := first.m.Set(configs.Override{Key: "watchdog.saturated_waiting", Value: "256", Until: t0.Add(time.Hour), Reason: "burst"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -357,14 +357,14 @@ func TestOverridesSurviveVigilsRestart(t *testing.T) {
 		if err := second.m.Resume(nil); err != nil {
 			t.Fatal(err)
 		}
-		if got := live.value("admission.max_queue"); got != "64" {
+		if got := live.value("watchdog.saturated_waiting"); got != "64" {
 			t.Fatalf("max_queue after startup = %s, want 64 restored", got)
 		}
 		if got := live.value("admission.max_in_flight"); got != "64" {
 			t.Fatalf("max_in_flight after startup = %s, want the override 64 still in effect", got)
 		}
 		wantPages(t, second.pages,
-			"override_expired: override expired while vigil was down (at 2025-06-01T13:00:00Z): admission.max_queue restored 256 → 64 (burst)")
+			"override_expired: override expired while vigil was down (at 2025-06-01T13:00:00Z): watchdog.saturated_waiting restored 256 → 64 (burst)")
 		second.m.Tick(t0.Add(4 * time.Hour))
 		if got := live.value("admission.max_in_flight"); got != "32" {
 			t.Fatalf("max_in_flight at expiry after a restart = %s, want 32", got)
@@ -434,7 +434,7 @@ func TestConfigFileOverridesAtStartup(t *testing.T) {
 	store := state.Memory()
 	configured := []configs.Override{
 		lift("64", t0.Add(2*time.Hour), "migration week"),
-		{Key: "admission.max_queue", Value: "128", Until: t0.Add(-time.Hour), Reason: "old"},
+		{Key: "watchdog.saturated_waiting", Value: "128", Until: t0.Add(-time.Hour), Reason: "old"},
 	}
 	live := newSettings()
 	first := newRig(t, store, live, t0)
@@ -444,7 +444,7 @@ func TestConfigFileOverridesAtStartup(t *testing.T) {
 	if got := live.value("admission.max_in_flight"); got != "64" {
 		t.Fatalf("max_in_flight = %s, want 64 from the config file", got)
 	}
-	if got := live.value("admission.max_queue"); got != "64" {
+	if got := live.value("watchdog.saturated_waiting"); got != "64" {
 		t.Fatalf("max_queue = %s: an expired config override was applied", got)
 	}
 	wantPages(t, first.pages,
@@ -475,10 +475,10 @@ func TestConfigFileOverridesAtStartup(t *testing.T) {
 	t.Run("a config override without a reason is an error and the rest still applies", func(t *testing.T) {
 		r := newRig(t, state.Memory(), newSettings(), t0)
 		err := r.m.Resume([]configs.Override{
-			{Key: "admission.max_queue", Value: "128", Until: t0.Add(time.Hour)},
+			{Key: "watchdog.saturated_waiting", Value: "128", Until: t0.Add(time.Hour)},
 			{Key: "watchdog.hang_after", Value: "10m", Until: t0.Add(time.Hour), Reason: "long prefills today"},
 		})
-		if err == nil || !strings.Contains(err.Error(), "config override admission.max_queue") || !strings.Contains(err.Error(), "reason is required") {
+		if err == nil || !strings.Contains(err.Error(), "config override watchdog.saturated_waiting") || !strings.Contains(err.Error(), "reason is required") {
 			t.Fatalf("Resume = %v, want an error naming the key and the rule", err)
 		}
 		if got := r.live.value("watchdog.hang_after"); got != "10m" {

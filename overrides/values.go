@@ -12,12 +12,8 @@ import (
 // Applier unchecked; the Applier still parses it.
 var valueChecks = map[string]func(string) error{
 	"admission.max_in_flight":    nonNegativeInt,
-	"admission.max_queue":        nonNegativeInt,
-	"admission.max_queue_wait":   positiveDuration,
-	"admission.retry_ratio":      ratio,
 	"watchdog.hang_after":        positiveDuration,
 	"watchdog.saturated_waiting": positiveInt,
-	"watchdog.dry_run":           boolean,
 }
 
 func checkValue(key, value string) error {

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The demo is the README's first command: it must tell the whole story,
+// in order, in under a minute.
+func TestDemoTellsTheStoryInUnderAMinute(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes ~30s")
+	}
+	start := time.Now()
+	code, out, errOut := vigil(t, "demo")
+	took := time.Since(start)
+	if code != 0 {
+		t.Fatalf("demo exited %d: %s\n%s", code, errOut, out)
+	}
+	if took > 60*time.Second {
+		t.Errorf("demo took %s, want under 60s", took)
+	}
+	// Each beat of the story, in order.
+	beats := []string{
+		"vigil: HEALTHY",
+		"▶ overload",
+		"vigil: SATURATED",
+		"NEVER restart",
+		"PAGE ▶ :large_orange_circle: SATURATED",
+		"a collective hang under load",
+		"vigil: HUNG",
+		"load balancer: node1 → DRAIN",
+		"restart: stopping the hung engine",
+		"vigil: LOADING",
+		"load balancer: node1 weight 10%",
+		"load balancer: node1 weight 100%",
+		"RESOLVED on node1",
+		"Summary: the overload was SATURATED and vigil never restarted it",
+		"(1 restart,",
+	}
+	at := 0
+	for _, b := range beats {
+		i := strings.Index(out[at:], b)
+		if i < 0 {
+			t.Fatalf("the demo lacks %q after offset %d:\n%s", b, at, out)
+		}
+		at += i
+	}
+	// Nothing was restarted before the hang.
+	hang := strings.Index(out, "a collective hang under load")
+	if strings.Contains(out[:hang], "restart:") || strings.Contains(out[:hang], "vigil: HUNG") {
+		t.Fatalf("the saturated engine was treated as hung:\n%s", out[:hang])
+	}
+}
