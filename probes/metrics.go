@@ -31,11 +31,14 @@ const (
 	MetricRequestSuccess     = "vllm:request_success_total"
 	MetricE2ELatencySum      = "vllm:e2e_request_latency_seconds_sum"
 	MetricE2ELatencyCount    = "vllm:e2e_request_latency_seconds_count"
+	MetricQueueTimeSum       = "vllm:request_queue_time_seconds_sum"
+	MetricQueueTimeCount     = "vllm:request_queue_time_seconds_count"
 )
 
 var extraNames = []string{
 	MetricPromptTokens, MetricPrefixCacheQueries, MetricRequestSuccess,
 	MetricE2ELatencySum, MetricE2ELatencyCount,
+	MetricQueueTimeSum, MetricQueueTimeCount,
 }
 
 // Metrics is one readable scrape, reduced to what the watchdog needs. Every

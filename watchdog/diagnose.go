@@ -40,6 +40,8 @@ type Report struct {
 	InFlight      float64 `json:"in_flight"`
 	InFlightKnown bool    `json:"in_flight_known"`
 	MaxInFlight   int     `json:"max_in_flight,omitempty"`
+	// Load is Little's law in full, with the recommended cap.
+	Load *Load `json:"load,omitempty"`
 
 	RetryStorm RetryStormCheck `json:"retry_storm"`
 	// Missing lists configured metrics the engine does not export.
@@ -129,7 +131,9 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		MaxInFlight: opts.MaxInFlight,
 		RetryStorm:  CheckRetryStorm(history, opts.Watchdog.RetryStorm),
 	}
-	r.InFlight, r.InFlightKnown = InFlight(history, r.Window)
+	if l, ok := LoadOver(history, r.Window); ok {
+		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
+	}
 	r.Action = actionFor(v.State, true, opts.Watchdog.DryRun)
 	for i := len(history) - 1; i >= 0; i-- {
 		if m := history[i].Metrics; m.Readable() || len(m.Missing) > 0 {
@@ -194,12 +198,18 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	line("")
 	line("Capacity")
-	if r.InFlightKnown {
-		limit := ""
+	if l := r.Load; l != nil {
+		row("in flight", "%s (Little's law: %s completions/s x %s mean latency)", count(l.InFlight), count(l.CompletionsPerSec), human(l.MeanLatency))
+		row("executing", "%s at once (latency less %s of queue time in the engine)", count(l.Executing), human(l.MeanQueue))
+		cap := "automatic"
 		if r.MaxInFlight > 0 {
-			limit = fmt.Sprintf("; limiter max_in_flight %d", r.MaxInFlight)
+			cap = fmt.Sprint(r.MaxInFlight)
 		}
-		row("in flight", "%s (Little's law: completions/s x mean end-to-end latency)%s", count(r.InFlight), limit)
+		if l.Saturated {
+			row("recommended cap", "max_in_flight %d: more only queues inside the engine (configured: %s)", l.RecommendedCap, cap)
+		} else {
+			row("recommended cap", "not judged: the engine did not queue in the window, so this is demand, not capacity (configured: %s)", cap)
+		}
 	} else {
 		row("in flight", "unknown (no request completed in the window)")
 	}

@@ -55,20 +55,12 @@ func CheckRetryStorm(history []Sample, cfg configs.RetryStorm) RetryStormCheck {
 }
 
 // InFlight is Little's law over the window: requests completed per second
-// times their mean end-to-end latency, which is the rise of the latency
-// histogram's sum per second. It is the work the engine genuinely held in
-// flight on average; ok is false without completions in the window.
+// times their mean end-to-end latency. It is the work the engine genuinely
+// held (queued and executing) on average; ok is false without completions
+// in the window. LoadOver gives the full picture.
 func InFlight(history []Sample, window time.Duration) (inFlight float64, ok bool) {
-	first, last := extraSpan(history, window, probes.MetricE2ELatencySum, probes.MetricE2ELatencyCount)
-	if first == nil {
-		return 0, false
-	}
-	a, b := first.Metrics.Metrics.Extra, last.Metrics.Metrics.Extra
-	dt := last.At.Sub(first.At).Seconds()
-	if b[probes.MetricE2ELatencyCount]-a[probes.MetricE2ELatencyCount] <= 0 || dt <= 0 {
-		return 0, false
-	}
-	return (b[probes.MetricE2ELatencySum] - a[probes.MetricE2ELatencySum]) / dt, true
+	l, ok := LoadOver(history, window)
+	return l.InFlight, ok
 }
 
 // extraSpan finds the earliest and the last readable samples within window

@@ -291,6 +291,9 @@ type Capacity struct {
 	CompletionsPerSec float64         `json:"completions_per_second"`
 	TokensPerSec      float64         `json:"tokens_per_second"`
 	RetryStorm        RetryStormCheck `json:"retry_storm"`
+	// Load is Little's law with the recommended cap (nil without
+	// completions in the window).
+	Load *Load `json:"load,omitempty"`
 }
 
 // MarshalJSON writes the window in seconds.
@@ -323,7 +326,9 @@ func (w *Watchdog) Capacity() Capacity {
 	p.RateWindow = window
 	ev := Classify(w.history, p, last).Evidence
 	c.Window, c.CompletionsPerSec, c.TokensPerSec = ev.Window, ev.CompletionsPerSec, ev.TokensPerSec
-	c.InFlight, c.InFlightKnown = InFlight(w.history, window)
+	if l, ok := LoadOver(w.history, window); ok {
+		c.InFlight, c.InFlightKnown, c.Load = l.InFlight, true, &l
+	}
 	rs := w.opts.Watchdog.RetryStorm
 	rs.Window = window
 	c.RetryStorm = CheckRetryStorm(w.history, rs)
