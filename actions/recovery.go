@@ -467,7 +467,8 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 	default:
 		detail = fmt.Sprintf("%d sessions still in flight after %s (a hung engine never finishes them); restarting anyway", left, waited)
 	}
-	r.report(Step{Name: StepDrainWait, OK: true, Detail: detail, Dropped: left})
+	// Nothing is aborted yet: the restart step reports the dropped count.
+	r.report(Step{Name: StepDrainWait, OK: true, Detail: detail})
 	return nil
 }
 
@@ -525,9 +526,7 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 		detail += fmt.Sprintf(" (started %s, was %s)", clock(after.StartedAt), clock(before.StartedAt))
 	}
 	detail += fmt.Sprintf(" in %s", human(r.o.Now().Sub(began)))
-	if dropped > 0 {
-		detail += fmt.Sprintf("; aborted %d in-flight requests", dropped)
-	}
+	// The page adds "aborted N in-flight requests" from Dropped.
 	r.report(Step{Name: StepRestart, OK: true, Detail: detail, Dropped: dropped})
 	return nil
 }

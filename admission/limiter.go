@@ -260,8 +260,9 @@ func (l *Limiter) SetSaturated(on bool) {
 }
 
 // SetRecovering marks the engine as being restarted: new requests and every
-// waiter get 503 with Retry-After until it is cleared. Clearing it starts a
-// slow start, so the fresh engine is not hit by the whole backlog at once.
+// waiter get 503 with Retry-After until it is cleared. Clearing it does not
+// start a slow start by itself: the recovery calls SlowStart once the
+// engine is back, and a recovery that failed leaves the cap as it was.
 func (l *Limiter) SetRecovering(on bool) {
 	l.mu.Lock()
 	if on == l.recovering {
@@ -277,9 +278,6 @@ func (l *Limiter) SetRecovering(on bool) {
 	}
 	l.mu.Unlock()
 	l.log.WithField("recovering", on).Info("admission: engine recovery changed")
-	if !on {
-		l.SlowStart()
-	}
 }
 
 // SlowStart ramps the cap from 10% back to full over the configured

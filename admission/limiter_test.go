@@ -328,6 +328,7 @@ func TestRecoveryRejectsThenRampsTheCap(t *testing.T) {
 		t.Error("a request reached the engine while it was recovering")
 	}
 	p.l.SetRecovering(false)
+	p.l.SlowStart() // the recovery's call once the engine serves again
 	for _, step := range []struct {
 		after time.Duration
 		want  int
@@ -484,4 +485,18 @@ func TestEveryExitFreesTheSlot(t *testing.T) {
 			t.Errorf("in-flight %d, upstream errors %d; want 0 and 2", s.InFlight, s.UpstreamErrors)
 		}
 	})
+}
+
+func TestAFailedRecoveryLeavesTheCapAsItWas(t *testing.T) {
+	clk := newFakeClock()
+	eng := newFakeEngine(t, okJSON)
+	cfg := testConfig()
+	cfg.MaxInFlight = 100
+	cfg.SlowStart = 100 * time.Second
+	p := startProxy(t, cfg, eng.srv.URL, WithClock(clk))
+	p.l.SetRecovering(true)
+	p.l.SetRecovering(false) // the restart failed: no slow start
+	if got := p.l.Stats().Cap; got != 100 {
+		t.Fatalf("cap after a failed recovery = %d, want 100", got)
+	}
 }

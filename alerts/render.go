@@ -68,7 +68,9 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 		}
 	case watchdog.StateSaturated, watchdog.StateHealthy:
 		load := fmt.Sprintf("%s waiting, %s running, %s tok/s", count(e.Waiting), count(e.Running), count(e.TokensPerSec))
-		if e.ProgressDelta > 0 && e.Window > 0 {
+		// A window under a second (e.g. right after a counter reset) would
+		// print as "in 0s".
+		if e.ProgressDelta > 0 && e.Window >= time.Second {
 			load += fmt.Sprintf(", counters +%s in %s", count(e.ProgressDelta), exactDuration(e.Window))
 		}
 		parts = append(parts, load)

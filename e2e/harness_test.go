@@ -1,0 +1,782 @@
+package e2e_test
+
+// The parts every end-to-end test puts together: the simulated engine in a
+// container of the shared dockerd, a real HAProxy in front of it,
+// closed-loop load through HAProxy, the vigil binary as a subprocess, and
+// a monitor that records what HAProxy and vigil said over time, so that a
+// state that lasts only a moment (DRAIN, a ramp weight) is still seen.
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
+)
+
+const (
+	engineImage = "vigil-e2e/vllm-sim:1"
+	backend     = "vllm"
+	serverName  = "node1"
+
+	// engineScale: engine time runs this many times faster than wall time.
+	engineScale = 20
+	// engineLoadTime is the engine's load time in engine time: its port
+	// refuses for engineLoadTime/engineScale of wall time after every
+	// (re)start, as vLLM's does while it loads weights.
+	engineLoadTime = 40 * time.Second
+	engineLoadWall = engineLoadTime / engineScale
+
+	// startupGrace is watchdog.startup_grace: no restart within it of the
+	// engine's start, so a test hangs the engine only after it has passed.
+	startupGrace = 4 * time.Second
+)
+
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end recovery tests take a minute; skipped with -short")
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The engine in a container.
+
+var (
+	imageMu    sync.Mutex
+	imageReady bool
+)
+
+// engine is one vllm-sim container on the host network.
+type engine struct {
+	d       *testinfra.Dockerd
+	name    string
+	api     string // host:port of the OpenAI API, /metrics, /health
+	control string // host:port of the fault-control listener
+}
+
+// startEngine runs vllm-sim (time-scaled, with a load time) in a container
+// called name, removed when the test ends, and waits until it serves.
+func startEngine(t *testing.T, d *testinfra.Dockerd, name string, args ...string) *engine {
+	t.Helper()
+	importEngineImage(t, d)
+	e := &engine{d: d, name: name, api: testinfra.FreeAddr(t), control: testinfra.FreeAddr(t)}
+	cmd := append([]string{"/vllm-sim", "-listen", e.api, "-control", e.control,
+		"-scale", fmt.Sprint(engineScale), "-load-time", engineLoadTime.String()}, args...)
+	d.RunContainer(t, testinfra.Container{Name: name, Image: engineImage, Cmd: cmd})
+	waitServing(t, e.api, 30*time.Second)
+	return e
+}
+
+// importEngineImage builds vllm-sim and imports it as an image, once per
+// test binary.
+func importEngineImage(t *testing.T, d *testinfra.Dockerd) {
+	t.Helper()
+	imageMu.Lock()
+	defer imageMu.Unlock()
+	if !imageReady {
+		bin := testinfra.BuildStatic(t, "./cmd/vllm-sim")
+		d.ImportImage(t, engineImage, testinfra.ImageFile{Src: bin, Dst: "/vllm-sim"})
+		imageReady = true
+	}
+}
+
+// waitServing waits for /v1/models to answer 200 at api.
+func waitServing(t *testing.T, api string, timeout time.Duration) {
+	t.Helper()
+	c := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := c.Get("http://" + api + "/v1/models")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine at %s not serving /v1/models after %s: %v", api, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startedAt is the container's State.StartedAt.
+func (e *engine) startedAt(t *testing.T) string {
+	t.Helper()
+	return e.d.StartedAt(t, e.name)
+}
+
+// waitPastGrace sleeps until the startup grace since the container's start
+// has passed (plus a margin), so vigil's guards allow a restart.
+func (e *engine) waitPastGrace(t *testing.T) {
+	t.Helper()
+	started, err := time.Parse(time.RFC3339Nano, e.startedAt(t))
+	if err != nil {
+		t.Fatalf("container %s StartedAt: %v", e.name, err)
+	}
+	time.Sleep(time.Until(started.Add(startupGrace + time.Second)))
+}
+
+// hang injects a hang: the engine core stops stepping while /v1/models,
+// /health and /metrics keep answering (with frozen metrics).
+func (e *engine) hang(t *testing.T) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Post("http://"+e.control+"/fault/hang", "", nil)
+	if err != nil {
+		t.Fatalf("inject hang: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"fault":"hang"`) {
+		t.Fatalf("inject hang: %d %s", resp.StatusCode, body)
+	}
+}
+
+// starts counts the container's "start" events between since and until,
+// from the daemon's own event log: a restart is exactly one start, and
+// two restarts that land in one second still count as two.
+func (e *engine) starts(t *testing.T, since, until time.Time) int {
+	t.Helper()
+	out := e.d.CLI(t, "events", "--since", unixStamp(since), "--until", unixStamp(until),
+		"--filter", "container="+e.name, "--filter", "event=start", "--format", "{{.Action}}")
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.TrimSpace(line) == "start" {
+			n++
+		}
+	}
+	return n
+}
+
+func unixStamp(t time.Time) string { return fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) }
+
+// ---------------------------------------------------------------------------
+// The engine behind HAProxy.
+
+// rig is one engine container behind its own HAProxy.
+type rig struct {
+	d   *testinfra.Dockerd
+	eng *engine
+	h   *testinfra.HAProxy
+}
+
+// newRig starts the engine container name behind a fresh HAProxy (health
+// checks on /health) and waits until HAProxy says the server is UP.
+func newRig(t *testing.T, name string, engineArgs ...string) *rig {
+	t.Helper()
+	d := testinfra.StartDockerd(t)
+	r := &rig{d: d, eng: startEngine(t, d, name, engineArgs...)}
+	r.h = testinfra.StartHAProxyConfig(t, testinfra.HAProxyConfig{Backend: backend, HealthPath: "/health",
+		Servers: []testinfra.Server{{Name: serverName, Addr: r.eng.api, Check: true}}})
+	r.h.WaitStatus(t, serverName, "UP", 20*time.Second)
+	return r
+}
+
+// haproxyServer reads "show stat" for backend/server over the admin socket.
+// Unlike testinfra's Stat it returns errors, so it can run off the test
+// goroutine.
+func haproxyServer(socket, backend, server string) (status, weight string, err error) {
+	conn, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return "", "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(conn, "show stat\n"); err != nil {
+		return "", "", err
+	}
+	out, err := io.ReadAll(conn)
+	if err != nil {
+		return "", "", err
+	}
+	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(string(out), "# ")))
+	r.FieldsPerRecord = -1
+	recs, err := r.ReadAll()
+	if err != nil || len(recs) == 0 {
+		return "", "", fmt.Errorf("show stat: %v: %q", err, out)
+	}
+	col := map[string]int{}
+	for i, name := range recs[0] {
+		col[name] = i
+	}
+	for _, rec := range recs[1:] {
+		if len(rec) > max(col["status"], col["weight"]) && rec[0] == backend && rec[1] == server {
+			return rec[col["status"]], rec[col["weight"]], nil
+		}
+	}
+	return "", "", fmt.Errorf("show stat has no %s/%s", backend, server)
+}
+
+// ---------------------------------------------------------------------------
+// Load through HAProxy.
+
+// result is one request of the load.
+type result struct {
+	start, end time.Time
+	code       int // 0 when the request failed without an answer
+	err        string
+}
+
+// load is closed-loop clients sending completions through HAProxy's
+// frontend: each sends its next request when the last one ended, and
+// pauses a moment after a failure so a drained backend's fast 503s stay
+// bounded.
+type load struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	results []result
+}
+
+func startLoad(t *testing.T, baseURL string, clients, maxTokens int, timeout time.Duration) *load {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &load{cancel: cancel}
+	tr := &http.Transport{MaxIdleConnsPerHost: clients}
+	c := &http.Client{Transport: tr, Timeout: timeout}
+	body := fmt.Sprintf(`{"prompt":"the quick brown fox jumps over the lazy dog","max_tokens":%d}`, maxTokens)
+	for range clients {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for ctx.Err() == nil {
+				res := result{start: time.Now()}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/completions", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := c.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					res.code = resp.StatusCode
+				}
+				res.end = time.Now()
+				if ctx.Err() != nil {
+					return // the test stopped the load: not the engine's doing
+				}
+				if err != nil {
+					res.err = err.Error()
+				}
+				l.mu.Lock()
+				l.results = append(l.results, res)
+				l.mu.Unlock()
+				if err != nil || res.code != http.StatusOK {
+					select {
+					case <-ctx.Done():
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { l.stop(); tr.CloseIdleConnections() })
+	return l
+}
+
+func (l *load) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// tally counts the finished requests that started in [from, to): those
+// answered 200, and the others.
+func (l *load) tally(from, to time.Time) (ok int, failed []result) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.results {
+		if r.start.Before(from) || !r.start.Before(to) {
+			continue
+		}
+		if r.code == http.StatusOK && r.err == "" {
+			ok++
+		} else {
+			failed = append(failed, r)
+		}
+	}
+	return ok, failed
+}
+
+func (r result) String() string {
+	if r.err != "" {
+		return fmt.Sprintf("started %s: %s", r.start.Format("15:04:05.000"), r.err)
+	}
+	return fmt.Sprintf("started %s: HTTP %d after %s", r.start.Format("15:04:05.000"), r.code, r.end.Sub(r.start).Round(time.Millisecond))
+}
+
+// ---------------------------------------------------------------------------
+// vigil as a subprocess.
+
+// vigilBinary builds ./cmd/vigil once per test binary (testinfra caches
+// the build and deletes it at the end).
+func vigilBinary(t *testing.T) string {
+	t.Helper()
+	return testinfra.BuildStatic(t, "./cmd/vigil")
+}
+
+// vigilConfig is the config file a test runs vigil with: every timing
+// short, HAProxy and Docker real, a long cooldown so that a second restart
+// for the same trouble would be refused.
+type vigilConfig struct {
+	Node             string
+	EngineURL        string
+	HAProxySocket    string
+	Server           string
+	DockerHost       string
+	Container        string
+	DrainTimeoutHung time.Duration
+	StateFile        string
+	StatusListen     string
+	AdmissionListen  string
+}
+
+func (r *rig) vigilConfig(t *testing.T) vigilConfig {
+	return vigilConfig{
+		Node:             r.eng.name,
+		EngineURL:        "http://" + r.eng.api,
+		HAProxySocket:    r.h.SocketURL(),
+		Server:           serverName,
+		DockerHost:       r.d.Host,
+		Container:        r.eng.name,
+		DrainTimeoutHung: time.Second,
+		StateFile:        filepath.Join(t.TempDir(), "state.json"),
+		StatusListen:     testinfra.FreeAddr(t),
+		AdmissionListen:  testinfra.FreeAddr(t),
+	}
+}
+
+func (c vigilConfig) yaml() string {
+	return fmt.Sprintf(`node: %s
+engine:
+  url: %s
+  request_timeout: 1s
+watchdog:
+  interval: 250ms
+  hang_after: 2s
+  probe_timeout: 1s
+  probe_slo: 800ms
+  startup_grace: %s
+  state_file: %s
+load_balancer:
+  kind: haproxy
+  haproxy:
+    socket: %s
+    backend: %s
+    server: %s
+    timeout: 2s
+  drain_timeout_hung: %s
+  ramp_weights: [10, 50, 100]
+  ramp_duration: 2s
+restart:
+  kind: docker
+  docker:
+    host: %s
+    container: %s
+    stop_timeout: 2s
+  cooldown: 1h
+  ready_timeout: 1m
+alerts:
+  kind: log
+  digest: ""
+admission:
+  listen: %s
+status:
+  listen: %s
+`, c.Node, c.EngineURL, startupGrace, c.StateFile, c.HAProxySocket, backend, c.Server, c.DrainTimeoutHung,
+		c.DockerHost, c.Container, c.AdmissionListen, c.StatusListen)
+}
+
+// syncBuffer is vigil's output, written by exec's copying goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// vigil is `vigil run --config F`, possibly started more than once on the
+// same config and state file.
+type vigil struct {
+	bin       string
+	cfgPath   string
+	cfg       vigilConfig
+	statusURL string
+	logs      *syncBuffer
+	runs      int
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startVigil writes cfg and starts vigil on it; it stops vigil when the
+// test ends and prints its output if the test failed.
+func startVigil(t *testing.T, cfg vigilConfig) *vigil {
+	t.Helper()
+	v := &vigil{bin: vigilBinary(t), cfgPath: filepath.Join(t.TempDir(), "vigil.yaml"), cfg: cfg,
+		statusURL: "http://" + cfg.StatusListen, logs: &syncBuffer{}}
+	if err := os.WriteFile(v.cfgPath, []byte(cfg.yaml()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		v.stop()
+		if t.Failed() {
+			t.Logf("vigil's output (config %s):\n%s", v.cfgPath, v.logs.String())
+		}
+	})
+	v.start(t)
+	return v
+}
+
+// start runs a new vigil process and waits until its /status answers.
+func (v *vigil) start(t *testing.T) {
+	t.Helper()
+	v.mu.Lock()
+	v.runs++
+	fmt.Fprintf(v.logs, "===== vigil run %d at %s\n", v.runs, time.Now().Format("15:04:05.000"))
+	cmd := exec.Command(v.bin, "run", "--config", v.cfgPath, "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = v.logs, v.logs
+	// If the test binary dies, vigil dies with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		v.mu.Unlock()
+		t.Fatalf("start vigil: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	v.cmd, v.exited = cmd, exited
+	v.mu.Unlock()
+
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := v.status(); err == nil {
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("vigil exited at start (%v):\n%s", cmd.ProcessState, v.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vigil's /status at %s not answering after 15s", v.statusURL)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL, as a crash or the OOM killer would, and waits for
+// the process to be gone.
+func (v *vigil) kill(t *testing.T) {
+	t.Helper()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err := v.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill -9 vigil: %v", err)
+	}
+	<-v.exited
+	fmt.Fprintf(v.logs, "===== vigil run %d killed with SIGKILL at %s\n", v.runs, time.Now().Format("15:04:05.000"))
+}
+
+// stop sends SIGTERM and waits; SIGKILL if vigil does not stop in time.
+func (v *vigil) stop() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cmd == nil {
+		return
+	}
+	select {
+	case <-v.exited:
+		return
+	default:
+	}
+	_ = v.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-v.exited:
+	case <-time.After(15 * time.Second):
+		_ = v.cmd.Process.Kill()
+		<-v.exited
+	}
+}
+
+// statusDoc is the part of vigil's GET /status the tests read.
+type statusDoc struct {
+	Verdict struct {
+		State  string `json:"state"`
+		Reason string `json:"reason"`
+	} `json:"verdict"`
+	Incident *struct {
+		ID       string    `json:"id"`
+		State    string    `json:"state"`
+		Peak     string    `json:"peak"`
+		Resolved time.Time `json:"resolved"`
+	} `json:"incident"`
+	Recovery struct {
+		Active           bool      `json:"active"`
+		Incident         string    `json:"incident"`
+		Step             string    `json:"step"`
+		Drained          bool      `json:"drained"`
+		LastRestart      time.Time `json:"last_restart"`
+		RestartsInWindow int       `json:"restarts_in_window"`
+		LastError        string    `json:"last_error"`
+		Journal          struct {
+			FailedStep string      `json:"failed_step"`
+			Attempts   int         `json:"attempts"`
+			History    []time.Time `json:"restart_history"`
+		} `json:"journal"`
+	} `json:"recovery"`
+}
+
+var statusClient = &http.Client{Timeout: time.Second}
+
+func (v *vigil) status() (statusDoc, error) {
+	return fetchStatus(v.statusURL)
+}
+
+func fetchStatus(base string) (statusDoc, error) {
+	var doc statusDoc
+	resp, err := statusClient.Get(base + "/status")
+	if err != nil {
+		return doc, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return doc, fmt.Errorf("GET /status: %d", resp.StatusCode)
+	}
+	return doc, json.NewDecoder(resp.Body).Decode(&doc)
+}
+
+// mustStatus reads /status, failing the test if vigil does not answer.
+func (v *vigil) mustStatus(t *testing.T) statusDoc {
+	t.Helper()
+	doc, err := v.status()
+	if err != nil {
+		t.Fatalf("vigil /status: %v", err)
+	}
+	return doc
+}
+
+// journal reads the recovery section of vigil's state file, as the next
+// vigil will find it.
+func (v *vigil) journal(t *testing.T) (step string, drained bool) {
+	t.Helper()
+	data, err := os.ReadFile(v.cfg.StateFile)
+	if err != nil {
+		t.Fatalf("state file: %v", err)
+	}
+	var sections struct {
+		Recovery struct {
+			Step    string `json:"step"`
+			Drained bool   `json:"drained"`
+		} `json:"recovery"`
+	}
+	if err := json.Unmarshal(data, &sections); err != nil {
+		t.Fatalf("state file %s: %v", v.cfg.StateFile, err)
+	}
+	return sections.Recovery.Step, sections.Recovery.Drained
+}
+
+// ---------------------------------------------------------------------------
+// The monitor.
+
+// obs is what HAProxy and vigil said at one moment.
+type obs struct {
+	At time.Time
+	// HAStatus and HAWeight are HAProxy's "show stat" status and weight
+	// for the server ("" when unreadable).
+	HAStatus, HAWeight string
+	// Verdict is vigil's verdict state, "" while vigil does not answer.
+	Verdict        string
+	Step           string
+	Drained        bool
+	RecoveryActive bool
+	IncidentOpen   bool
+}
+
+func (o obs) key() string {
+	return fmt.Sprintf("%s|%s|%s|%s|%t|%t|%t", o.HAStatus, o.HAWeight, o.Verdict, o.Step, o.Drained, o.RecoveryActive, o.IncidentOpen)
+}
+
+func (o obs) String() string {
+	v := o.Verdict
+	if v == "" {
+		v = "(vigil not answering)"
+	}
+	return fmt.Sprintf("%s haproxy=%q weight=%s verdict=%s step=%q drained=%t active=%t incident_open=%t",
+		o.At.Format("15:04:05.000"), o.HAStatus, o.HAWeight, v, o.Step, o.Drained, o.RecoveryActive, o.IncidentOpen)
+}
+
+func (o obs) drain() bool { return strings.HasPrefix(o.HAStatus, "DRAIN") }
+
+// upFull: back in rotation at 100% of its configured weight.
+func (o obs) upFull() bool { return o.HAStatus == "UP" && o.HAWeight == "100" }
+
+// monitor polls HAProxy and vigil's /status every 50 ms and keeps every
+// change, with its time.
+type monitor struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	hist []obs
+}
+
+func startMonitor(t *testing.T, h *testinfra.HAProxy, statusURL string) *monitor {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &monitor{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			o := obs{At: time.Now()}
+			o.HAStatus, o.HAWeight, _ = haproxyServer(h.Socket, backend, serverName)
+			if doc, err := fetchStatus(statusURL); err == nil {
+				o.Verdict, o.Step, o.Drained, o.RecoveryActive = doc.Verdict.State, doc.Recovery.Step, doc.Recovery.Drained, doc.Recovery.Active
+				o.IncidentOpen = doc.Incident != nil && doc.Incident.Resolved.IsZero()
+			}
+			m.mu.Lock()
+			if n := len(m.hist); n == 0 || m.hist[n-1].key() != o.key() {
+				m.hist = append(m.hist, o)
+			}
+			m.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		m.stop()
+		if t.Failed() {
+			t.Logf("what HAProxy and vigil said, change by change:\n%s", m.timeline())
+		}
+	})
+	return m
+}
+
+func (m *monitor) stop() {
+	m.cancel()
+	<-m.done
+}
+
+// first returns the first observation at or after since that f accepts.
+func (m *monitor) first(since time.Time, f func(obs) bool) (obs, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range m.hist {
+		if !o.At.Before(since) && f(o) {
+			return o, true
+		}
+	}
+	return obs{}, false
+}
+
+// all returns the observations at or after since that f accepts.
+func (m *monitor) all(since time.Time, f func(obs) bool) []obs {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var res []obs
+	for _, o := range m.hist {
+		if !o.At.Before(since) && f(o) {
+			res = append(res, o)
+		}
+	}
+	return res
+}
+
+// waitFor waits up to timeout for an observation at or after since that f
+// accepts, and returns it.
+func (m *monitor) waitFor(t *testing.T, timeout time.Duration, what string, since time.Time, f func(obs) bool) obs {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if o, ok := m.first(since, f); ok {
+			return o
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never saw %s within %s", what, timeout)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// share is the fraction of [from, to) during which f held.
+func (m *monitor) share(from, to time.Time, f func(obs) bool) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var held time.Duration
+	for i, o := range m.hist {
+		end := to
+		if i+1 < len(m.hist) && m.hist[i+1].At.Before(to) {
+			end = m.hist[i+1].At
+		}
+		start := o.At
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(start) && f(o) {
+			held += end.Sub(start)
+		}
+	}
+	return held.Seconds() / to.Sub(from).Seconds()
+}
+
+func (m *monitor) timeline() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var b strings.Builder
+	for _, o := range m.hist {
+		b.WriteString(o.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// waitStatus polls vigil's /status until f accepts it.
+func (v *vigil) waitStatus(t *testing.T, timeout time.Duration, what string, f func(statusDoc) bool) statusDoc {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last statusDoc
+	var lastErr error
+	for {
+		doc, err := v.status()
+		if err == nil && f(doc) {
+			return doc
+		}
+		if err == nil {
+			last = doc
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			b, _ := json.Marshal(last)
+			t.Fatalf("vigil's /status never showed %s within %s (last error %v); last: %s", what, timeout, lastErr, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
