@@ -1,0 +1,344 @@
+// Command goodput measures goodput, streamed completions whose time to
+// first token meets an SLO per second, on the simulated engine under about
+// twice its capacity ("When 503s Are the Right Answer"): ungated, behind
+// fixed in-flight caps of 8, 32 and 64 (vigil's limiter with max_in_flight
+// set), and behind vigil's defaults (automatic cap). The SLO is the p99 TTFT
+// measured at half capacity in the same run.
+//
+//	go run ./bench/goodput [-scale 5] [-window 120s] [-load 2]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/enginesim"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// The workload: chat-like streamed calls, prompts of 2,000 ± 1,000 tokens
+// with no shared prefix and lognormal answers (median 100 tokens).
+const (
+	promptMean, promptSpread = 2000, 1000
+	answerMedian, answerSig  = 100, 0.5
+	answerMax                = 400
+
+	model     = "sim-llama-8b"
+	engineKey = "sk-engine-bench"
+	clientKey = "sk-client-bench"
+
+	// clientTimeout bounds every request (engine time): a request still
+	// waiting then gives up, so an ungated run ends too.
+	clientTimeout = 120 * time.Second
+)
+
+// arm is one way of serving the same arrivals. cap < 0: ungated (no
+// limiter); 0: vigil's automatic cap; > 0: a fixed cap. ttftTarget, when
+// set, replaces vigil's default ttft_target.
+type arm struct {
+	name       string
+	cap        int
+	ttftTarget time.Duration
+}
+
+type options struct {
+	scale       float64
+	seed        uint64
+	window      time.Duration
+	sloFor      time.Duration
+	load        float64
+	limiterTime harness.TimeMode
+	caps        []int
+	sloArm      bool
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("goodput", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.Float64Var(&o.scale, "scale", 5, "engine time runs this many times faster than wall time")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals and workload (the same for every arm)")
+	fs.DurationVar(&o.window, "window", 120*time.Second, "measurement window at -load x capacity (engine time)")
+	fs.DurationVar(&o.sloFor, "slo-window", 120*time.Second, "window at half capacity that sets the TTFT SLO (engine time)")
+	fs.Float64Var(&o.load, "load", 2, "offered load as a multiple of capacity")
+	caps := fs.String("caps", "8,32,64", "fixed caps to compare")
+	fs.BoolVar(&o.sloArm, "slo-arm", true, "also run vigil's automatic cap with ttft_target set to the measured SLO")
+	limiterTime := fs.String("limiter-time", "clock", "how vigil keeps time beside the time-scaled engine: clock or config (see bench/README.md)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	var err error
+	if o.limiterTime, err = harness.ParseTimeMode(*limiterTime); err != nil {
+		fmt.Fprintf(stderr, "goodput: -limiter-time: %v\n", err)
+		return 2
+	}
+	for _, c := range strings.Split(*caps, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 {
+			fmt.Fprintf(stderr, "goodput: -caps: %q is not a positive integer\n", c)
+			return 2
+		}
+		o.caps = append(o.caps, n)
+	}
+	if !(o.scale > 0) || o.window <= 0 || o.sloFor <= 0 || !(o.load > 0) {
+		fmt.Fprintln(stderr, "goodput: -scale, -window, -slo-window and -load must be positive")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := experiment(ctx, o, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "goodput: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func engineConfig(scale float64) enginesim.Config {
+	cfg := enginesim.DefaultConfig()
+	cfg.Model = model
+	cfg.APIKey = engineKey
+	cfg.Scale = scale
+	return cfg
+}
+
+func workload(rng *rand.Rand) harness.SimCall {
+	return harness.SimCall{
+		Prompt: promptMean - promptSpread + rng.IntN(2*promptSpread+1),
+		Output: harness.LogNormal(rng, answerMedian, answerSig, answerMax),
+	}
+}
+
+// result is one arm's figures.
+type result struct {
+	arm       arm
+	calls     []harness.Result
+	good      int
+	goodput   float64 // per engine second of the window
+	delivered int
+	rejected  int // answered by the limiter (429/503)
+	timedOut  int
+	p50, p99  time.Duration // TTFT of delivered calls
+	// engineWaiting is the engine's own waiting queue averaged over the
+	// window (sampled every engine second): what vigil's automatic cap
+	// reads from vllm:num_requests_waiting.
+	engineWaiting        float64
+	limiter              string
+	meanInFlight, maxCap int
+}
+
+func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error {
+	meanAnswer := harness.MeanLogNormal(answerMedian, answerSig, answerMax)
+	c := enginesim.MeasureCapacity(engineConfig(o.scale), enginesim.Workload{
+		PromptTokens: promptMean, OutputTokens: int(meanAnswer + 0.5)})
+	fmt.Fprintf(stdout, "Capacity C (enginesim.MeasureCapacity, %d-token prompts, %.0f-token mean answer): %.2f calls/s (engine time); scale %g\n",
+		promptMean, meanAnswer, c, o.scale)
+
+	// The SLO: p99 TTFT of an ungated engine at half capacity.
+	fmt.Fprintf(stderr, "goodput: SLO phase (%v at 0.5 C, ungated) ...\n", o.sloFor)
+	slo, err := runArm(ctx, o, arm{name: "slo", cap: -1}, 0.5*c, o.sloFor)
+	if err != nil {
+		return fmt.Errorf("SLO phase: %w", err)
+	}
+	var ttfts []time.Duration
+	for _, r := range slo.calls {
+		if r.Delivered {
+			ttfts = append(ttfts, r.TTFT)
+		}
+	}
+	sloTTFT := harness.Percentile(ttfts, 99)
+	fmt.Fprintf(stdout, "TTFT SLO = p99 TTFT at 0.5 C ungated over %v: %v (p50 %v, %d calls)\n",
+		o.sloFor, sloTTFT.Round(time.Millisecond), harness.Percentile(ttfts, 50).Round(time.Millisecond), len(ttfts))
+	fmt.Fprintf(stdout, "Window: %v at %.1f C (%.1f calls/s), streamed, no retries, client timeout %v\n\n",
+		o.window, o.load, o.load*c, clientTimeout)
+
+	list := []arm{{name: "ungated", cap: -1}}
+	for _, n := range o.caps {
+		list = append(list, arm{name: fmt.Sprintf("cap %d", n), cap: n})
+	}
+	list = append(list, arm{name: "vigil defaults (automatic cap)"})
+	if o.sloArm {
+		// Not the defaults: the automatic cap told the objective measured
+		// above, to separate the cap's law from its default target.
+		list = append(list, arm{name: fmt.Sprintf("vigil, automatic cap, ttft_target %v", sloTTFT.Round(time.Millisecond)),
+			ttftTarget: sloTTFT})
+	}
+	var rs []result
+	for _, a := range list {
+		fmt.Fprintf(stderr, "goodput: arm %s ...\n", a.name)
+		r, err := runArm(ctx, o, a, o.load*c, o.window)
+		if err != nil {
+			return fmt.Errorf("arm %s: %w", a.name, err)
+		}
+		r.score(sloTTFT, o.window)
+		rs = append(rs, r)
+	}
+	printResults(stdout, rs, sloTTFT)
+	return nil
+}
+
+func runArm(ctx context.Context, o options, a arm, rate float64, window time.Duration) (result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv, err := enginesim.Start(ctx, "127.0.0.1:0", engineConfig(o.scale))
+	if err != nil {
+		return result{}, fmt.Errorf("start engine: %w", err)
+	}
+	defer srv.Close()
+	<-srv.Ready()
+	target, key, hs := srv.URL(), engineKey, 1.0
+	var lim *harness.Limiter
+	if a.cap >= 0 {
+		cfg := configs.Default().Admission
+		cfg.MaxInFlight = a.cap
+		if a.ttftTarget > 0 {
+			cfg.TTFTTarget = a.ttftTarget
+		}
+		lim, err = harness.StartLimiter(ctx, cfg, srv.URL(), engineKey, o.scale, o.limiterTime)
+		if err != nil {
+			return result{}, err
+		}
+		defer lim.Close()
+		target, key, hs = lim.URL(), clientKey, lim.HeaderScale()
+	}
+	rng := rand.New(rand.NewPCG(o.seed, 0x600d))
+	arrivals := harness.Arrivals(rng, []harness.Phase{{Name: "window", Duration: window, Rate: rate}})
+	bodies := make([][]byte, len(arrivals))
+	for i := range arrivals {
+		bodies[i] = workload(rng).Body(model, true)
+	}
+	clock := harness.NewClock(o.scale)
+	caller := harness.NewCaller(target+"/v1/completions", key, clock, harness.RetryPolicy{Timeout: clientTimeout}, o.seed)
+	caller.HeaderScale = hs
+	defer caller.CloseIdle()
+
+	r := result{arm: a, calls: make([]harness.Result, len(arrivals))}
+	// Sample the limiter's cap and in-flight count over the window.
+	var sampler sync.WaitGroup
+	var inSum, waitSum, samples int
+	sampler.Go(func() {
+		for t := time.Second; t < window; t += time.Second {
+			if !clock.SleepUntil(ctx, t) {
+				return
+			}
+			e := srv.Engine.Stats()
+			waitSum += e.Waiting + e.Pending
+			samples++
+			if lim != nil {
+				s := lim.Stats()
+				inSum += s.InFlight
+				r.maxCap = max(r.maxCap, s.Cap)
+			}
+		}
+	})
+	var calls sync.WaitGroup
+	for i, ar := range arrivals {
+		if !clock.SleepUntil(ctx, ar.At) {
+			break
+		}
+		calls.Go(func() {
+			r.calls[i] = caller.Do(ctx, harness.Request{Body: bodies[i], Stream: true})
+		})
+	}
+	calls.Wait()
+	sampler.Wait()
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+	if samples > 0 {
+		r.meanInFlight = inSum / samples
+		r.engineWaiting = float64(waitSum) / float64(samples)
+	}
+	if lim != nil {
+		r.limiter = lim.Summary()
+	}
+	return r, nil
+}
+
+func (r *result) score(slo, window time.Duration) {
+	var ttfts []time.Duration
+	delivered := 0
+	for _, c := range r.calls {
+		switch {
+		case c.Delivered:
+			delivered++
+			ttfts = append(ttfts, c.TTFT)
+			if c.TTFT <= slo {
+				r.good++
+			}
+		case c.Timeouts > 0:
+			r.timedOut++
+		case c.Statuses[429]+c.Statuses[503] > 0:
+			r.rejected++
+		}
+	}
+	r.goodput = float64(r.good) / window.Seconds()
+	r.delivered = delivered
+	r.p50, r.p99 = harness.Percentile(ttfts, 50), harness.Percentile(ttfts, 99)
+}
+
+func printResults(w io.Writer, rs []result, slo time.Duration) {
+	base := rs[0].goodput
+	ratio := func(x float64) string {
+		if base == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2fx", x/base)
+	}
+	t := harness.Table{Header: []string{"arm", "goodput (req/s)", "vs ungated", "delivered",
+		"TTFT p50", "TTFT p99", "engine waiting (mean)", "rejected", "timed out", "mean in-flight", "max cap"}}
+	best := 0.0
+	for _, r := range rs {
+		if r.arm.cap > 0 {
+			best = max(best, r.goodput)
+		}
+		inflight, maxCap := "", ""
+		if r.arm.cap >= 0 {
+			inflight, maxCap = strconv.Itoa(r.meanInFlight), strconv.Itoa(r.maxCap)
+		}
+		t.Add(r.arm.name, fmt.Sprintf("%.2f", r.goodput), ratio(r.goodput), harness.Pct(harness.Share(r.delivered, len(r.calls))),
+			r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), fmt.Sprintf("%.1f", r.engineWaiting),
+			harness.Pct(harness.Share(r.rejected, len(r.calls))), harness.Pct(harness.Share(r.timedOut, len(r.calls))),
+			inflight, maxCap)
+	}
+	t.Add("published: ungated", "1.01", "1.00x", "", "", "", "", "", "", "", "")
+	t.Add("published: cap 32", "4.04", "4.00x", "", "", "", "", "", "", "", "")
+	t.Print(w)
+	for _, r := range rs {
+		if r.arm.cap != 0 {
+			continue
+		}
+		verdict := "MET"
+		if r.goodput < best {
+			verdict = "NOT MET"
+		}
+		what := "vigil's defaults"
+		if r.arm.ttftTarget > 0 {
+			what = "vigil with ttft_target = SLO (not a default)"
+		}
+		fmt.Fprintf(w, "\nTarget: %s >= the best fixed cap in the same run: %.2f vs %.2f req/s (%s). SLO %v.",
+			what, r.goodput, best, verdict, slo.Round(time.Millisecond))
+	}
+	fmt.Fprintln(w)
+	for _, r := range rs {
+		if r.limiter != "" {
+			fmt.Fprintf(w, "%s limiter counters: %s\n", r.arm.name, r.limiter)
+		}
+	}
+}
