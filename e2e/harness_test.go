@@ -7,7 +7,6 @@ package e2e_test
 // state that lasts only a moment (DRAIN, a ramp weight) is still seen.
 
 import (
-	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -400,24 +399,6 @@ status:
 		c.DockerHost, c.Container, c.AdmissionListen, c.StatusListen)
 }
 
-// syncBuffer is vigil's output, written by exec's copying goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // vigil is `vigil run --config F`, possibly started more than once on the
 // same config and state file.
 type vigil struct {
@@ -425,7 +406,7 @@ type vigil struct {
 	cfgPath   string
 	cfg       vigilConfig
 	statusURL string
-	logs      *syncBuffer
+	logs      *testinfra.Buffer
 	runs      int
 
 	mu     sync.Mutex
@@ -438,7 +419,7 @@ type vigil struct {
 func startVigil(t *testing.T, cfg vigilConfig) *vigil {
 	t.Helper()
 	v := &vigil{bin: vigilBinary(t), cfgPath: filepath.Join(t.TempDir(), "vigil.yaml"), cfg: cfg,
-		statusURL: "http://" + cfg.StatusListen, logs: &syncBuffer{}}
+		statusURL: "http://" + cfg.StatusListen, logs: &testinfra.Buffer{}}
 	if err := os.WriteFile(v.cfgPath, []byte(cfg.yaml()), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // testDaemon runs `vigil run`'s daemon against url with fast settings.
@@ -26,28 +26,11 @@ type testDaemon struct {
 	cfgPath    string
 	statusURL  string
 	proxyURL   string
-	logs       *syncBuffer
+	logs       *testinfra.Buffer
 	cancel     context.CancelFunc
 	done       chan error
 	configYAML string
 	stopOnce   sync.Once
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func daemonConfig(t *testing.T, engineURL string) string {
@@ -79,7 +62,7 @@ func startDaemon(t *testing.T, yml string) *testDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testinfra.Buffer{}
 	l := logrus.New()
 	l.SetOutput(logs)
 	ctx, cancel := context.WithCancel(context.Background())

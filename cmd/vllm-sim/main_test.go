@@ -1,36 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
-
-// syncBuffer is a log sink safe to read while the command writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestBadFlagsExit2(t *testing.T) {
 	dir := t.TempDir()
@@ -52,7 +33,7 @@ func TestBadFlagsExit2(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var out syncBuffer
+			var out testinfra.Buffer
 			if code := runWith(context.Background(), tc.args, &out, nil); code != 2 {
 				t.Fatalf("exit %d, want 2 (output %s)", code, out.String())
 			}
@@ -60,12 +41,12 @@ func TestBadFlagsExit2(t *testing.T) {
 	}
 }
 
-func start(t *testing.T, ctx context.Context, args ...string) (chan int, *enginesim.Server, *syncBuffer) {
+func start(t *testing.T, ctx context.Context, args ...string) (chan int, *enginesim.Server, *testinfra.Buffer) {
 	t.Helper()
 	args = append([]string{"-listen", "127.0.0.1:0", "-control", "127.0.0.1:0", "-scale", "1000"}, args...)
 	code := make(chan int, 1)
 	srvc := make(chan *enginesim.Server, 1)
-	out := &syncBuffer{}
+	out := &testinfra.Buffer{}
 	go func() { code <- runWith(ctx, args, out, func(s *enginesim.Server) { srvc <- s }) }()
 	select {
 	case s := <-srvc:
