@@ -149,12 +149,21 @@ func newCoalescer(cfg configs.Admission, clock Clock, onDeferred, onImmediate fu
 	}
 }
 
-// markSeen records a call key and reports whether it was seen before: an
-// attempt whose key is known is a retry.
-func (c *coalescer) markSeen(k key, now time.Time) bool {
+// markSeen records a call key and reports whether it was seen before (an
+// attempt whose key is known is a retry) and whether any attempt of it got
+// an execution: only then can a retry amplify work.
+func (c *coalescer) markSeen(k key, now time.Time) (seen, executed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.seen.mark(k, now)
+}
+
+// markExecuted records that an attempt of call k started an execution, so
+// its later retries count against the retry budget.
+func (c *coalescer) markExecuted(k key, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen.executed(k, now)
 }
 
 // lookup finds a running execution to attach to (with a new cursor) or a
@@ -189,6 +198,7 @@ func (c *coalescer) start(k key, parent context.Context, now time.Time) (*result
 	cur := &cursor{}
 	ex.cursors[cur] = struct{}{}
 	c.running[k] = ex
+	c.seen.executed(k, now)
 	return nil, ex, cur, true
 }
 
@@ -517,19 +527,41 @@ type seenKeys struct {
 }
 
 type seenEntry struct {
-	k  key
-	at time.Time
+	k        key
+	at       time.Time
+	executed bool // an attempt of this call started an execution
 }
 
-func (s *seenKeys) mark(k key, now time.Time) bool {
+// mark records k and reports whether it was seen within the TTL and, if so,
+// whether it ever got an execution.
+func (s *seenKeys) mark(k key, now time.Time) (seen, executed bool) {
 	if e, ok := s.byKey[k]; ok {
 		ent := e.Value.(*seenEntry)
 		fresh := now.Sub(ent.at) <= s.ttl
 		ent.at = now
 		s.lru.MoveToFront(e)
-		return fresh
+		if !fresh {
+			ent.executed = false
+		}
+		return fresh, ent.executed
 	}
-	s.byKey[k] = s.lru.PushFront(&seenEntry{k: k, at: now})
+	s.insert(k, now)
+	return false, false
+}
+
+// executed records that call k got an execution (inserting k if it was
+// forgotten meanwhile).
+func (s *seenKeys) executed(k key, now time.Time) {
+	e, ok := s.byKey[k]
+	if !ok {
+		e = s.insert(k, now)
+	}
+	e.Value.(*seenEntry).executed = true
+}
+
+func (s *seenKeys) insert(k key, now time.Time) *list.Element {
+	e := s.lru.PushFront(&seenEntry{k: k, at: now})
+	s.byKey[k] = e
 	for s.lru.Len() > 0 {
 		back := s.lru.Back()
 		if s.lru.Len() <= s.max && now.Sub(back.Value.(*seenEntry).at) <= s.ttl {
@@ -537,5 +569,5 @@ func (s *seenKeys) mark(k key, now time.Time) bool {
 		}
 		delete(s.byKey, s.lru.Remove(back).(*seenEntry).k)
 	}
-	return false
+	return e
 }

@@ -34,16 +34,30 @@
 //     A request larger than the key's whole tpm gets x-should-retry: false.
 //     A tenant's in-flight count includes its queued requests.
 //  4. Retry budget: an attempt is a retry when X-Stainless-Retry-Count > 0 or
-//     its call key was seen before. Retries that would start a new execution
-//     may number retry_ratio of first attempts over retry_window (at least 5
-//     per window, so a quiet system can still retry); beyond that, 429.
+//     its call key was seen before. A retry amplifies work only if it would
+//     start a second execution of its call, so the budget charges keyed
+//     retries only when an attempt of the call got an execution; a retry of
+//     a call that was only ever turned away is neither budgeted nor counted
+//     as a first attempt (unkeyed retries cannot be told apart: budgeted).
+//     Budgeted retries may number retry_ratio of first attempts over
+//     retry_window (at least 5 per window, so a quiet system can still
+//     retry); beyond that, 429.
 //  5. The in-flight cap: a free slot admits at once; otherwise the request
-//     waits in a queue bounded by max_queue and by max_queue_wait (or half the
-//     client's X-Stainless-Timeout, if shorter). newest_first (the default)
-//     serves the newest waiter first and, when the queue is full, turns away
-//     the oldest, whose client is the closest to giving up; fifo turns away
-//     the newcomer. A waiter whose client leaves is removed at once. Full or
-//     expired: 503.
+//     waits in a queue bounded by max_queue, max_queue_bytes (the bodies it
+//     holds) and max_queue_wait, cut to half the client's X-Stainless-Timeout
+//     (90% of it for a coalesced keyed call, which loses nothing by being
+//     admitted late: its execution outlives the attempt). newest_first (the
+//     default) serves the newest waiter first and, when the queue is full,
+//     turns away the oldest, whose client is the closest to giving up; fifo
+//     turns away the newcomer. Full or expired: 503. An unkeyed waiter whose
+//     client leaves is removed at once. A keyed waiter's place outlives its
+//     attempt, as its execution would: when its client leaves, or its wait
+//     expires, the place is kept as a placeholder for cancel_after (plus
+//     the Retry-After it was given), and a retry of the same call takes it
+//     over; otherwise it is dropped. A placeholder holds no body, is never
+//     admitted and never counts in flight. So a call queued through an
+//     overload keeps its turn across its attempts, while newest_first keeps
+//     fresh calls on time.
 //  6. Upstream: the engine's API key replaces the client's Authorization
 //     when inject_api_key is on. The answer streams back unbuffered, every
 //     read flushed, with X-Accel-Buffering: no on SSE.
@@ -116,5 +130,6 @@
 // Everything is counted in Stats and as vigil_admission_* metrics: calls and
 // executions (retry amplification), retries, admitted, queued, abandoned,
 // rejected by reason, coalesced (attached, stored), cancelled (immediate,
-// deferred), queue depth and oldest age, in-flight, the cap in force.
+// deferred), queue depth, held queue places and oldest age,
+// in-flight, the cap in force.
 package admission

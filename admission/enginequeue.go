@@ -85,22 +85,28 @@ func (l *Limiter) readEngineQueue(ctx context.Context) (waiting, running float64
 }
 
 // pollEngine feeds the engine's queue to the automatic cap while requests
-// are in flight (an idle engine is left alone). It runs until Close.
+// are in flight (an idle engine is left alone). It runs until Close. It
+// keeps time by the limiter's Clock, like every other interval of the
+// limiter, so the poll keeps its proportion to the engine's time.
 func (l *Limiter) pollEngine() {
 	defer close(l.pollDone)
-	t := time.NewTicker(pollEvery)
-	defer t.Stop()
-	var next time.Time
+	tick := make(chan struct{}, 1)
+	wait := pollEvery
 	failing := false
 	for {
+		stop := l.clock.AfterFunc(wait, func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
 		select {
 		case <-l.base.Done():
+			stop()
 			return
-		case now := <-t.C:
-			if now.Before(next) {
-				continue
-			}
+		case <-tick:
 		}
+		wait = pollEvery
 		l.mu.Lock()
 		busy := l.fixed == 0 && l.inFlight > 0
 		l.mu.Unlock()
@@ -119,7 +125,7 @@ func (l *Limiter) pollEngine() {
 					Warn("admission: cannot read the engine's queue; the automatic cap falls back to TTFT and failures")
 			}
 			failing = true
-			next = time.Now().Add(pollRetry)
+			wait = pollRetry
 			continue
 		}
 		if failing {

@@ -35,6 +35,11 @@ const (
 	saturatedShare = 0.75
 	// slowStartFloor is where the cap starts its ramp after a recovery.
 	slowStartFloor = 0.1
+	// keyedWaitShare of its client's timeout is the queue wait of a
+	// coalesced keyed call: the 503 with Retry-After must reach the client
+	// before its own timeout does, so it waits out the delay and resumes
+	// its held place instead of retrying at once.
+	keyedWaitShare = 0.9
 )
 
 // Option adjusts a Limiter built by New.
@@ -71,11 +76,15 @@ type Limiter struct {
 	base context.Context
 	stop context.CancelFunc
 
-	mu          sync.Mutex
-	fixed       int // > 0: a fixed cap; 0: automatic
-	auto        *autoLimit
-	inFlight    int
-	waiters     list.List // of *waiter, oldest first
+	mu       sync.Mutex
+	fixed    int // > 0: a fixed cap; 0: automatic
+	auto     *autoLimit
+	inFlight int
+	waiters  list.List // of *waiter, oldest first
+	// held indexes the placeholders in waiters: queue places of keyed calls
+	// whose attempt ended, kept for a retry of the same call to take over.
+	held        map[key]*waiter
+	queuedBytes int64 // request bodies held by live waiters
 	saturated   bool
 	recovering  bool
 	slowFrom    time.Time // zero: no slow start running
@@ -124,6 +133,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 		gaugeRunning:  "vllm:num_requests_running",
 		tenants:       newTenantTable(cfg.Tenants),
 		engineWaiting: -1,
+		held:          map[key]*waiter{},
 		engineRunning: -1,
 		budget:        newRetryBudget(cfg.RetryRatio, cfg.RetryWindow),
 	}
@@ -272,8 +282,9 @@ func (l *Limiter) SetRecovering(on bool) {
 	l.recovering = on
 	if on {
 		for l.waiters.Len() > 0 {
-			w := l.removeWaiterLocked(l.waiters.Front())
-			w.ch <- waitResult{rej: l.recoveringRejection()}
+			if w := l.removeWaiterLocked(l.waiters.Front()); !w.placeholder {
+				w.ch <- waitResult{rej: l.recoveringRejection()}
+			}
 		}
 	}
 	l.mu.Unlock()
@@ -341,12 +352,20 @@ func (l *Limiter) capLocked(now time.Time) int {
 	return c
 }
 
-// waiter is one request queued for a slot.
+// waiter is one request queued for a slot, or a placeholder: the queue
+// place of a keyed call whose attempt ended (its client timed out or was
+// told to come back), kept so the call's retry resumes from it. A
+// placeholder holds no body, is never admitted and never counts in flight.
 type waiter struct {
 	at     time.Time
 	ch     chan waitResult // buffered 1: the dispatcher never blocks
 	elem   *list.Element
 	queued bool
+	bytes  int64 // the body this waiter holds
+	// Placeholders only: the call's key and the timer that drops it.
+	placeholder bool
+	k           key
+	stopHold    func() bool
 }
 
 // waitResult: a slot (rej == nil) or a rejection.
@@ -357,16 +376,65 @@ type waitResult struct {
 func (l *Limiter) removeWaiterLocked(e *list.Element) *waiter {
 	w := l.waiters.Remove(e).(*waiter)
 	w.queued = false
+	if w.placeholder {
+		if l.held[w.k] == w {
+			delete(l.held, w.k)
+		}
+		if w.stopHold != nil {
+			w.stopHold()
+		}
+	} else {
+		l.queuedBytes -= w.bytes
+	}
 	return w
+}
+
+// liveWaitersLocked is the number of queued requests, placeholders aside.
+func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held) }
+
+// nextWaiterLocked is the live waiter to admit next (newest or oldest
+// first, placeholders skipped), or nil.
+func (l *Limiter) nextWaiterLocked() *list.Element {
+	if l.cfg.Order == "fifo" {
+		for e := l.waiters.Front(); e != nil; e = e.Next() {
+			if !e.Value.(*waiter).placeholder {
+				return e
+			}
+		}
+		return nil
+	}
+	for e := l.waiters.Back(); e != nil; e = e.Prev() {
+		if !e.Value.(*waiter).placeholder {
+			return e
+		}
+	}
+	return nil
+}
+
+// holdLocked turns a keyed waiter whose attempt ended into a placeholder
+// for d: a retry of the same call arriving meanwhile takes its place in
+// the queue; otherwise it is dropped, never admitted.
+func (l *Limiter) holdLocked(w *waiter, k key, d time.Duration) {
+	l.queuedBytes -= w.bytes
+	w.bytes = 0
+	w.placeholder, w.k = true, k
+	l.held[k] = w
+	w.stopHold = l.clock.AfterFunc(d, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if w.queued && l.held[k] == w {
+			l.removeWaiterLocked(w.elem)
+		}
+	})
 }
 
 // dispatchLocked hands freed slots to waiters, newest or oldest first.
 func (l *Limiter) dispatchLocked(now time.Time) {
 	c := l.capLocked(now)
-	for l.inFlight < c && l.waiters.Len() > 0 {
-		e := l.waiters.Back()
-		if l.cfg.Order == "fifo" {
-			e = l.waiters.Front()
+	for l.inFlight < c {
+		e := l.nextWaiterLocked()
+		if e == nil {
+			return
 		}
 		w := l.removeWaiterLocked(e)
 		l.inFlight++
@@ -400,10 +468,18 @@ func (l *Limiter) queueRejection(reason string, wait time.Duration) *rejection {
 
 // admission describes one request asking for a slot.
 type admission struct {
-	tenant  string // key hash
-	tokens  int    // estimated prompt + max_tokens
-	retry   bool   // creates a new execution although it is a retry
-	maxWait time.Duration
+	tenant string // key hash
+	tokens int    // estimated prompt + max_tokens
+	retry  bool   // creates a new execution although it is a retry
+	// unexecutedRetry: a retry of a call none of whose attempts executed;
+	// it is neither budgeted nor counted as a first attempt.
+	unexecutedRetry bool
+	maxWait         time.Duration
+	// keyed: the request carries an idempotency key, k its call key; its
+	// queue place survives the attempt for a retry to resume.
+	keyed bool
+	k     key
+	bytes int64 // body size, held while queued
 }
 
 // ticket is a granted slot plus the quota charges made for it. Exactly one
@@ -430,7 +506,7 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 		l.mu.Unlock()
 		return nil, l.recoveringRejection(), nil
 	}
-	if !a.retry {
+	if !a.retry && !a.unexecutedRetry {
 		l.budget.first(now)
 	}
 	t := l.tenants.lookup(a.tenant, now)
@@ -459,7 +535,14 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 	tk := &ticket{l: l, tenant: t, tokens: a.tokens, retry: a.retry}
 	l.dispatchLocked(now) // the cap may have grown since the last release (slow start)
 	c := l.capLocked(now)
-	if l.inFlight < c && l.waiters.Len() == 0 {
+	ph := l.held[a.k]
+	if !a.keyed {
+		ph = nil
+	}
+	if l.inFlight < c && l.liveWaitersLocked() == 0 {
+		if ph != nil {
+			l.removeWaiterLocked(ph.elem) // the call is served: its place is no longer needed
+		}
 		l.inFlight++
 		l.c.admitted.Add(1)
 		if l.inFlight >= c {
@@ -470,29 +553,43 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 		return tk, nil, nil
 	}
 	l.auto.markDemand()
-	if l.waiters.Len() >= l.cfg.MaxQueue {
-		if l.cfg.Order == "fifo" || l.cfg.MaxQueue == 0 {
-			rj := l.queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.waiters.Len()))
-			l.undoLocked(now, tk)
-			l.mu.Unlock()
-			return nil, rj, nil
-		}
-		// Newest first: the oldest waiter's client is the closest to giving
-		// up, so it makes room.
-		old := l.removeWaiterLocked(l.waiters.Front())
-		old.ch <- waitResult{rej: l.queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.waiters.Len()))}
+	if rj := l.makeRoomLocked(now, a.bytes, ph == nil); rj != nil {
+		l.undoLocked(now, tk)
+		l.mu.Unlock()
+		return nil, rj, nil
 	}
-	w := &waiter{at: now, ch: make(chan waitResult, 1), queued: true}
-	w.elem = l.waiters.PushBack(w)
+	var w *waiter
+	if ph != nil && ph.queued {
+		// A retry of a call whose earlier attempt was queued: it resumes
+		// from that attempt's place instead of starting over.
+		delete(l.held, a.k)
+		ph.stopHold()
+		w = &waiter{at: ph.at, ch: make(chan waitResult, 1), queued: true, elem: ph.elem}
+		ph.elem.Value = w
+		ph.queued = false
+	} else {
+		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true}
+		w.elem = l.waiters.PushBack(w)
+	}
+	w.bytes = a.bytes
+	l.queuedBytes += a.bytes
 	l.c.queued.Add(1)
 	l.mu.Unlock()
 
 	stop := l.clock.AfterFunc(a.maxWait, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if w.queued {
-			l.removeWaiterLocked(w.elem)
-			w.ch <- waitResult{rej: l.queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(l.clock.Now(), l.waiters.Len()))}
+		if w.queued && !w.placeholder {
+			now := l.clock.Now()
+			rj := l.queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
+			if a.keyed && l.held[a.k] == nil {
+				// The client comes back after Retry-After: keep its place
+				// that long, plus cancel_after for the retry's own delays.
+				l.holdLocked(w, a.k, min(rj.wait*6/5, maxRetryAfter)+l.cfg.CancelAfter)
+			} else {
+				l.removeWaiterLocked(w.elem)
+			}
+			w.ch <- waitResult{rej: rj}
 		}
 	})
 	defer stop()
@@ -501,8 +598,14 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 	case res = <-w.ch:
 	case <-ctx.Done():
 		l.mu.Lock()
-		if w.queued {
-			l.removeWaiterLocked(w.elem)
+		if w.queued && !w.placeholder {
+			if a.keyed && l.cfg.CancelAfter > 0 && l.held[a.k] == nil {
+				// Like an execution's deferred cancellation: the client's
+				// retry (SDK backoff of a few seconds) resumes from here.
+				l.holdLocked(w, a.k, l.cfg.CancelAfter)
+			} else {
+				l.removeWaiterLocked(w.elem)
+			}
 			l.undoLocked(l.clock.Now(), tk)
 			l.mu.Unlock()
 			l.c.abandoned.Add(1)
@@ -529,6 +632,47 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 	}
 	tk.admitted = l.clock.Now()
 	return tk, nil, nil
+}
+
+// makeRoomLocked makes room in the queue for a waiter holding n bytes of
+// body (in a new entry, or in a held place it takes over): within
+// max_queue entries and max_queue_bytes. Placeholders make room first
+// (they are only a chance of a retry); then newest_first turns away the
+// oldest waiters, whose clients are the closest to giving up, and fifo
+// turns away the newcomer (the returned rejection).
+func (l *Limiter) makeRoomLocked(now time.Time, n int64, newEntry bool) *rejection {
+	full := func() bool {
+		return (newEntry && l.waiters.Len() >= l.cfg.MaxQueue) ||
+			(l.cfg.MaxQueueBytes > 0 && l.queuedBytes+n > l.cfg.MaxQueueBytes)
+	}
+	if l.cfg.MaxQueue == 0 || (l.cfg.MaxQueueBytes > 0 && n > l.cfg.MaxQueueBytes) {
+		return l.queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
+	}
+	for e := l.waiters.Front(); e != nil && full(); {
+		next := e.Next()
+		if e.Value.(*waiter).placeholder {
+			l.removeWaiterLocked(e)
+		}
+		e = next
+	}
+	for full() {
+		if l.cfg.Order == "fifo" || l.liveWaitersLocked() == 0 {
+			return l.queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
+		}
+		old := l.removeWaiterLocked(l.nextOldestLocked())
+		old.ch <- waitResult{rej: l.queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))}
+	}
+	return nil
+}
+
+// nextOldestLocked is the oldest live waiter (there must be one).
+func (l *Limiter) nextOldestLocked() *list.Element {
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if !e.Value.(*waiter).placeholder {
+			return e
+		}
+	}
+	return nil
 }
 
 // undoLocked refunds the quota charges of a request that got no slot.
@@ -628,14 +772,22 @@ func stainlessRetry(r *http.Request) bool {
 	return err == nil && n > 0
 }
 
-// queueWaitFor bounds a request's queue wait by max_queue_wait and by half
-// the client's own timeout when the SDK announces it (X-Stainless-Timeout,
-// seconds): waiting out the whole timeout in the queue leaves no time to
-// generate, and the attempt turns into a retry anyway.
-func (l *Limiter) queueWaitFor(r *http.Request) time.Duration {
+// queueWaitFor bounds a request's queue wait by max_queue_wait and by its
+// client's own timeout when the SDK announces it (X-Stainless-Timeout,
+// seconds). Half of it, usually: waiting out the whole timeout in the
+// queue leaves no time to generate, and the attempt turns into a retry
+// anyway. A coalesced keyed call loses nothing by waiting longer: its
+// queue place and its execution both outlive the attempt, so the retry
+// resumes either; it waits up to keyedWaitShare of the timeout, then is
+// told when to come back (Retry-After) while its place is held.
+func (l *Limiter) queueWaitFor(r *http.Request, coalesced bool) time.Duration {
 	d := l.cfg.MaxQueueWait
 	if s, err := strconv.ParseFloat(r.Header.Get("X-Stainless-Timeout"), 64); err == nil && s > 0 {
-		d = min(d, time.Duration(s/2*float64(time.Second)))
+		share := 0.5
+		if coalesced {
+			share = keyedWaitShare
+		}
+		d = min(d, time.Duration(s*share*float64(time.Second)))
 	}
 	return max(d, time.Millisecond)
 }

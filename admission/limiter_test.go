@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -498,5 +499,142 @@ func TestAFailedRecoveryLeavesTheCapAsItWas(t *testing.T) {
 	p.l.SetRecovering(false) // the restart failed: no slow start
 	if got := p.l.Stats().Cap; got != 100 {
 		t.Fatalf("cap after a failed recovery = %d, want 100", got)
+	}
+}
+
+func TestAKeyedCallKeepsItsQueuePlaceAcrossAttempts(t *testing.T) {
+	// The engine notes which attempt reached it, in order.
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		order = append(order, r.Header.Get("X-Attempt"))
+		mu.Unlock()
+		blockUntil(release)(w, r)
+	})
+	cfg := testConfig()
+	cfg.MaxInFlight = 1
+	cfg.Order = "fifo"
+	cfg.CancelAfter = 10 * time.Second // the retry comes well within it
+	p := startProxy(t, cfg, eng.srv.URL)
+	c := newClient(t)
+	go call(context.Background(), c, p.url, completionBody, "X-Attempt", "blocker")
+	eventually(t, 2*time.Second, "slot taken", func() bool { return p.l.Stats().InFlight == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan struct{})
+	go func() {
+		call(ctx, c, p.url, completionBody, "Idempotency-Key", "call-a", "X-Attempt", "a-1")
+		close(first)
+	}()
+	eventually(t, 2*time.Second, "the keyed call queued", func() bool { return p.l.Stats().QueueDepth == 1 })
+	unkeyed := make(chan answer, 1)
+	go func() { unkeyed <- call(context.Background(), c, p.url, completionBody, "X-Attempt", "b") }()
+	eventually(t, 2*time.Second, "an unkeyed call queued behind it", func() bool { return p.l.Stats().QueueDepth == 2 })
+
+	cancel() // the keyed call's client times out
+	<-first
+	eventually(t, 2*time.Second, "its place held", func() bool {
+		s := p.l.Stats()
+		return s.QueueHeld == 1 && s.QueueDepth == 1
+	})
+	retried := make(chan answer, 1)
+	go func() {
+		retried <- call(context.Background(), c, p.url, completionBody,
+			"Idempotency-Key", "call-a", "X-Stainless-Retry-Count", "1", "X-Attempt", "a-2")
+	}()
+	eventually(t, 2*time.Second, "the retry took the place over", func() bool {
+		s := p.l.Stats()
+		return s.QueueHeld == 0 && s.QueueDepth == 2
+	})
+	close(release)
+	if a := <-retried; a.status != 200 {
+		t.Fatalf("retry: %d %s", a.status, a.body)
+	}
+	if a := <-unkeyed; a.status != 200 {
+		t.Fatalf("unkeyed call: %d %s", a.status, a.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"blocker", "a-2", "b"}; !slices.Equal(order, want) {
+		t.Errorf("the engine got %v, want %v (the retry served from its first attempt's place, ahead of b)", order, want)
+	}
+}
+
+func TestAHeldQueuePlaceIsNeverAdmitted(t *testing.T) {
+	release := make(chan struct{})
+	eng := newFakeEngine(t, blockUntil(release))
+	cfg := testConfig()
+	cfg.MaxInFlight = 1
+	cfg.CancelAfter = 400 * time.Millisecond
+	p := startProxy(t, cfg, eng.srv.URL)
+	c := newClient(t)
+	blocker := make(chan answer, 1)
+	go func() { blocker <- call(context.Background(), c, p.url, completionBody) }()
+	eventually(t, 2*time.Second, "slot taken", func() bool { return p.l.Stats().InFlight == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan struct{})
+	go func() { call(ctx, c, p.url, completionBody, "Idempotency-Key", "gone"); close(left) }()
+	eventually(t, 2*time.Second, "queued", func() bool { return p.l.Stats().QueueDepth == 1 })
+	cancel()
+	<-left
+	eventually(t, time.Second, "its place held", func() bool { return p.l.Stats().QueueHeld == 1 })
+
+	// The slot frees while the place is held: nothing is admitted for it,
+	// and a newcomer does not wait behind it.
+	close(release)
+	if a := <-blocker; a.status != 200 {
+		t.Fatalf("blocker: %d", a.status)
+	}
+	if s := p.l.Stats(); s.InFlight != 0 || s.QueueHeld != 1 {
+		t.Fatalf("in flight %d, held %d after the slot freed; want 0 and 1", s.InFlight, s.QueueHeld)
+	}
+	if a := call(context.Background(), c, p.url, completionBody); a.status != 200 {
+		t.Fatalf("newcomer while a place is held: %d", a.status)
+	}
+	eventually(t, 2*time.Second, "the place dropped after cancel_after", func() bool {
+		s := p.l.Stats()
+		return s.QueueHeld == 0 && s.QueueDepth == 0
+	})
+	if n := eng.calls.Load(); n != 2 {
+		t.Errorf("the engine got %d calls, want 2 (a held place never reaches it)", n)
+	}
+	if s := p.l.Stats(); s.InFlight != 0 || s.Admitted != 2 {
+		t.Errorf("in flight %d, admitted %d; want 0 and 2", s.InFlight, s.Admitted)
+	}
+}
+
+func TestTheQueueIsBoundedByTheBytesItHolds(t *testing.T) {
+	for _, order := range []string{"newest_first", "fifo"} {
+		t.Run(order+" keeps the queue within max_queue_bytes", func(t *testing.T) {
+			release := make(chan struct{})
+			defer close(release)
+			eng := newFakeEngine(t, blockUntil(release))
+			cfg := testConfig()
+			cfg.MaxInFlight = 1
+			cfg.Order = order
+			cfg.MaxQueueBytes = int64(2*len(completionBody) + 10) // two bodies fit, not three
+			p := startProxy(t, cfg, eng.srv.URL)
+			c := newClient(t)
+			go call(context.Background(), c, p.url, completionBody)
+			eventually(t, 2*time.Second, "slot taken", func() bool { return p.l.Stats().InFlight == 1 })
+			answers := make([]chan answer, 3)
+			for i := range answers {
+				answers[i] = make(chan answer, 1)
+				go func() { answers[i] <- call(context.Background(), c, p.url, completionBody) }()
+				if i < 2 {
+					eventually(t, 2*time.Second, "queued", func() bool { return p.l.Stats().QueueDepth == i+1 })
+				}
+			}
+			turnedAway := 0 // newest_first: the oldest makes room
+			if order == "fifo" {
+				turnedAway = 2 // fifo: the newcomer is refused
+			}
+			checkRejection(t, <-answers[turnedAway], http.StatusServiceUnavailable, ReasonQueueFull, true)
+			if s := p.l.Stats(); s.QueueDepth != 2 {
+				t.Errorf("queue depth %d, want 2", s.QueueDepth)
+			}
+		})
 	}
 }

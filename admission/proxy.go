@@ -128,13 +128,18 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	tenant := tenantKey(r)
 	l.c.calls.Add(1)
 
+	// A retry is amplification only when it would start a second execution
+	// of its call: a keyed retry whose earlier attempts were all turned away
+	// (never executed) is neither budgeted nor a first attempt. Without a
+	// key there is no telling, so an SDK-marked retry is budgeted.
 	retry := stainlessRetry(r)
+	budgeted := retry
 	idem := r.Header.Get(l.cfg.IdempotencyHeader)
 	var k key
 	if idem != "" {
 		k = coalesceKey(tenant, idem, r.Method, r.URL.RequestURI(), body)
-		if l.co.markSeen(k, l.clock.Now()) {
-			retry = true
+		if seen, executed := l.co.markSeen(k, l.clock.Now()); seen {
+			retry, budgeted = true, executed
 		}
 	}
 	if retry {
@@ -155,7 +160,9 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, retry: retry, maxWait: l.queueWaitFor(r)})
+	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, retry: budgeted,
+		unexecutedRetry: retry && !budgeted, maxWait: l.queueWaitFor(r, coalesce),
+		keyed: idem != "", k: k, bytes: int64(len(body))})
 	switch {
 	case err != nil:
 		return // the client left while queued; nobody to answer
@@ -164,6 +171,9 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !coalesce {
+		if idem != "" {
+			l.co.markExecuted(k, l.clock.Now())
+		}
 		req := l.upstreamRequest(r.Context(), r, bytes.NewReader(body), int64(len(body)))
 		l.c.executions.Add(1)
 		l.forward(w, r, req, tk, promptTokens)

@@ -37,7 +37,11 @@ type Stats struct {
 	// PassedThrough counts uncapped requests (GET, HEAD, OPTIONS).
 	PassedThrough uint64 `json:"passed_through"`
 
-	QueueDepth   int           `json:"queue_depth"`
+	QueueDepth int `json:"queue_depth"`
+	// QueueHeld counts queue places kept for keyed calls whose attempt
+	// ended (client timed out, or queue wait expired), until their retry
+	// resumes from them or cancel_after passes.
+	QueueHeld    int           `json:"queue_held"`
 	OldestQueued time.Duration `json:"oldest_queued_ns"`
 	InFlight     int           `json:"in_flight"`
 	// Cap is the in-flight cap in force; Automatic tells whether it is
@@ -85,8 +89,8 @@ func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
-	s.QueueDepth = l.waiters.Len()
-	if e := l.waiters.Front(); e != nil {
+	s.QueueDepth, s.QueueHeld = l.liveWaitersLocked(), len(l.held)
+	if e := l.nextOldestLocked(); e != nil {
 		s.OldestQueued = now.Sub(e.Value.(*waiter).at)
 	}
 	s.InFlight = l.inFlight
@@ -120,6 +124,7 @@ var (
 	descPassed     = desc("passed_through_total", "Uncapped requests (GET, HEAD, OPTIONS).")
 	descDepth      = desc("queue_depth", "Requests waiting for a slot.")
 	descOldest     = desc("oldest_queued_seconds", "Age of the oldest waiting request.")
+	descHeld       = desc("queue_held", "Queue places kept for keyed calls whose attempt ended, until their retry resumes them.")
 	descInFlight   = desc("in_flight", "Requests forwarded upstream and unfinished.")
 	descCap        = desc("cap", "In-flight cap in force (automatic or fixed, after slow start and saturation).")
 	descAutomatic  = desc("cap_automatic", "1 when the cap is derived automatically (max_in_flight 0).")
@@ -131,7 +136,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
 		descAbandoned, descRejected, descCoalesced, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
-		descInFlight, descCap, descAutomatic, descRate, descStored, descStoredB} {
+		descHeld, descInFlight, descCap, descAutomatic, descRate, descStored, descStoredB} {
 		ch <- d
 	}
 }
@@ -161,6 +166,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPassed, s.PassedThrough)
 	gauge(descDepth, float64(s.QueueDepth))
 	gauge(descOldest, s.OldestQueued.Seconds())
+	gauge(descHeld, float64(s.QueueHeld))
 	gauge(descInFlight, float64(s.InFlight))
 	gauge(descCap, float64(s.Cap))
 	auto := 0.0

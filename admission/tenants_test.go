@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,5 +145,56 @@ func TestRetryBudget(t *testing.T) {
 		}
 		a := call(context.Background(), c, p.url, completionBody, "X-Stainless-Retry-Count", "1")
 		checkRejection(t, a, http.StatusTooManyRequests, ReasonRetryBudget, true)
+	})
+}
+
+func TestTheRetryBudgetChargesOnlyRetriesThatWouldRunACallAgain(t *testing.T) {
+	cfg := testConfig()
+	cfg.RetryRatio = 0 // the floor alone: retryFloor budgeted retries a window
+	cfg.RetryWindow = time.Minute
+	c := newClient(t)
+
+	t.Run("retries of calls that were turned away are not refused by the budget", func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		eng := newFakeEngine(t, blockUntil(release))
+		cfg := cfg
+		cfg.MaxInFlight, cfg.MaxQueue = 1, 0
+		p := startProxy(t, cfg, eng.srv.URL)
+		go call(context.Background(), c, p.url, completionBody)
+		eventually(t, 2*time.Second, "slot taken", func() bool { return p.l.Stats().InFlight == 1 })
+		for i := range 3 * retryFloor {
+			idem := "turned-away-" + strconv.Itoa(i)
+			for n := range 3 {
+				a := call(context.Background(), c, p.url, completionBody,
+					"Idempotency-Key", idem, "X-Stainless-Retry-Count", strconv.Itoa(n))
+				checkRejection(t, a, http.StatusServiceUnavailable, ReasonQueueFull, true)
+			}
+		}
+		if s := p.l.Stats(); s.Rejected[ReasonRetryBudget] != 0 || s.Retries != 2*3*retryFloor {
+			t.Errorf("budget rejections %d, retries seen %d; want 0 and %d",
+				s.Rejected[ReasonRetryBudget], s.Retries, 2*3*retryFloor)
+		}
+	})
+
+	t.Run("retries of calls that executed still are", func(t *testing.T) {
+		eng := newFakeEngine(t, okJSON)
+		cfg := cfg
+		cfg.Coalesce = false // no stored answer: a retry would run the call again
+		p := startProxy(t, cfg, eng.srv.URL)
+		for i := range retryFloor + 1 {
+			idem := "executed-" + strconv.Itoa(i)
+			if a := call(context.Background(), c, p.url, completionBody, "Idempotency-Key", idem); a.status != 200 {
+				t.Fatalf("first attempt %d: %d", i, a.status)
+			}
+			a := call(context.Background(), c, p.url, completionBody, "Idempotency-Key", idem, "X-Stainless-Retry-Count", "1")
+			if i < retryFloor {
+				if a.status != 200 {
+					t.Fatalf("retry %d within the floor: %d", i, a.status)
+				}
+				continue
+			}
+			checkRejection(t, a, http.StatusTooManyRequests, ReasonRetryBudget, true)
+		}
 	})
 }

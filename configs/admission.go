@@ -19,9 +19,15 @@ type Admission struct {
 	// not a capacity figure. 0 = none: the automatic cap then only keeps
 	// the engine's own queue empty (its maximum throughput).
 	TTFTTarget time.Duration `yaml:"ttft_target"`
-	// MaxQueue and MaxQueueWait bound the wait queue by count and age.
-	MaxQueue     int           `yaml:"max_queue"`
-	MaxQueueWait time.Duration `yaml:"max_queue_wait"`
+	// MaxQueue, MaxQueueBytes and MaxQueueWait bound the wait queue by
+	// count, by the request bodies it holds, and by age. The queue is
+	// meant to hold an overload's backlog (the engine's own queue stays
+	// shallow), so it is long; a request's wait is also cut to half its
+	// client's announced timeout (X-Stainless-Timeout), and a keyed call
+	// keeps its place across its attempts. MaxQueueBytes 0 = no byte bound.
+	MaxQueue      int           `yaml:"max_queue"`
+	MaxQueueBytes int64         `yaml:"max_queue_bytes"`
+	MaxQueueWait  time.Duration `yaml:"max_queue_wait"`
 	// Order: newest_first (default; the oldest waiter's client is about to
 	// give up) or fifo.
 	Order string `yaml:"order"`
@@ -81,8 +87,9 @@ func defaultAdmission() Admission {
 		Enabled:           true,
 		Listen:            "127.0.0.1:8001",
 		TTFTTarget:        2 * time.Second,
-		MaxQueue:          64,
-		MaxQueueWait:      30 * time.Second,
+		MaxQueue:          1024,
+		MaxQueueBytes:     256 << 20,
+		MaxQueueWait:      5 * time.Minute,
 		Order:             "newest_first",
 		IdempotencyHeader: "Idempotency-Key",
 		Coalesce:          true,
@@ -116,6 +123,9 @@ func (a *Admission) validate(v *validator) {
 	}
 	if a.MaxQueue < 0 {
 		v.errorf("admission.max_queue", "must be >= 0")
+	}
+	if a.MaxQueueBytes < 0 {
+		v.errorf("admission.max_queue_bytes", "must be >= 0 (0 = no byte bound)")
 	}
 	v.positive("admission.max_queue_wait", a.MaxQueueWait)
 	if a.Order != "fifo" && a.Order != "newest_first" {
