@@ -30,6 +30,23 @@ const (
 	// never outruns the evidence of the engine's queue.
 	gaugeFresh = 5 * time.Second
 
+	// kneeSlack is the law's knee: the cap stays where the mean service
+	// time (admission to last byte, Little's law S = N/X) is at most
+	// (1+kneeSlack) times its minimum. Below an engine's knee a bigger
+	// batch barely slows each request; past it every request added only
+	// slows the others, so S grows in proportion to N. With S = S0 + N/mu,
+	// S = (1+k)*S0 keeps k/(1+k) of the throughput ceiling mu: 2 keeps two
+	// thirds of it against a truly idle S0, more against the minimum seen,
+	// which is measured under light load. 1 (the M/M/1 knee) held unary
+	// traffic below what the engine's queue already allowed.
+	kneeSlack = 2.0
+	// serviceSamples answers make one service-time estimate.
+	serviceSamples = 20
+	// serviceMinDoubling: the remembered minimum service time doubles over
+	// this long unless seen again, so a slower engine (longer prompts,
+	// after a restart) is relearned.
+	serviceMinDoubling = 10 * time.Minute
+
 	windowMinSamples = 10
 	windowMinGauges  = 2
 	windowMin        = 100 * time.Millisecond
@@ -53,16 +70,26 @@ const (
 //     batch (a bigger batch means slower steps and larger prefill waves), so
 //     below the engine's capacity this is what bounds the cap when the
 //     objective is tight;
+//   - the mean service time S of successful answers (admission to last
+//     byte; by Little's law S = N/X for N in flight completing X a second),
+//     estimated every serviceSamples answers, against its decaying minimum:
+//     below the engine's knee a bigger batch barely slows each answer, past
+//     it S grows in proportion to N while X stays flat. This is what stops
+//     the cap when the engine starts every request it gets (chunked
+//     prefill: no queue to read) and only gets slower;
 //   - upstream failures (5xx, refused, reset).
 //
-// The law: congestion (queue over 1 on average, p90 over the target, or any
-// failure) multiplies the cap by the tightest of running/(running+waiting),
-// target/p90 and 0.9, floored at 0.5; otherwise, when demand filled the cap,
-// answers are flowing and the p90 is within 80% of the target, the cap grows
-// by x1.25 until the engine first shows a queue and by 5% (at least 1)
-// after; while the engine's gauges are readable, only on a window that read
-// them. Only evidence from after the last change counts, so each change is
-// judged by its own effect.
+// The law: congestion (queue over 1 on average, p90 over the target, S over
+// three times its minimum, or any failure) multiplies the cap by the
+// tightest of running/(running+waiting), target/p90, 3*Smin/S and 0.9,
+// floored at 0.5 (each S estimate is used once: it spans answers admitted
+// before the last change too, since answers as long as S finish only S after
+// it); otherwise, when demand filled the cap, answers are flowing, the p90
+// is within 80% of the target and S within 80% of three times its minimum,
+// the cap grows by x1.25 until the engine first shows a queue and by 5% (at
+// least 1) after; while the engine's gauges are readable, only on a window
+// that read them. S aside, only evidence from after the last change
+// counts, so each change is judged by its own effect.
 type autoLimit struct {
 	limit   float64
 	probing bool
@@ -80,6 +107,16 @@ type autoLimit struct {
 	demand     bool
 	// hold stops growth (the watchdog says the engine is saturated).
 	hold bool
+
+	// Service time (admission to the answer's end) of every successful
+	// answer, whenever admitted: svcSum/svcN until serviceSamples, then
+	// svc is the estimate, fresh until the law has used it once.
+	svcSum   float64
+	svcN     int
+	svc      float64
+	svcFresh bool
+	svcMin   float64
+	svcMinAt time.Time
 }
 
 func newAutoLimit(target time.Duration, now time.Time) *autoLimit {
@@ -113,11 +150,32 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 
 // observeDone feeds a finished answer (pacing evidence: the cap was used).
 func (a *autoLimit) observeDone(admitted, now time.Time) bool {
+	a.observeService(now.Sub(admitted), now)
 	if admitted.Before(a.lastChange) {
 		return false
 	}
 	a.samples++
 	return a.maybeUpdate(now)
+}
+
+// observeService accumulates service times into an estimate and keeps its
+// decaying minimum.
+func (a *autoLimit) observeService(d time.Duration, now time.Time) {
+	a.svcSum += d.Seconds()
+	a.svcN++
+	if a.svcN < serviceSamples {
+		return
+	}
+	a.svc = a.svcSum / float64(a.svcN)
+	a.svcSum, a.svcN = 0, 0
+	a.svcFresh = true
+	if a.svcMin > 0 {
+		a.svcMin *= math.Exp2(now.Sub(a.svcMinAt).Seconds() / serviceMinDoubling.Seconds())
+	}
+	if a.svcMin == 0 || a.svc < a.svcMin {
+		a.svcMin = a.svc
+	}
+	a.svcMinAt = now
 }
 
 // drop records an upstream failure of a request admitted at admitted.
@@ -159,14 +217,20 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	}
 	queued := w > queueTolerance
 	slow := target > 0 && len(a.ttfts) >= 3 && p90 > target
+	knee := (1 + kneeSlack) * a.svcMin
+	pastKnee := a.svcFresh && a.svc > knee
+	a.svcFresh = false
 	if w > 0 {
 		// The engine has started to queue: near its capacity, probe gently.
 		a.probing = false
 	}
 	old := a.limit
 	switch {
-	case queued || slow || a.drops > 0:
+	case queued || slow || pastKnee || a.drops > 0:
 		f := 0.9
+		if pastKnee {
+			f = min(f, knee/a.svc)
+		}
 		if queued {
 			f = min(f, r/(r+w))
 		}
@@ -180,6 +244,8 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		// Nothing started or finished: no sign the engine is moving (it
 		// may be hung), so no reason to send it more.
 	case target > 0 && p90 > growBand*target:
+	case a.svc > growBand*knee:
+		// Near the knee: more in flight would only slow every answer.
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
 		// The engine's queue is readable but was not read this window.
 	case a.probing:

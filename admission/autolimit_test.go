@@ -215,6 +215,44 @@ func TestAutoLimitLaw(t *testing.T) {
 			t.Errorf("cap %d grew on gauges alone, want %d", a.cap(), autoInitial)
 		}
 	})
+	// answers feeds n answers of service time svc, all admitted after the
+	// last change, and returns the time of the last.
+	answers := func(a *autoLimit, at time.Time, n int, svc time.Duration) time.Time {
+		for range n {
+			at = at.Add(windowMin / 4)
+			a.observeDone(at.Add(-svc), at)
+		}
+		return at
+	}
+	t.Run("answers taking over three times their unloaded time cut the cap to the knee", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.probing = false
+		at := answers(a, t0, serviceSamples, 4*time.Second)
+		a.limit = 60
+		a.lastChange = time.Time{}
+		at = answers(a, at, serviceSamples, 18*time.Second)
+		if a.cap() != 40 {
+			t.Errorf("cap %d with answers at 4.5x their 4 s minimum, want 40 (knee/S of 60)", a.cap())
+		}
+		a.markDemand()
+		answers(a, at, 2*windowMinSamples, 18*time.Second)
+		if a.cap() != 40 {
+			t.Errorf("cap %d: one estimate cut twice, want it used once (40)", a.cap())
+		}
+	})
+	t.Run("near the knee the cap does not grow", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.probing = false
+		at := answers(a, t0, serviceSamples, 4*time.Second)
+		a.lastChange = time.Time{}
+		at = answers(a, at, serviceSamples, 10*time.Second)
+		c := a.cap()
+		a.markDemand()
+		answers(a, at, 2*windowMinSamples, 10*time.Second)
+		if a.cap() != c {
+			t.Errorf("cap grew from %d to %d with answers at 2.5x their minimum", c, a.cap())
+		}
+	})
 	t.Run("a slow window closes on time with little evidence", func(t *testing.T) {
 		a := newAutoLimit(0, t0)
 		a.markDemand()

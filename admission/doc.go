@@ -84,36 +84,49 @@
 // engine's: bounded, newest first, dropped when its client leaves, answered
 // with an honest Retry-After.
 //
-// Why these signals. A continuous-batching engine (vLLM) starts every request
-// it has room for at once, so its own waiting gauge (vllm:num_requests_waiting,
-// read from its /metrics four times a second while requests are in flight)
-// counts exactly the work the cap let in beyond the engine's batch or KV
-// capacity: a queue there means the cap is too high, no queue with demand
-// means it may grow. Below that capacity latency still rises with the batch
-// (slower steps, larger prefill waves: in the simulated engine TTFT grows 4x
-// from 1 to 8 requests in flight while inter-token latency stays flat), so a
-// latency-ratio limiter (Netflix-style gradient, TTFT against its unloaded
-// value) stops far below capacity and throws throughput away; and no
-// latency signal alone can tell "the engine is busy" from "the engine is
-// queueing". The TTFT objective then bounds the cap where a full batch would
-// answer too slowly: goodput (answers meeting the objective) is maximal at
-// the largest cap whose TTFT meets it, and at the batch size when it is
-// loose. Upstream failures (5xx, refused, reset) cut the cap too.
+// Why these signals. A continuous-batching engine (vLLM) starts every
+// request it has room for at once, so its own waiting gauge
+// (vllm:num_requests_waiting, read from its /metrics four times a second
+// while requests are in flight) counts exactly the work the cap let in
+// beyond the engine's batch or KV capacity: a queue there means the cap is
+// too high, no queue with demand means it may grow. Below that capacity
+// latency still rises with the batch (slower steps, larger prefill waves: in
+// the simulated engine TTFT grows 4x from 1 to 8 requests in flight while
+// inter-token latency stays flat), so a latency-ratio limiter (Netflix-style
+// gradient, TTFT against its unloaded value) stops far below capacity and
+// throws throughput away; and no latency signal alone can tell "the engine
+// is busy" from "the engine is queueing". The TTFT objective then bounds the
+// cap where a full batch would answer too slowly: goodput (answers meeting
+// the objective) is maximal at the largest cap whose TTFT meets it, and at
+// the batch size when it is loose. The engine's knee bounds it otherwise: by
+// Little's law the mean service time of an answer is S = N/X (N in flight, X
+// completions a second); below the knee S stays near its unloaded value,
+// past it S grows in proportion to N while X no longer does, so every
+// request added only slows the others. The cap keeps S within three times
+// its minimum (the lowest estimate, which doubles over ten minutes unless
+// seen again, so a slower engine is relearned), two thirds of the throughput
+// ceiling; unlike a TTFT ratio it judges whole answers, which a batch below
+// the knee barely slows. Upstream failures (5xx, refused, reset) cut the cap
+// too.
 //
 // The law (see autoLimit): evidence is gathered in windows; only requests
 // admitted after the last change are judged, so each change is judged by its
 // own effect. The engine's queue above 1 on average cuts the cap to
 // running/(running+waiting) of itself; a TTFT p90 over the objective cuts it
-// by target/p90; failures by 10% (never more than half at once). Otherwise,
-// when demand filled the cap, answers are flowing, and the p90 is within 80%
-// of the objective, it grows by x1.25 until the engine first shows a queue,
-// then by 5% a window (while the gauges are readable, only on a window that
-// read them). It starts at 16 and stays within [2, 256]. Without readable
-// metrics it falls back to the objective and failures; for non-streamed
-// answers (no first token to time) it relies on the engine's queue. In the
+// by target/p90; a mean service time S over three times its minimum by
+// 3*Smin/S (each estimate of S, every 20 answers, used once); failures by
+// 10% (never more than half at once). Otherwise, when demand filled the cap,
+// answers are flowing, and the p90 and S are within 80% of their bounds, it
+// grows by x1.25 until the engine first shows a queue, then by 5% a window
+// (while the gauges are readable, only on a window that read them). It
+// starts at 16 and stays within [2, 256]. Without readable metrics it falls
+// back to the objective and failures; for non-streamed answers (no first
+// token to time) it relies on the engine's queue and the knee. In the
 // simulated engine with a batch of 40 it settles at 40-45 with the engine's
 // queue averaging about 1, completing as much as a cap fixed at 40; with a
-// 150 ms objective it settles near 22, where the prefill wave meets it.
+// 150 ms objective it settles near 22, where the prefill wave meets it. On
+// streamed chat traffic that never queues in the engine (bench/README.md,
+// goodput) the knee holds it near 68 in flight, where it ran to 110-150.
 //
 // # Control
 //
