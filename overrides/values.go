@@ -50,18 +50,3 @@ func positiveDuration(s string) error {
 	}
 	return nil
 }
-
-func ratio(s string) error {
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 || f > 1 {
-		return fmt.Errorf("want a number between 0 and 1")
-	}
-	return nil
-}
-
-func boolean(s string) error {
-	if _, err := strconv.ParseBool(s); err != nil {
-		return fmt.Errorf("want true or false")
-	}
-	return nil
-}
