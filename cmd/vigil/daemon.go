@@ -371,8 +371,11 @@ func (d *daemon) config() *configs.Config {
 // readyCheck is recovery's "serves again": /v1/models 200 and a 1-token
 // completion that completes.
 func readyCheck(cfg *configs.Config) func(ctx context.Context) error {
+	// One transport for every check: recovery polls this every few seconds
+	// for up to ready_timeout, and a transport per call would leave its
+	// idle connections behind each time.
+	pc := probes.FromConfig(cfg.Engine, cfg.Watchdog)
 	return func(ctx context.Context) error {
-		pc := probes.FromConfig(cfg.Engine, cfg.Watchdog)
 		c := probes.NewClient(pc)
 		defer c.Close()
 		m := c.Models(ctx)

@@ -61,10 +61,11 @@ type demo struct {
 	started  time.Time
 	restarts int
 
-	lastState watchdog.State
-	sent      atomic.Int64
-	ok        atomic.Int64
-	failed    atomic.Int64
+	lastState  watchdog.State
+	restoredAt atomic.Int64 // UnixNano when traffic came back, 0 before
+	sent       atomic.Int64
+	ok         atomic.Int64
+	failed     atomic.Int64
 }
 
 func (d *demo) say(format string, a ...any) {
@@ -234,10 +235,8 @@ func (d *demo) onVerdict(v watchdog.Verdict) {
 	}
 }
 
-var restoredAt atomic.Int64
-
 func (d *demo) restoredAfter(hungAt time.Time) float64 {
-	if t := restoredAt.Load(); t > 0 {
+	if t := d.restoredAt.Load(); t > 0 {
 		return time.Unix(0, t).Sub(hungAt).Seconds()
 	}
 	return time.Since(hungAt).Seconds()
@@ -316,7 +315,7 @@ func (l *demoLB) Ready(context.Context) error {
 	l.mu.Lock()
 	l.drained = false
 	l.mu.Unlock()
-	restoredAt.Store(time.Now().UnixNano())
+	l.d.restoredAt.Store(time.Now().UnixNano())
 	l.d.say("load balancer: node1 → READY")
 	return nil
 }
