@@ -407,30 +407,16 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket, promptTo
 	m.sse = isSSE(resp.Header)
 	o.dropped = resp.StatusCode >= 500
 	l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
-	bufp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bufp)
-	buf := *bufp
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			now := l.clock.Now()
-			first := m.first.IsZero()
-			m.chunk(buf[:n], now)
-			if first && m.sse && resp.StatusCode < 300 {
-				tk.firstByte(now.Sub(m.sent))
-			}
-			l.co.append(ex, buf[:n])
+	_, readErr := l.pump(resp, &m, tk, func(p []byte) error {
+		l.co.append(ex, p)
+		return nil
+	})
+	if readErr != nil {
+		if ex.ctx.Err() == nil {
+			o.dropped = true
+			l.c.upstreamErrors.Add(1)
 		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			if ex.ctx.Err() == nil {
-				o.dropped = true
-				l.c.upstreamErrors.Add(1)
-			}
-			return
-		}
+		return
 	}
 	complete = true
 	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300

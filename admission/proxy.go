@@ -308,46 +308,28 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	if stream {
 		_ = rc.Flush()
 	}
-	bufp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bufp)
-	buf := *bufp
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			now := l.clock.Now()
-			first := m.first.IsZero()
-			m.chunk(buf[:n], now)
-			if first && tk != nil && m.sse && resp.StatusCode < 300 {
-				tk.firstByte(now.Sub(m.sent))
-			}
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				o.cancelled = true
-				if tk != nil {
-					l.c.cancelledImmediate.Add(1)
-				}
-				return
-			}
-			if stream {
-				_ = rc.Flush()
-			}
+	sinkErr, readErr := l.pump(resp, &m, tk, func(p []byte) error {
+		if _, err := w.Write(p); err != nil {
+			return err
 		}
-		if rerr == io.EOF {
-			break
+		if stream {
+			_ = rc.Flush()
 		}
-		if rerr != nil {
-			if r.Context().Err() != nil {
-				o.cancelled = true
-				if tk != nil {
-					l.c.cancelledImmediate.Add(1)
-				}
-				return
-			}
-			// The engine broke off mid-answer: make the client see a broken
-			// answer, not a complete-looking short one.
-			o.dropped = true
-			l.c.upstreamErrors.Add(1)
-			panic(http.ErrAbortHandler)
+		return nil
+	})
+	if sinkErr != nil || (readErr != nil && r.Context().Err() != nil) {
+		o.cancelled = true
+		if tk != nil {
+			l.c.cancelledImmediate.Add(1)
 		}
+		return
+	}
+	if readErr != nil {
+		// The engine broke off mid-answer: make the client see a broken
+		// answer, not a complete-looking short one.
+		o.dropped = true
+		l.c.upstreamErrors.Add(1)
+		panic(http.ErrAbortHandler)
 	}
 	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
 	o.completionTokens, o.totalTokens = m.tokens(promptTokens)
@@ -369,4 +351,35 @@ func formatBytes(n int64) string {
 		return strconv.FormatInt(n>>10, 10) + " KiB"
 	}
 	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// pump copies the engine's answer into sink chunk by chunk, metering each
+// (bytes, tokens, first-byte time) and timing the first streamed byte for
+// the automatic cap (tk may be nil for uncapped calls). It returns the
+// sink's error (the reader went away) or the read error (the engine broke
+// off); both are nil at a clean end.
+func (l *Limiter) pump(resp *http.Response, m *meter, tk *ticket, sink func([]byte) error) (sinkErr, readErr error) {
+	bufp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bufp)
+	buf := *bufp
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			now := l.clock.Now()
+			first := m.first.IsZero()
+			m.chunk(buf[:n], now)
+			if first && tk != nil && m.sse && resp.StatusCode < 300 {
+				tk.firstByte(now.Sub(m.sent))
+			}
+			if err := sink(buf[:n]); err != nil {
+				return err, nil
+			}
+		}
+		if rerr == io.EOF {
+			return nil, nil
+		}
+		if rerr != nil {
+			return nil, rerr
+		}
+	}
 }
