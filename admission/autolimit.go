@@ -14,17 +14,31 @@ const (
 	autoMax     = 256 // vLLM's default --max-num-seqs: past it an engine only queues
 	autoInitial = 16  // small enough for any engine, large enough to batch
 
-	// queueTolerance is the engine's own waiting queue, averaged over a
-	// window, that counts as "the cap is above what the engine can run".
+	// queueTolerance and queueShare: the engine's own waiting queue,
+	// averaged over a window, counts as "the cap is above what the engine
+	// can run" when it is over queueTolerance requests and over queueShare
+	// of those running. By Little's law waiting/running is the time a
+	// request spends waiting in the engine over the time it runs: with
+	// chunked prefill a few long prompts always wait a step or two for the
+	// step's token budget (that is the engine at full use, not queueing),
+	// while a cap past the engine's batch or KV capacity parks whole
+	// requests there.
+	// A streamed answer's first token waits out the whole of that queue,
+	// though, so while first tokens are being measured any queue over
+	// queueTolerance counts.
 	queueTolerance = 1.0
+	queueShare     = 0.1
 	// growBand: no growth while the TTFT p90 is above this share of the
 	// target, so the cap settles below the objective instead of across it.
 	growBand = 0.8
 	// probeGain multiplies the cap per uncongested round until the first
-	// congestion (start-up, after SlowStart); afterwards it grows by
-	// addGain of itself (at least 1) per round.
+	// congestion (start-up, after SlowStart).
 	probeGain = 1.25
-	addGain   = 0.05
+	// turnoverGain: past the first congestion the cap grows by this much
+	// per answer finished, i.e. by turnoverGain of itself per turnover
+	// (one service time), whatever the length of a window: the evidence of
+	// a step (service time, the tail, TTFT) arrives one turnover later.
+	turnoverGain = 0.25
 	// gaugeFresh: while the engine's gauges were read this recently, the
 	// cap grows only on a window that includes a reading of them, so it
 	// never outruns the evidence of the engine's queue.
@@ -46,6 +60,19 @@ const (
 	// this long unless seen again, so a slower engine (longer prompts,
 	// after a restart) is relearned.
 	serviceMinDoubling = 10 * time.Minute
+
+	// deadlineShare: unary answers whose client announced its timeout
+	// (X-Stainless-Timeout) must finish, at the 99th percentile of their
+	// time in the engine, within this share of it. Past it the answers the
+	// cap adds arrive after their clients gave up: pure waste, and retries.
+	// All of it: a first attempt waits little in the queue (newest first),
+	// and 0.9 kept hold calls on time no better (99.7% vs 99.4%) while
+	// delivering fewer of a backlog's (88% vs 92%, bench/README.md).
+	deadlineShare = 1.0
+	// deadlineSamples answers make the percentile (a ring), from
+	// deadlineMinSamples on.
+	deadlineSamples    = 200
+	deadlineMinSamples = 50
 
 	windowMinSamples = 10
 	windowMinGauges  = 2
@@ -70,26 +97,33 @@ const (
 //     batch (a bigger batch means slower steps and larger prefill waves), so
 //     below the engine's capacity this is what bounds the cap when the
 //     objective is tight;
-//   - the mean service time S of successful answers (admission to last
-//     byte; by Little's law S = N/X for N in flight completing X a second),
-//     estimated every serviceSamples answers, against its decaying minimum:
-//     below the engine's knee a bigger batch barely slows each answer, past
-//     it S grows in proportion to N while X stays flat. This is what stops
-//     the cap when the engine starts every request it gets (chunked
-//     prefill: no queue to read) and only gets slower;
+//   - the mean service time S of successful streamed answers, or plain ones
+//     without an announced timeout (admission to last byte; by Little's law
+//     S = N/X for N in flight completing X a second), estimated every
+//     serviceSamples answers, against its decaying minimum: below the
+//     engine's knee a bigger batch barely slows each answer, past it S grows
+//     in proportion to N while X stays flat. This is what stops the cap when
+//     the engine starts every request it gets (chunked prefill: no queue to
+//     read) and only gets slower;
+//   - plain answers whose client announced its timeout: the deadline
+//     ceiling (deadlineCeiling), the most in flight at which the slowest 1%
+//     still finish within the timeout;
 //   - upstream failures (5xx, refused, reset).
 //
-// The law: congestion (queue over 1 on average, p90 over the target, S over
-// three times its minimum, or any failure) multiplies the cap by the
-// tightest of running/(running+waiting), target/p90, 3*Smin/S and 0.9,
+// The law: congestion (the engine's queue, see queueShare; p90 over the
+// target; S over three times its minimum; the cap over the deadline
+// ceiling; any failure) multiplies the cap by the tightest of
+// running/(running+waiting), target/p90, 3*Smin/S, ceiling/cap and 0.9,
 // floored at 0.5 (each S estimate is used once: it spans answers admitted
 // before the last change too, since answers as long as S finish only S after
 // it); otherwise, when demand filled the cap, answers are flowing, the p90
 // is within 80% of the target and S within 80% of three times its minimum,
-// the cap grows by x1.25 until the engine first shows a queue and by 5% (at
-// least 1) after; while the engine's gauges are readable, only on a window
-// that read them. S aside, only evidence from after the last change
-// counts, so each change is judged by its own effect.
+// the cap grows: by x1.25 a window until the engine first queues, or while
+// the deadline ceiling bounds it (never past it), and otherwise by
+// turnoverGain per answer finished; while the engine's gauges are readable,
+// only on a window that read them. TTFT and failures count only for
+// requests admitted after the last change, so each change is judged by its
+// own effect.
 type autoLimit struct {
 	limit   float64
 	probing bool
@@ -99,6 +133,7 @@ type autoLimit struct {
 	winStart   time.Time
 	ttfts      []float64 // seconds, streamed answers admitted after lastChange
 	samples    int       // answers finished or first bytes seen since lastChange
+	finished   int       // answers finished this window, whenever admitted
 	drops      int
 	gauges     int
 	waiting    float64 // sums over gauges
@@ -117,6 +152,12 @@ type autoLimit struct {
 	svcFresh bool
 	svcMin   float64
 	svcMinAt time.Time
+
+	// Unary answers with an announced deadline: a ring of each answer's
+	// time in the engine / (its client's timeout x the requests in flight
+	// beside it). See deadlineCeiling.
+	dl     []float64
+	dlNext int
 }
 
 func newAutoLimit(target time.Duration, now time.Time) *autoLimit {
@@ -148,9 +189,18 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 	return a.maybeUpdate(now)
 }
 
-// observeDone feeds a finished answer (pacing evidence: the cap was used).
-func (a *autoLimit) observeDone(admitted, now time.Time) bool {
-	a.observeService(now.Sub(admitted), now)
+// observeDone feeds a successful answer (pacing evidence: the cap was
+// used). deadline is its client's announced timeout (0: none): a unary
+// answer with one is judged against it; any other feeds the knee.
+// inFlight is the number of requests in flight while it ran, itself
+// included.
+func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration, streamed bool, inFlight int) bool {
+	if deadline > 0 && !streamed {
+		a.observeDeadline(now.Sub(admitted).Seconds() / deadline.Seconds() / float64(max(1, inFlight)))
+	} else {
+		a.observeService(now.Sub(admitted), now)
+	}
+	a.finished++
 	if admitted.Before(a.lastChange) {
 		return false
 	}
@@ -176,6 +226,36 @@ func (a *autoLimit) observeService(d time.Duration, now time.Time) {
 		a.svcMin = a.svc
 	}
 	a.svcMinAt = now
+}
+
+// observeDeadline adds one answer's share of its client's timeout per
+// request in flight.
+func (a *autoLimit) observeDeadline(r float64) {
+	if len(a.dl) < deadlineSamples {
+		a.dl = append(a.dl, r)
+	} else {
+		a.dl[a.dlNext] = r
+		a.dlNext = (a.dlNext + 1) % deadlineSamples
+	}
+}
+
+// deadlineCeiling is the most requests in flight at which unary answers
+// still finish within deadlineShare of their clients' timeouts at the 99th
+// percentile, or 0 while unknown. Each answer took t = d x n x r (timeout
+// d, n in flight); past an engine's knee its throughput X is flat, so by
+// Little's law t grows in proportion to n (t = n/X per mean request, the
+// tail in proportion), and r is what one more request in flight costs.
+// Below the knee t barely grows with n, so r overstates that cost and the
+// ceiling errs low, where the cap does no harm. Normalised by n, answers
+// measured at any cap are comparable: the ceiling needs no step-by-step
+// probing of the tail, which shows only minutes after each change.
+func (a *autoLimit) deadlineCeiling() float64 {
+	if len(a.dl) < deadlineMinSamples {
+		return 0
+	}
+	s := slices.Clone(a.dl)
+	slices.Sort(s)
+	return deadlineShare / s[min(len(s)-1, len(s)*99/100)]
 }
 
 // drop records an upstream failure of a request admitted at admitted.
@@ -215,21 +295,32 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	if a.gauges > 0 {
 		w, r = a.waiting/float64(a.gauges), a.running/float64(a.gauges)
 	}
-	queued := w > queueTolerance
+	tolerance := queueTolerance
+	if len(a.ttfts) == 0 {
+		tolerance = max(tolerance, queueShare*r)
+	}
+	queued := w > tolerance
 	slow := target > 0 && len(a.ttfts) >= 3 && p90 > target
 	knee := (1 + kneeSlack) * a.svcMin
 	pastKnee := a.svcFresh && a.svc > knee
 	a.svcFresh = false
-	if w > 0 {
+	ceiling := a.deadlineCeiling()
+	late := ceiling > 0 && a.limit > ceiling
+	if queued || (len(a.ttfts) > 0 && w > 0) {
 		// The engine has started to queue: near its capacity, probe gently.
+		// Streamed answers' first tokens wait out any queue, so for them
+		// the first request waiting ends the probing.
 		a.probing = false
 	}
 	old := a.limit
 	switch {
-	case queued || slow || pastKnee || a.drops > 0:
+	case queued || slow || pastKnee || late || a.drops > 0:
 		f := 0.9
 		if pastKnee {
 			f = min(f, knee/a.svc)
+		}
+		if late {
+			f = min(f, ceiling/a.limit)
 		}
 		if queued {
 			f = min(f, r/(r+w))
@@ -240,18 +331,25 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		a.limit = max(autoMin, a.limit*max(0.5, f))
 		a.probing = false
 	case a.hold || !a.demand:
-	case a.samples == 0:
+	case a.samples == 0 && a.finished == 0:
 		// Nothing started or finished: no sign the engine is moving (it
-		// may be hung), so no reason to send it more.
+		// may be hung), so no reason to send it more. Any answer counts
+		// here, whenever admitted: answers as long as a minute would
+		// otherwise allow one step per minute.
 	case target > 0 && p90 > growBand*target:
 	case a.svc > growBand*knee:
 		// Near the knee: more in flight would only slow every answer.
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
 		// The engine's queue is readable but was not read this window.
-	case a.probing:
+	case a.probing || ceiling > 0:
+		// Start-up, or a known ceiling (the clients' deadlines) that
+		// already bounds the step: no need to creep up a turnover at a time.
 		a.limit = min(autoMax, max(a.limit+1, a.limit*probeGain))
 	default:
-		a.limit = min(autoMax, a.limit+max(1, a.limit*addGain))
+		a.limit = min(autoMax, a.limit+turnoverGain*float64(a.finished))
+	}
+	if ceiling > 0 && a.limit > old {
+		a.limit = max(old, min(a.limit, ceiling))
 	}
 	changed := a.cap() != int(math.Round(old))
 	if a.limit != old {
@@ -260,7 +358,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	}
 	a.winStart = now
 	a.ttfts = a.ttfts[:0]
-	a.samples, a.drops, a.gauges = 0, 0, 0
+	a.samples, a.finished, a.drops, a.gauges = 0, 0, 0, 0
 	a.waiting, a.running = 0, 0
 	return changed
 }

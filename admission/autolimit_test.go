@@ -129,11 +129,26 @@ func TestAutoLimitLaw(t *testing.T) {
 			t.Error("still probing after congestion")
 		}
 	})
-	t.Run("one request waiting now and then is tolerated but ends the fast probing", func(t *testing.T) {
+	t.Run("one request waiting is tolerated; for streamed answers it ends the fast probing", func(t *testing.T) {
 		a := newAutoLimit(0, t0)
 		window(a, t0, 100*time.Millisecond, 1, 15, true)
-		if a.cap() != 17 || a.probing {
-			t.Errorf("cap %d (probing %v), want a gentle growth to 17", a.cap(), a.probing)
+		if a.cap() != autoInitial || a.probing {
+			t.Errorf("cap %d (probing %v), want %d, no longer probing", a.cap(), a.probing, autoInitial)
+		}
+	})
+	t.Run("one request waiting beside plain answers is prefill's pipeline: the probing goes on", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.markDemand()
+		at := t0
+		for i := range windowMinSamples {
+			at = at.Add(15 * time.Millisecond)
+			a.observeDone(at.Add(-time.Second), at, 0, false, 15)
+			if i%5 == 4 {
+				a.observeEngine(1, 15, at)
+			}
+		}
+		if a.cap() != 20 || !a.probing {
+			t.Errorf("cap %d (probing %v), want 20, still probing", a.cap(), a.probing)
 		}
 	})
 	t.Run("a TTFT p90 over the objective cuts in proportion", func(t *testing.T) {
@@ -220,7 +235,7 @@ func TestAutoLimitLaw(t *testing.T) {
 	answers := func(a *autoLimit, at time.Time, n int, svc time.Duration) time.Time {
 		for range n {
 			at = at.Add(windowMin / 4)
-			a.observeDone(at.Add(-svc), at)
+			a.observeDone(at.Add(-svc), at, 0, false, 1)
 		}
 		return at
 	}
@@ -256,11 +271,11 @@ func TestAutoLimitLaw(t *testing.T) {
 	t.Run("a slow window closes on time with little evidence", func(t *testing.T) {
 		a := newAutoLimit(0, t0)
 		a.markDemand()
-		a.observeDone(t0, t0.Add(100*time.Millisecond))
+		a.observeDone(t0, t0.Add(100*time.Millisecond), 0, false, 1)
 		if a.cap() != autoInitial {
 			t.Fatal("one answer closed a window early")
 		}
-		a.observeDone(t0, t0.Add(windowMax))
+		a.observeDone(t0, t0.Add(windowMax), 0, false, 1)
 		if a.cap() != 20 {
 			t.Errorf("cap %d after a second-long window of answers, want 20", a.cap())
 		}
@@ -314,5 +329,150 @@ func TestMeterCountsEventsAndReadsUsage(t *testing.T) {
 	m.chunk([]byte(`{"id":"x","usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`), t0)
 	if c, tot := m.tokens(100); c != 4 || tot != 7 {
 		t.Errorf("unary tokens %d/%d, want 4/7", c, tot)
+	}
+}
+
+func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const deadline = 120 * time.Second
+	// run drives a saturated limiter against an engine past its knee: an
+	// answer takes perReq per request in flight (Little's law at a flat
+	// throughput), one in fifty twice that; the engine never queues.
+	run := func(a *autoLimit, perReq time.Duration, d time.Duration) []int {
+		at := t0
+		var caps []int
+		for i := 0; time.Duration(i)*100*time.Millisecond < d; i++ {
+			at = at.Add(100 * time.Millisecond)
+			n := a.cap()
+			a.markDemand()
+			svc := time.Duration(n) * perReq
+			if i%50 == 0 {
+				svc *= 2
+			}
+			a.observeDone(at.Add(-svc), at, deadline, false, n)
+			if i%3 == 0 {
+				a.observeEngine(0, float64(n), at)
+			}
+			if i%10 == 0 {
+				caps = append(caps, a.cap())
+			}
+		}
+		return caps
+	}
+	for _, tc := range []struct {
+		name           string
+		perReq         time.Duration
+		wantLo, wantHi float64
+	}{
+		// The tail (2 x n x 0.5 s) reaches 120 s at n = 120.
+		{"the tail reaches the deadline at 120 in flight", 500 * time.Millisecond, 100, 120},
+		// 2 x n x 1 s = 120 s at n = 60.
+		{"a slower engine gets half as many", time.Second, 50, 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAutoLimit(0, t0)
+			caps := run(a, tc.perReq, 3*time.Minute)
+			mean, lo, hi := settled(caps)
+			if mean < tc.wantLo || mean > tc.wantHi || float64(hi) > tc.wantHi {
+				t.Errorf("settled around %.1f (%d..%d), want within [%.0f, %.0f]; caps every second: %v",
+					mean, lo, hi, tc.wantLo, tc.wantHi, caps)
+			}
+		})
+	}
+	t.Run("a cap above the ceiling is cut to it", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.limit, a.probing = 200, false
+		at := t0
+		// Every answer took 60 s beside 50 others: at this pace the tail
+		// reaches the 120 s deadline at 100 in flight.
+		for range deadlineMinSamples {
+			at = at.Add(10 * time.Millisecond)
+			a.observeDone(at.Add(-60*time.Second), at, deadline, false, 50)
+		}
+		if c := a.deadlineCeiling(); c < 99 || c > 101 {
+			t.Fatalf("ceiling %.1f, want 100", c)
+		}
+		a.markDemand()
+		for range windowMinGauges {
+			at = at.Add(windowMin)
+			a.observeEngine(0, 200, at)
+		}
+		if a.cap() != 100 {
+			t.Errorf("cap %d above a ceiling of 100, want it cut to 100", a.cap())
+		}
+	})
+	t.Run("streamed answers and answers with no announced timeout feed the knee, not the ceiling", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		at := t0
+		for range deadlineMinSamples {
+			at = at.Add(10 * time.Millisecond)
+			a.observeDone(at.Add(-time.Second), at, deadline, true, 10)
+			a.observeDone(at.Add(-time.Second), at, 0, false, 10)
+		}
+		if len(a.dl) != 0 || a.deadlineCeiling() != 0 {
+			t.Errorf("%d deadline samples, ceiling %.1f; want none", len(a.dl), a.deadlineCeiling())
+		}
+		if a.svcMin == 0 {
+			t.Error("the knee got no service time")
+		}
+	})
+}
+
+func TestAutoLimitReadsTheEnginesQueueByWhatItCosts(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name             string
+		streamed         bool
+		waiting, running float64
+		wantCut          bool
+	}{
+		// Waiting/running is queue time over run time (Little's law).
+		{"unary: 3 waiting beside 60 running is prefill's pipeline", false, 3, 60, false},
+		{"unary: 9 waiting beside 60 running is a queue", false, 9, 60, true},
+		{"unary: 1 waiting is never a queue", false, 1, 4, false},
+		{"streamed: 3 waiting delay first tokens by a whole wait", true, 3, 60, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAutoLimit(0, t0)
+			a.limit, a.probing = 64, false
+			a.markDemand()
+			at := t0
+			for i := range windowMinSamples {
+				at = at.Add(15 * time.Millisecond)
+				if tc.streamed {
+					a.observeTTFT(at, 100*time.Millisecond, at)
+				} else {
+					a.observeDone(at.Add(-10*time.Second), at, 0, false, 60)
+				}
+				if i%5 == 4 {
+					a.observeEngine(tc.waiting, tc.running, at)
+				}
+			}
+			if cut := a.cap() < 64; cut != tc.wantCut {
+				t.Errorf("cap 64 -> %d; want cut %v", a.cap(), tc.wantCut)
+			}
+		})
+	}
+}
+
+func TestAutoLimitGrowsByTheTurnover(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newAutoLimit(0, t0)
+	a.limit, a.probing = 40, false
+	at := t0
+	// Two windows: 10 answers finish in each (admitted long ago), no queue.
+	for range 2 {
+		a.markDemand()
+		for i := range windowMinSamples {
+			at = at.Add(15 * time.Millisecond)
+			a.observeDone(t0.Add(-time.Minute), at, 0, false, 40)
+			if i%5 == 4 {
+				a.observeEngine(0, 40, at)
+			}
+		}
+	}
+	// 20 answers of a turnover of 40: half a turnover, so an eighth more.
+	if got := a.limit; math.Abs(got-45) > 0.01 {
+		t.Errorf("limit %.2f after 20 answers at 40 in flight, want 45 (+%.2f per answer)", got, turnoverGain)
 	}
 }

@@ -420,6 +420,7 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket, promptTo
 	}
 	complete = true
 	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.streamed = m.sse
 	o.completionTokens, o.totalTokens = m.tokens(promptTokens)
 }
 

@@ -46,9 +46,14 @@
 //     waits in a queue bounded by max_queue, max_queue_bytes (the bodies it
 //     holds) and max_queue_wait, cut to half the client's X-Stainless-Timeout
 //     (90% of it for a coalesced keyed call, which loses nothing by being
-//     admitted late: its execution outlives the attempt). newest_first (the
-//     default) serves the newest waiter first and, when the queue is full,
-//     turns away the oldest, whose client is the closest to giving up; fifo
+//     admitted late: its execution outlives the attempt, and a 503 with a
+//     Retry-After just before the client's own timeout stretches the call's
+//     life more than the SDK's short backoff would). newest_first (the
+//     default) serves first attempts newest first (the oldest first
+//     attempt's client is about to give up), then retries oldest call first
+//     (their clients missed their first deadline already; the oldest call
+//     has the fewest attempts left), so retries never displace fresh work;
+//     when the queue is full it turns away the oldest waiter; fifo
 //     turns away the newcomer. Full or expired: 503. An unkeyed waiter whose
 //     client leaves is removed at once. A keyed waiter's place outlives its
 //     attempt, as its execution would: when its client leaves, or its wait
@@ -76,57 +81,72 @@
 //
 // # The cap needs no tuning
 //
-// max_in_flight 0 (the default) derives the cap from the engine itself;
-// there is no capacity figure to measure or guess. The automatic cap is the
-// most work the engine runs at once without queueing it, kept within the
-// TTFT objective (ttft_target, default 2 s, the latency promised to clients,
-// not a capacity). Anything beyond waits in vigil's queue instead of the
-// engine's: bounded, newest first, dropped when its client leaves, answered
-// with an honest Retry-After.
+// max_in_flight 0 (the default) derives the cap from the engine and from
+// the clients' own deadlines; there is no capacity figure to measure or
+// guess. The automatic cap is the most work the engine runs at once without
+// queueing it, kept within what the clients wait for: the timeout each
+// announces for a plain answer, the TTFT objective (ttft_target, default
+// 2 s, the latency promised to clients, not a capacity) for a streamed one.
+// Anything beyond waits in vigil's queue instead of the engine's: bounded,
+// fresh work first, dropped when its client leaves, answered with an honest
+// Retry-After.
 //
 // Why these signals. A continuous-batching engine (vLLM) starts every
 // request it has room for at once, so its own waiting gauge
 // (vllm:num_requests_waiting, read from its /metrics four times a second
-// while requests are in flight) counts exactly the work the cap let in
-// beyond the engine's batch or KV capacity: a queue there means the cap is
-// too high, no queue with demand means it may grow. Below that capacity
-// latency still rises with the batch (slower steps, larger prefill waves: in
-// the simulated engine TTFT grows 4x from 1 to 8 requests in flight while
-// inter-token latency stays flat), so a latency-ratio limiter (Netflix-style
-// gradient, TTFT against its unloaded value) stops far below capacity and
-// throws throughput away; and no latency signal alone can tell "the engine
-// is busy" from "the engine is queueing". The TTFT objective then bounds the
-// cap where a full batch would answer too slowly: goodput (answers meeting
-// the objective) is maximal at the largest cap whose TTFT meets it, and at
-// the batch size when it is loose. The engine's knee bounds it otherwise: by
-// Little's law the mean service time of an answer is S = N/X (N in flight, X
-// completions a second); below the knee S stays near its unloaded value,
-// past it S grows in proportion to N while X no longer does, so every
-// request added only slows the others. The cap keeps S within three times
-// its minimum (the lowest estimate, which doubles over ten minutes unless
-// seen again, so a slower engine is relearned), two thirds of the throughput
-// ceiling; unlike a TTFT ratio it judges whole answers, which a batch below
-// the knee barely slows. Upstream failures (5xx, refused, reset) cut the cap
-// too.
+// while requests are in flight) counts the work the cap let in beyond the
+// engine's batch or KV capacity. With chunked prefill a long prompt or two
+// always waits a step for the step's token budget: that is the engine at
+// full use, not a queue. By Little's law waiting/running is the time a
+// request waits over the time it runs, so for plain answers the queue counts
+// once it is over 1 and over a tenth of those running; a streamed answer's
+// first token waits out the whole queue, so there any queue over 1 counts.
+// Below the engine's capacity latency still rises with the batch, so a
+// latency-ratio limiter (Netflix-style gradient) stops far below capacity
+// and throws throughput away; and no latency signal alone can tell "the
+// engine is busy" from "the engine is queueing". What bounds the cap below
+// capacity is what the clients wait for:
 //
-// The law (see autoLimit): evidence is gathered in windows; only requests
-// admitted after the last change are judged, so each change is judged by its
-// own effect. The engine's queue above 1 on average cuts the cap to
+//   - Plain answers whose client announced its timeout (X-Stainless-Timeout,
+//     sent by every OpenAI SDK attempt): an answer arriving after its client
+//     gave up is waste, and a retry. Past the engine's knee its throughput X
+//     is flat, so by Little's law an answer's time grows in proportion to
+//     the N in flight (S = N/X, the tail in proportion). Each answer gives
+//     its time over (its timeout x the N it ran beside); the 99th percentile
+//     of the last 200 gives the ceiling: the N at which the slowest 1% still
+//     arrive within their timeout. Normalised by N, answers measured at any
+//     cap are comparable, so the ceiling needs no step-by-step probing of a
+//     tail that shows only minutes after each step; below the knee the
+//     normalisation overstates the cost of N and errs low. This maximises
+//     throughput (a backlog drains as fast as it can) while the answers
+//     still arrive in time.
+//   - Streamed answers: TTFT against the objective, judged at the p90; and
+//     the engine's knee by the mean service time S = N/X, kept within three
+//     times its minimum (the lowest estimate, which doubles over ten minutes
+//     unless seen again, so a slower engine is relearned): two thirds of the
+//     throughput ceiling; unlike a TTFT ratio it judges whole answers, which
+//     a batch below the knee barely slows.
+//
+// Upstream failures (5xx, refused, reset) cut the cap too.
+//
+// The law (see autoLimit): evidence is gathered in windows; TTFT and
+// failures count only for requests admitted after the last change, so each
+// change is judged by its own effect. The engine's queue cuts the cap to
 // running/(running+waiting) of itself; a TTFT p90 over the objective cuts it
 // by target/p90; a mean service time S over three times its minimum by
-// 3*Smin/S (each estimate of S, every 20 answers, used once); failures by
-// 10% (never more than half at once). Otherwise, when demand filled the cap,
-// answers are flowing, and the p90 and S are within 80% of their bounds, it
-// grows by x1.25 until the engine first shows a queue, then by 5% a window
-// (while the gauges are readable, only on a window that read them). It
-// starts at 16 and stays within [2, 256]. Without readable metrics it falls
-// back to the objective and failures; for non-streamed answers (no first
-// token to time) it relies on the engine's queue and the knee. In the
-// simulated engine with a batch of 40 it settles at 40-45 with the engine's
-// queue averaging about 1, completing as much as a cap fixed at 40; with a
-// 150 ms objective it settles near 22, where the prefill wave meets it. On
-// streamed chat traffic that never queues in the engine (bench/README.md,
-// goodput) the knee holds it near 68 in flight, where it ran to 110-150.
+// 3*Smin/S (each estimate of S, every 20 answers, used once); a cap above the
+// deadline ceiling to the ceiling; failures by 10% (never more than half at
+// once). Otherwise, when demand filled the cap and answers are flowing, and
+// the p90 and S are within 80% of their bounds, it grows: by x1.25 a window
+// while probing (from the start until the engine first queues) or while a
+// deadline ceiling bounds it, and otherwise by a quarter of itself per
+// turnover (0.25 per answer finished), since a step's evidence arrives one
+// service time later. It starts at 16 and stays within [2, 256]. Without
+// readable metrics it falls back to the objectives and failures. Measured
+// (bench/README.md): on streamed chat traffic it matches the best fixed cap's
+// goodput; on the metastable-overload workload (plain 12k-token prompts,
+// 120 s client timeouts) it runs 90-110 in flight through the backlog, where
+// a rule without the deadline held 20-46.
 //
 // # Control
 //

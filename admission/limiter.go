@@ -39,7 +39,7 @@ const (
 	// coalesced keyed call: the 503 with Retry-After must reach the client
 	// before its own timeout does, so it waits out the delay and resumes
 	// its held place instead of retrying at once.
-	keyedWaitShare = 0.9
+	keyedWaitShare = 0.97
 )
 
 // Option adjusts a Limiter built by New.
@@ -362,6 +362,10 @@ type waiter struct {
 	elem   *list.Element
 	queued bool
 	bytes  int64 // the body this waiter holds
+	// retry: a later attempt of a call (SDK-marked, a key seen before, or a
+	// held place taken over). newest_first serves these after every first
+	// attempt, oldest call first.
+	retry bool
 	// Placeholders only: the call's key and the timer that drops it.
 	placeholder bool
 	k           key
@@ -370,7 +374,8 @@ type waiter struct {
 
 // waitResult: a slot (rej == nil) or a rejection.
 type waitResult struct {
-	rej *rejection
+	rej      *rejection
+	inFlight int // with a slot: requests in flight, this one included
 }
 
 func (l *Limiter) removeWaiterLocked(e *list.Element) *waiter {
@@ -392,23 +397,35 @@ func (l *Limiter) removeWaiterLocked(e *list.Element) *waiter {
 // liveWaitersLocked is the number of queued requests, placeholders aside.
 func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held) }
 
-// nextWaiterLocked is the live waiter to admit next (newest or oldest
-// first, placeholders skipped), or nil.
+// nextWaiterLocked is the live waiter to admit next, placeholders skipped,
+// or nil. fifo: the oldest. newest_first: the newest first attempt, else the
+// oldest retry. The two halves of newest_first answer different clients. A
+// first attempt's client is on its first deadline: the newest can still
+// make it, the oldest is about to give up. A retry's client has already
+// missed that deadline and comes back a bounded number of times: the
+// oldest call has the fewest attempts left, so it goes first, and no retry
+// displaces fresh work (retries are what keeps an overload going).
 func (l *Limiter) nextWaiterLocked() *list.Element {
+	live := func(e *list.Element) bool { return !e.Value.(*waiter).placeholder }
 	if l.cfg.Order == "fifo" {
 		for e := l.waiters.Front(); e != nil; e = e.Next() {
-			if !e.Value.(*waiter).placeholder {
+			if live(e) {
 				return e
 			}
 		}
 		return nil
 	}
+	var oldestRetry *list.Element
 	for e := l.waiters.Back(); e != nil; e = e.Prev() {
-		if !e.Value.(*waiter).placeholder {
+		if !live(e) {
+			continue
+		}
+		if !e.Value.(*waiter).retry {
 			return e
 		}
+		oldestRetry = e
 	}
-	return nil
+	return oldestRetry
 }
 
 // holdLocked turns a keyed waiter whose attempt ended into a placeholder
@@ -439,8 +456,32 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 		w := l.removeWaiterLocked(e)
 		l.inFlight++
 		l.c.admitted.Add(1)
-		w.ch <- waitResult{}
+		w.ch <- waitResult{inFlight: l.inFlight}
 	}
+}
+
+// aheadLocked counts the calls to be served before w's call comes back
+// and resumes its place: for fifo every entry in front of it; for
+// newest_first every first attempt waiting (they go first) plus the
+// retries and held places in front of it (older calls). Held places count:
+// their clients are coming back too. This is what makes the Retry-After of
+// a call deep in a backlog honest, and long (up to the 60 s the SDKs obey).
+func (l *Limiter) aheadLocked(w *waiter) int {
+	n, before := 0, true
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if e == w.elem {
+			before = false
+			continue
+		}
+		o := e.Value.(*waiter)
+		switch {
+		case before && (l.cfg.Order == "fifo" || o.placeholder || o.retry):
+			n++
+		case l.cfg.Order != "fifo" && !o.placeholder && !o.retry:
+			n++
+		}
+	}
+	return n
 }
 
 // estimatedWaitLocked is how long until ahead requests have completed at
@@ -475,6 +516,8 @@ type admission struct {
 	// it is neither budgeted nor counted as a first attempt.
 	unexecutedRetry bool
 	maxWait         time.Duration
+	// deadline: the client's announced timeout (X-Stainless-Timeout); 0: none.
+	deadline time.Duration
 	// keyed: the request carries an idempotency key, k its call key; its
 	// queue place survives the attempt for a retry to resume.
 	keyed bool
@@ -490,7 +533,11 @@ type ticket struct {
 	tenant   *tenantState
 	tokens   int
 	retry    bool
-	ended    atomic.Bool
+	deadline time.Duration // the client's announced timeout; 0: none
+	// inFlightAt: requests in flight when this one was admitted, itself
+	// included.
+	inFlightAt int
+	ended      atomic.Bool
 }
 
 var errClientGone = errors.New("client went away")
@@ -532,7 +579,7 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 	if t != nil {
 		t.charge(now, a.tokens)
 	}
-	tk := &ticket{l: l, tenant: t, tokens: a.tokens, retry: a.retry}
+	tk := &ticket{l: l, tenant: t, tokens: a.tokens, retry: a.retry, deadline: a.deadline}
 	l.dispatchLocked(now) // the cap may have grown since the last release (slow start)
 	c := l.capLocked(now)
 	ph := l.held[a.k]
@@ -548,6 +595,7 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 		if l.inFlight >= c {
 			l.auto.markDemand()
 		}
+		tk.inFlightAt = l.inFlight
 		l.mu.Unlock()
 		tk.admitted = now
 		return tk, nil, nil
@@ -564,11 +612,11 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 		// from that attempt's place instead of starting over.
 		delete(l.held, a.k)
 		ph.stopHold()
-		w = &waiter{at: ph.at, ch: make(chan waitResult, 1), queued: true, elem: ph.elem}
+		w = &waiter{at: ph.at, ch: make(chan waitResult, 1), queued: true, elem: ph.elem, retry: true}
 		ph.elem.Value = w
 		ph.queued = false
 	} else {
-		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true}
+		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true, retry: a.retry || a.unexecutedRetry}
 		w.elem = l.waiters.PushBack(w)
 	}
 	w.bytes = a.bytes
@@ -581,7 +629,7 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 		defer l.mu.Unlock()
 		if w.queued && !w.placeholder {
 			now := l.clock.Now()
-			rj := l.queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
+			rj := l.queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.aheadLocked(w)))
 			if a.keyed && l.held[a.k] == nil {
 				// The client comes back after Retry-After: keep its place
 				// that long, plus cancel_after for the retry's own delays.
@@ -631,6 +679,7 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 		return nil, res.rej, nil
 	}
 	tk.admitted = l.clock.Now()
+	tk.inFlightAt = res.inFlight
 	return tk, nil, nil
 }
 
@@ -719,6 +768,7 @@ type outcome struct {
 	dropped   bool // upstream failure: 5xx, refused, reset mid-answer
 	cancelled bool // we cancelled it (client gone, deferral expired)
 	success   bool // 2xx, read to the end
+	streamed  bool // an SSE answer
 	completionTokens,
 	totalTokens int // -1: unknown
 }
@@ -745,7 +795,7 @@ func (tk *ticket) done(o outcome) {
 		case o.dropped:
 			l.auto.drop(tk.admitted, now)
 		case o.success:
-			l.auto.observeDone(tk.admitted, now)
+			l.auto.observeDone(tk.admitted, now, tk.deadline, o.streamed, (tk.inFlightAt+l.inFlight+1)/2)
 		}
 	}
 	l.dispatchLocked(now)
@@ -782,12 +832,22 @@ func stainlessRetry(r *http.Request) bool {
 // told when to come back (Retry-After) while its place is held.
 func (l *Limiter) queueWaitFor(r *http.Request, coalesced bool) time.Duration {
 	d := l.cfg.MaxQueueWait
-	if s, err := strconv.ParseFloat(r.Header.Get("X-Stainless-Timeout"), 64); err == nil && s > 0 {
+	if t := clientTimeout(r); t > 0 {
 		share := 0.5
 		if coalesced {
 			share = keyedWaitShare
 		}
-		d = min(d, time.Duration(s*share*float64(time.Second)))
+		d = min(d, time.Duration(share*float64(t)))
 	}
 	return max(d, time.Millisecond)
+}
+
+// clientTimeout is the timeout an OpenAI SDK announces for this attempt
+// (X-Stainless-Timeout, seconds), or 0.
+func clientTimeout(r *http.Request) time.Duration {
+	s, err := strconv.ParseFloat(r.Header.Get("X-Stainless-Timeout"), 64)
+	if err != nil || s <= 0 || s > 1e6 {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/vigil-dev/vigil/configs"
 )
 
 func TestTheCapIsNeverExceededUnderConcurrentLoad(t *testing.T) {
@@ -634,6 +636,86 @@ func TestTheQueueIsBoundedByTheBytesItHolds(t *testing.T) {
 			checkRejection(t, <-answers[turnedAway], http.StatusServiceUnavailable, ReasonQueueFull, true)
 			if s := p.l.Stats(); s.QueueDepth != 2 {
 				t.Errorf("queue depth %d, want 2", s.QueueDepth)
+			}
+		})
+	}
+}
+
+func TestNewestFirstServesFirstAttemptsThenTheOldestRetry(t *testing.T) {
+	// The engine notes which request reached it and holds each until told.
+	step := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		order = append(order, r.Header.Get("X-Attempt"))
+		mu.Unlock()
+		<-step
+		okJSON(w, r)
+	})
+	cfg := testConfig()
+	cfg.MaxInFlight = 1
+	cfg.Order = "newest_first"
+	p := startProxy(t, cfg, eng.srv.URL)
+	c := newClient(t)
+	done := make(chan answer, 5)
+	send := func(name string, hdr ...string) {
+		go func() {
+			done <- call(context.Background(), c, p.url, completionBody, append(hdr, "X-Attempt", name)...)
+		}()
+	}
+	send("blocker")
+	eventually(t, 2*time.Second, "slot taken", func() bool { return p.l.Stats().InFlight == 1 })
+	for i, w := range []struct {
+		name  string
+		retry bool
+	}{{"retry-old", true}, {"first-old", false}, {"retry-new", true}, {"first-new", false}} {
+		if w.retry {
+			send(w.name, "X-Stainless-Retry-Count", "1")
+		} else {
+			send(w.name)
+		}
+		eventually(t, 2*time.Second, w.name+" queued", func() bool { return p.l.Stats().QueueDepth == i+1 })
+	}
+	for range 5 {
+		step <- struct{}{}
+		if a := <-done; a.status != http.StatusOK {
+			t.Fatalf("status %d: %s", a.status, a.body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"blocker", "first-new", "first-old", "retry-old", "retry-new"}
+	if !slices.Equal(order, want) {
+		t.Errorf("the engine got %v, want %v (first attempts newest first, then retries oldest first)", order, want)
+	}
+}
+
+func TestRetryAfterCountsTheCallsServedFirst(t *testing.T) {
+	// The queue, oldest first: a held place, a retry, a first attempt, the
+	// waiter asking, a retry, a first attempt.
+	kinds := []string{"held", "retry", "first", "me", "retry", "first"}
+	for _, tc := range []struct {
+		order string
+		want  int
+	}{
+		// Every entry in front of it.
+		{"fifo", 3},
+		// Every first attempt (2), and the retries and held places in front (2).
+		{"newest_first", 4},
+	} {
+		t.Run(tc.order, func(t *testing.T) {
+			l := &Limiter{cfg: configs.Admission{Order: tc.order}}
+			var me *waiter
+			for _, k := range kinds {
+				w := &waiter{queued: true, placeholder: k == "held", retry: k == "retry"}
+				w.elem = l.waiters.PushBack(w)
+				if k == "me" {
+					me = w
+				}
+			}
+			if got := l.aheadLocked(me); got != tc.want {
+				t.Errorf("ahead = %d, want %d", got, tc.want)
 			}
 		})
 	}

@@ -161,7 +161,7 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	}
 
 	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, retry: budgeted,
-		unexecutedRetry: retry && !budgeted, maxWait: l.queueWaitFor(r, coalesce),
+		unexecutedRetry: retry && !budgeted, maxWait: l.queueWaitFor(r, coalesce), deadline: clientTimeout(r),
 		keyed: idem != "", k: k, bytes: int64(len(body))})
 	switch {
 	case err != nil:
@@ -332,6 +332,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 		panic(http.ErrAbortHandler)
 	}
 	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.streamed = m.sse
 	o.completionTokens, o.totalTokens = m.tokens(promptTokens)
 }
 
