@@ -112,9 +112,9 @@ const (
 //
 // The law: congestion (the engine's queue, see queueShare; p90 over the
 // target; S over three times its minimum; the cap over the deadline
-// ceiling; any failure) multiplies the cap by the tightest of
-// running/(running+waiting), target/p90, 3*Smin/S, ceiling/cap and 0.9,
-// floored at 0.5 (each S estimate is used once: it spans answers admitted
+// ceiling; any failure) multiplies the cap by the tightest of target/p90,
+// 3*Smin/S, ceiling/cap and 0.9, and the engine's queue brings it down to
+// the requests the engine runs, never below half of itself (each S estimate is used once: it spans answers admitted
 // before the last change too, since answers as long as S finish only S after
 // it); otherwise, when demand filled the cap, answers are flowing, the p90
 // is within 80% of the target and S within 80% of three times its minimum,
@@ -315,20 +315,27 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	old := a.limit
 	switch {
 	case queued || slow || pastKnee || late || a.drops > 0:
-		f := 0.9
-		if pastKnee {
-			f = min(f, knee/a.svc)
-		}
-		if late {
-			f = min(f, ceiling/a.limit)
+		next := a.limit
+		if slow || pastKnee || late || a.drops > 0 {
+			f := 0.9
+			if pastKnee {
+				f = min(f, knee/a.svc)
+			}
+			if late {
+				f = min(f, ceiling/a.limit)
+			}
+			if slow {
+				f = min(f, target/p90)
+			}
+			next = a.limit * max(0.5, f)
 		}
 		if queued {
-			f = min(f, r/(r+w))
+			// To what the engine runs, not by a ratio: the queue lasts
+			// until answers free the seats, so the same evidence comes
+			// back window after window, and a ratio would compound.
+			next = min(next, max(0.5*a.limit, r))
 		}
-		if slow {
-			f = min(f, target/p90)
-		}
-		a.limit = max(autoMin, a.limit*max(0.5, f))
+		a.limit = max(autoMin, next)
 		a.probing = false
 	case a.hold || !a.demand:
 	case a.samples == 0 && a.finished == 0:

@@ -132,7 +132,8 @@
 // The law (see autoLimit): evidence is gathered in windows; TTFT and
 // failures count only for requests admitted after the last change, so each
 // change is judged by its own effect. The engine's queue cuts the cap to
-// running/(running+waiting) of itself; a TTFT p90 over the objective cuts it
+// the requests the engine runs (at most by half; set, not multiplied, as
+// the queue outlasts the cut until answers free seats); a TTFT p90 over the objective cuts it
 // by target/p90; a mean service time S over three times its minimum by
 // 3*Smin/S (each estimate of S, every 20 answers, used once); a cap above the
 // deadline ceiling to the ceiling; failures by 10% (never more than half at
