@@ -156,7 +156,7 @@ type autoLimit struct {
 	// Unary answers with an announced deadline: a ring of each answer's
 	// time in the engine / (its client's timeout x the requests in flight
 	// beside it). See deadlineCeiling.
-	dl     []float64
+	dl     []dlSample
 	dlNext int
 }
 
@@ -196,7 +196,8 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 // included.
 func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration, streamed bool, inFlight int) bool {
 	if deadline > 0 && !streamed {
-		a.observeDeadline(now.Sub(admitted).Seconds() / deadline.Seconds() / float64(max(1, inFlight)))
+		n := max(1, inFlight)
+		a.observeDeadline(dlSample{r: now.Sub(admitted).Seconds() / deadline.Seconds() / float64(n), n: n})
 	} else {
 		a.observeService(now.Sub(admitted), now)
 	}
@@ -230,7 +231,7 @@ func (a *autoLimit) observeService(d time.Duration, now time.Time) {
 
 // observeDeadline adds one answer's share of its client's timeout per
 // request in flight.
-func (a *autoLimit) observeDeadline(r float64) {
+func (a *autoLimit) observeDeadline(r dlSample) {
 	if len(a.dl) < deadlineSamples {
 		a.dl = append(a.dl, r)
 	} else {
@@ -253,9 +254,30 @@ func (a *autoLimit) deadlineCeiling() float64 {
 	if len(a.dl) < deadlineMinSamples {
 		return 0
 	}
-	s := slices.Clone(a.dl)
+	// Answers measured beside fewer than half the cap in force overstate
+	// what a request in flight costs there (they ran below the knee): the
+	// estimate leaves them out once there are enough of the others.
+	s := make([]float64, 0, len(a.dl))
+	for _, d := range a.dl {
+		if float64(d.n) >= a.limit/2 {
+			s = append(s, d.r)
+		}
+	}
+	if len(s) < deadlineMinSamples {
+		s = s[:0]
+		for _, d := range a.dl {
+			s = append(s, d.r)
+		}
+	}
 	slices.Sort(s)
 	return deadlineShare / s[min(len(s)-1, len(s)*99/100)]
+}
+
+// dlSample is one answer for the deadline ceiling: its time in the engine
+// over (its client's timeout x n), n the requests in flight beside it.
+type dlSample struct {
+	r float64
+	n int
 }
 
 // drop records an upstream failure of a request admitted at admitted.

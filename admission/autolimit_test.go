@@ -401,6 +401,28 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 			t.Errorf("cap %d above a ceiling of 100, want it cut to 100", a.cap())
 		}
 	})
+	t.Run("answers measured beside less than half the cap are left out once others suffice", func(t *testing.T) {
+		a := newAutoLimit(0, t0)
+		a.limit = 100
+		at := t0
+		// Below the knee: 20 s beside 10 in flight reads as 2 s a request,
+		// a ceiling of 60.
+		for range deadlineMinSamples {
+			at = at.Add(10 * time.Millisecond)
+			a.observeDone(at.Add(-20*time.Second), at, deadline, false, 10)
+		}
+		if c := a.deadlineCeiling(); c < 59 || c > 61 {
+			t.Fatalf("ceiling %.1f from the low answers alone, want 60", c)
+		}
+		// Past it: 60 s beside 60, a ceiling of 120.
+		for range deadlineMinSamples {
+			at = at.Add(10 * time.Millisecond)
+			a.observeDone(at.Add(-60*time.Second), at, deadline, false, 60)
+		}
+		if c := a.deadlineCeiling(); c < 119 || c > 121 {
+			t.Errorf("ceiling %.1f, want 120 from the answers beside 60 (>= half the cap of 100)", c)
+		}
+	})
 	t.Run("streamed answers and answers with no announced timeout feed the knee, not the ceiling", func(t *testing.T) {
 		a := newAutoLimit(0, t0)
 		at := t0

@@ -117,7 +117,9 @@
 //     arrive within their timeout. Normalised by N, answers measured at any
 //     cap are comparable, so the ceiling needs no step-by-step probing of a
 //     tail that shows only minutes after each step; below the knee the
-//     normalisation overstates the cost of N and errs low. This maximises
+//     normalisation overstates the cost of N and errs low, so answers that
+//     ran beside fewer than half the cap are left out once the others number
+//     50. This maximises
 //     throughput (a backlog drains as fast as it can) while the answers
 //     still arrive in time.
 //   - Streamed answers: TTFT against the objective, judged at the p90; and
