@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -285,4 +286,32 @@ func (r armResult) printTimeline(w io.Writer) {
 		fmt.Fprintf(w, "  start %4d-%4d s: %3d calls, delivered %6s, on time %6s, %.2f attempts\n", i*60, i*60+60, b.n,
 			harness.Pct(harness.Share(b.ok, b.n)), harness.Pct(harness.Share(b.onTime, b.n)), harness.Share(b.attempts, b.n))
 	}
+	// How the undelivered calls ended: how long they lasted, and what their
+	// attempts got.
+	var lost []harness.Result
+	for _, c := range r.calls {
+		if !c.Delivered || c.DeliveredAt-c.Start > deliveredWithin {
+			lost = append(lost, c)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	slices.SortFunc(lost, func(a, b harness.Result) int { return cmp.Compare(a.End-a.Start, b.End-b.Start) })
+	statuses := map[int]int{}
+	var attempts, timeouts, errs int
+	for _, c := range lost {
+		attempts += c.Attempts
+		timeouts += c.Timeouts
+		errs += c.Errors
+		for k, v := range c.Statuses {
+			statuses[k] += v
+		}
+	}
+	life := func(q float64) time.Duration {
+		c := lost[min(len(lost)-1, int(q*float64(len(lost))))]
+		return (c.End - c.Start).Round(time.Second)
+	}
+	fmt.Fprintf(w, "  undelivered: %d calls, lasting %v (min) / %v (median) / %v (max); attempts %d: %d timed out, %d errors, statuses %v\n",
+		len(lost), life(0), life(0.5), life(1), attempts, timeouts, errs, statuses)
 }
