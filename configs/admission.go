@@ -12,7 +12,8 @@ type Admission struct {
 	Listen  string `yaml:"listen"`
 	// MaxInFlight caps requests forwarded and unfinished. 0 = automatic:
 	// adapted to the most the engine runs without queueing (its own
-	// waiting gauge) and to ttft_target (see package admission).
+	// waiting gauge), to ttft_target for streamed answers and to the
+	// clients' announced timeouts for plain ones (see package admission).
 	MaxInFlight int `yaml:"max_in_flight"`
 	// TTFTTarget is the time to first token (p90, streamed answers, at the
 	// engine) the automatic cap keeps within; it is the latency objective,
@@ -28,8 +29,9 @@ type Admission struct {
 	MaxQueue      int           `yaml:"max_queue"`
 	MaxQueueBytes int64         `yaml:"max_queue_bytes"`
 	MaxQueueWait  time.Duration `yaml:"max_queue_wait"`
-	// Order: newest_first (default; the oldest waiter's client is about to
-	// give up) or fifo.
+	// Order: newest_first (default: first attempts newest first, as the
+	// oldest first attempt's client is about to give up; then retries,
+	// oldest call first) or fifo.
 	Order string `yaml:"order"`
 	// IdempotencyHeader names the per-call key header used for coalescing.
 	IdempotencyHeader string `yaml:"idempotency_header"`
