@@ -38,7 +38,13 @@ const (
 	// keyedWaitShare of its client's timeout is the queue wait of a
 	// coalesced keyed call: the 503 with Retry-After must reach the client
 	// before its own timeout does, so it waits out the delay and resumes
-	// its held place instead of retrying at once.
+	// its held place instead of retrying at once. As late as that allows:
+	// the call's place and its execution both outlive the attempt, so a
+	// longer wait costs it nothing, and each attempt answered just before
+	// the client gives up, followed by a Retry-After of up to 60 s,
+	// stretches the call's life (4 attempts of 116 s and 3 waits of 60 s
+	// for an SDK with 120 s and 3 retries). 3% of the timeout (3.6 s of
+	// 120 s) is left for the network and the client's own clock.
 	keyedWaitShare = 0.97
 )
 
@@ -846,7 +852,7 @@ func (l *Limiter) queueWaitFor(r *http.Request, coalesced bool) time.Duration {
 // (X-Stainless-Timeout, seconds), or 0.
 func clientTimeout(r *http.Request) time.Duration {
 	s, err := strconv.ParseFloat(r.Header.Get("X-Stainless-Timeout"), 64)
-	if err != nil || s <= 0 || s > 1e6 {
+	if err != nil || !(s > 0 && s <= 1e6) { // NaN fails both
 		return 0
 	}
 	return time.Duration(s * float64(time.Second))

@@ -720,3 +720,28 @@ func TestRetryAfterCountsTheCallsServedFirst(t *testing.T) {
 		})
 	}
 }
+
+func TestClientTimeoutReadsTheSDKsHeader(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"120", 120 * time.Second},
+		{"0.5", 500 * time.Millisecond},
+		{"", 0},
+		{"soon", 0},
+		{"0", 0},
+		{"-5", 0},
+		{"NaN", 0},
+		{"Inf", 0},
+		{"1e300", 0},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+		if tc.header != "" {
+			r.Header.Set("X-Stainless-Timeout", tc.header)
+		}
+		if got := clientTimeout(r); got != tc.want {
+			t.Errorf("X-Stainless-Timeout %q: %v, want %v", tc.header, got, tc.want)
+		}
+	}
+}
