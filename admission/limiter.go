@@ -824,7 +824,11 @@ func (tk *ticket) firstByte(ttft time.Duration) {
 
 // stainlessRetry reports whether an OpenAI SDK marked this attempt a retry.
 func stainlessRetry(r *http.Request) bool {
-	n, err := strconv.Atoi(r.Header.Get("X-Stainless-Retry-Count"))
+	v := r.Header.Get("X-Stainless-Retry-Count")
+	if v == "" {
+		return false // the common case, without the parse error's allocation
+	}
+	n, err := strconv.Atoi(v)
 	return err == nil && n > 0
 }
 
@@ -851,7 +855,11 @@ func (l *Limiter) queueWaitFor(r *http.Request, coalesced bool) time.Duration {
 // clientTimeout is the timeout an OpenAI SDK announces for this attempt
 // (X-Stainless-Timeout, seconds), or 0.
 func clientTimeout(r *http.Request) time.Duration {
-	s, err := strconv.ParseFloat(r.Header.Get("X-Stainless-Timeout"), 64)
+	v := r.Header.Get("X-Stainless-Timeout")
+	if v == "" {
+		return 0
+	}
+	s, err := strconv.ParseFloat(v, 64)
 	if err != nil || !(s > 0 && s <= 1e6) { // NaN fails both
 		return 0
 	}
