@@ -257,15 +257,15 @@ func (a *autoLimit) deadlineCeiling() float64 {
 	// Answers measured beside fewer than half the cap in force overstate
 	// what a request in flight costs there (they ran below the knee): the
 	// estimate leaves them out once there are enough of the others.
-	s := make([]float64, 0, len(a.dl))
+	near := 0
 	for _, d := range a.dl {
 		if float64(d.n) >= a.limit/2 {
-			s = append(s, d.r)
+			near++
 		}
 	}
-	if len(s) < deadlineMinSamples {
-		s = s[:0]
-		for _, d := range a.dl {
+	s := make([]float64, 0, len(a.dl))
+	for _, d := range a.dl {
+		if near < deadlineMinSamples || float64(d.n) >= a.limit/2 {
 			s = append(s, d.r)
 		}
 	}

@@ -833,21 +833,20 @@ func stainlessRetry(r *http.Request) bool {
 }
 
 // queueWaitFor bounds a request's queue wait by max_queue_wait and by its
-// client's own timeout when the SDK announces it (X-Stainless-Timeout,
-// seconds). Half of it, usually: waiting out the whole timeout in the
-// queue leaves no time to generate, and the attempt turns into a retry
-// anyway. A coalesced keyed call loses nothing by waiting longer: its
+// client's own timeout when the SDK announces it (clientTimeout, 0: none).
+// Half of it, usually: waiting out the whole timeout in the queue leaves no
+// time to generate, and the attempt turns into a retry anyway. A coalesced keyed call loses nothing by waiting longer: its
 // queue place and its execution both outlive the attempt, so the retry
 // resumes either; it waits up to keyedWaitShare of the timeout, then is
 // told when to come back (Retry-After) while its place is held.
-func (l *Limiter) queueWaitFor(r *http.Request, coalesced bool) time.Duration {
+func (l *Limiter) queueWaitFor(clientTimeout time.Duration, coalesced bool) time.Duration {
 	d := l.cfg.MaxQueueWait
-	if t := clientTimeout(r); t > 0 {
+	if clientTimeout > 0 {
 		share := 0.5
 		if coalesced {
 			share = keyedWaitShare
 		}
-		d = min(d, time.Duration(share*float64(t)))
+		d = min(d, time.Duration(share*float64(clientTimeout)))
 	}
 	return max(d, time.Millisecond)
 }

@@ -160,8 +160,9 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	timeout := clientTimeout(r)
 	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, retry: budgeted,
-		unexecutedRetry: retry && !budgeted, maxWait: l.queueWaitFor(r, coalesce), deadline: clientTimeout(r),
+		unexecutedRetry: retry && !budgeted, maxWait: l.queueWaitFor(timeout, coalesce), deadline: timeout,
 		keyed: idem != "", k: k, bytes: int64(len(body))})
 	switch {
 	case err != nil:
