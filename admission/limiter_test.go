@@ -126,17 +126,26 @@ func TestTheQueueIsBoundedByCountAndAge(t *testing.T) {
 		})
 	}
 
-	t.Run("a waiter is turned away once it waited max_queue_wait", func(t *testing.T) {
+	// slotTaken is a limiter with one slot, held by a call the engine
+	// answers only at the end of the test.
+	slotTaken := func(t *testing.T, maxQueueWait time.Duration) (proxy, *http.Client) {
 		release := make(chan struct{})
-		defer close(release)
 		eng := newFakeEngine(t, blockUntil(release))
 		cfg := testConfig()
 		cfg.MaxInFlight = 1
-		cfg.MaxQueueWait = 150 * time.Millisecond
+		cfg.MaxQueueWait = maxQueueWait
 		p := startProxy(t, cfg, eng.srv.URL)
+		// Registered after the proxy's cleanup, so it runs first: the
+		// server shuts down only once the held call is answered.
+		t.Cleanup(func() { close(release) })
 		c := newClient(t)
 		go call(context.Background(), c, p.url, completionBody)
 		eventually(t, 2*time.Second, "slot taken", func() bool { return p.l.Stats().InFlight == 1 })
+		return p, c
+	}
+
+	t.Run("a waiter is turned away once it waited max_queue_wait", func(t *testing.T) {
+		p, c := slotTaken(t, 150*time.Millisecond)
 		start := time.Now()
 		a := call(context.Background(), c, p.url, completionBody)
 		waited := time.Since(start)
@@ -147,16 +156,7 @@ func TestTheQueueIsBoundedByCountAndAge(t *testing.T) {
 	})
 
 	t.Run("the client's own timeout halves the wait it is given", func(t *testing.T) {
-		release := make(chan struct{})
-		defer close(release)
-		eng := newFakeEngine(t, blockUntil(release))
-		cfg := testConfig()
-		cfg.MaxInFlight = 1
-		cfg.MaxQueueWait = 10 * time.Second
-		p := startProxy(t, cfg, eng.srv.URL)
-		c := newClient(t)
-		go call(context.Background(), c, p.url, completionBody)
-		eventually(t, 2*time.Second, "slot taken", func() bool { return p.l.Stats().InFlight == 1 })
+		p, c := slotTaken(t, 10*time.Second)
 		start := time.Now()
 		a := call(context.Background(), c, p.url, completionBody, "X-Stainless-Timeout", "0.3")
 		checkRejection(t, a, http.StatusServiceUnavailable, ReasonQueueTimeout, true)
