@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/upstream"
 )
 
 const (
@@ -70,7 +71,7 @@ type Limiter struct {
 	clock     Clock
 	log       *logrus.Entry
 	reg       prometheus.Registerer
-	transport *http.Transport
+	transport roundTripper
 	co        *coalescer
 
 	// The engine's queue gauges, read for the automatic cap.
@@ -156,18 +157,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	l.co = newCoalescer(cfg, l.clock, func() { l.c.cancelledDeferred.Add(1) },
 		func() { l.c.cancelledImmediate.Add(1) })
 	l.base, l.stop = context.WithCancel(context.Background())
-	l.transport = &http.Transport{
-		Proxy: nil, // the engine is local; never route it through an environment proxy
-		DialContext: (&net.Dialer{
-			Timeout:   5 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
-		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		// Identity bodies: usage is read from the answer as it passes.
-		DisableCompression: true,
-	}
+	l.transport = newTransport(upstream)
 	if l.reg != nil {
 		if err := l.reg.Register(&collector{l: l}); err != nil {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
@@ -191,6 +181,33 @@ func discardLogger() *logrus.Entry {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// roundTripper is how the limiter calls the engine.
+type roundTripper interface {
+	http.RoundTripper
+	CloseIdleConnections()
+}
+
+// newTransport picks the engine client: for a plain-http engine (the usual
+// case, on the same host) vigil's own, which makes no goroutine hand-offs
+// per request (see package upstream); for https, net/http's Transport.
+func newTransport(u *url.URL) roundTripper {
+	if u.Scheme == "http" {
+		return &upstream.Transport{}
+	}
+	return &http.Transport{
+		Proxy: nil, // the engine is local; never route it through an environment proxy
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     4 * time.Second, // below the engine's keep-alive (uvicorn: 5 s)
+		// Identity bodies: usage is read from the answer as it passes.
+		DisableCompression: true,
+	}
+}
 
 // Handler is the proxy: mount it on any server, or use Serve.
 func (l *Limiter) Handler() http.Handler { return http.HandlerFunc(l.serveHTTP) }
