@@ -54,6 +54,15 @@ const (
 	// which is measured under light load. 1 (the M/M/1 knee) held unary
 	// traffic below what the engine's queue already allowed.
 	kneeSlack = 2.0
+	// kneeFloor: the knee counts only when the mean service time exceeds
+	// its minimum by at least this much. An LLM engine's decode step takes
+	// 10-50 ms, so a batch past its knee slows every answer by whole steps;
+	// a smaller excess is a fast upstream's scheduling noise (tiny
+	// completions, cached answers, a busy host), where holding requests in
+	// vigil's queue costs more than the engine gains (bench/overhead: at
+	// 8 clients on a 1 ms upstream the cap fell below 8 and a fifth of the
+	// requests queued here).
+	kneeFloor = 50 * time.Millisecond
 	// serviceSamples answers make one service-time estimate.
 	serviceSamples = 20
 	// serviceMinDoubling: the remembered minimum service time doubles over
@@ -111,13 +120,13 @@ const (
 //   - upstream failures (5xx, refused, reset).
 //
 // The law: congestion (the engine's queue, see queueShare; p90 over the
-// target; S over three times its minimum; the cap over the deadline
-// ceiling; any failure) multiplies the cap by the tightest of target/p90,
-// 3*Smin/S, ceiling/cap and 0.9, and the engine's queue brings it down to
+// target; S over the knee, the larger of 3*Smin and Smin + 50 ms; the cap
+// over the deadline ceiling; any failure) multiplies the cap by the tightest
+// of target/p90, knee/S, ceiling/cap and 0.9, and the engine's queue brings it down to
 // the requests the engine runs, never below half of itself (each S estimate is used once: it spans answers admitted
 // before the last change too, since answers as long as S finish only S after
 // it); otherwise, when demand filled the cap, answers are flowing, the p90
-// is within 80% of the target and S within 80% of three times its minimum,
+// is within 80% of the target and S within 80% of the knee,
 // the cap grows: by x1.25 a window until the engine first queues, or while
 // the deadline ceiling bounds it (never past it), and otherwise by
 // turnoverGain per answer finished; while the engine's gauges are readable,
@@ -323,7 +332,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	}
 	queued := w > tolerance
 	slow := target > 0 && len(a.ttfts) >= 3 && p90 > target
-	knee := (1 + kneeSlack) * a.svcMin
+	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
 	pastKnee := a.svcFresh && a.svc > knee
 	a.svcFresh = false
 	ceiling := a.deadlineCeiling()

@@ -255,6 +255,18 @@ func TestAutoLimitLaw(t *testing.T) {
 			t.Errorf("cap %d: one estimate cut twice, want it used once (40)", a.cap())
 		}
 	})
+	t.Run("a millisecond-scale slowdown is no knee", func(t *testing.T) {
+		// A fast upstream on a busy host: 0.2 ms alone, 2 ms beside
+		// others. Ten times slower, but by less than one decode step.
+		a := newAutoLimit(0, t0)
+		a.probing = false
+		at := answers(a, t0, serviceSamples, 200*time.Microsecond)
+		a.lastChange = time.Time{}
+		answers(a, at, serviceSamples, 2*time.Millisecond)
+		if a.cap() < autoInitial {
+			t.Errorf("cap cut to %d by a 1.8 ms slowdown, want it kept at %d or more", a.cap(), autoInitial)
+		}
+	})
 	t.Run("near the knee the cap does not grow", func(t *testing.T) {
 		a := newAutoLimit(0, t0)
 		a.probing = false

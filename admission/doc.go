@@ -125,7 +125,8 @@
 //   - Streamed answers: TTFT against the objective, judged at the p90; and
 //     the engine's knee by the mean service time S = N/X, kept within three
 //     times its minimum (the lowest estimate, which doubles over ten minutes
-//     unless seen again, so a slower engine is relearned): two thirds of the
+//     unless seen again, so a slower engine is relearned; an excess under
+//     50 ms, less than a decode step, is no knee): two thirds of the
 //     throughput ceiling; unlike a TTFT ratio it judges whole answers, which
 //     a batch below the knee barely slows.
 //
