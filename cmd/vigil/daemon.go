@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -245,6 +246,7 @@ func (d *daemon) run(ctx context.Context) error {
 		"interval_seconds": cfg.Watchdog.Interval.Seconds(), "hang_after_seconds": cfg.Watchdog.HangAfter.Seconds(),
 		"limiter": limiterSummary(cfg.Admission), "load_balancer": cfg.LoadBalancer.Kind, "restart": cfg.Restart.Kind,
 		"alerts": cfg.Alerts.Kind, "state_file": cfg.Watchdog.StateFile, "version": version,
+		"gomaxprocs": runtime.GOMAXPROCS(0),
 	}).Info("vigil starting")
 
 	var wg sync.WaitGroup

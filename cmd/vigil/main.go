@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/vigil-dev/vigil/admission"
 )
 
 // Exit codes shared by every subcommand. diagnose has its own, by state.
@@ -33,7 +35,14 @@ Usage:
 Run "vigil COMMAND -h" for a command's flags.
 `
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		// Only the daemon: see admission.Procs. Tests call run directly
+		// and keep the test binary's own setting.
+		admission.SetProcs()
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
