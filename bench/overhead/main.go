@@ -3,11 +3,11 @@
 // (mode http), with the same client at a fixed concurrency and request
 // count, for plain JSON completions and for streamed (SSE) ones. The
 // upstream and vigil each run in a child process of this command, as
-// HAProxy does, so every proxy pays for its own process; arms are
-// interleaved over several rounds so drift on a noisy machine hits them
-// alike.
+// HAProxy does, so every proxy pays for its own process. Paths take turns
+// in short blocks (each keeps its own warm connections), so a hiccup of a
+// noisy machine lands on every path alike instead of on one path's run.
 //
-//	go run ./bench/overhead [-n 4000] [-c 1,8] [-rounds 5]
+//	go run ./bench/overhead [-n 10000] [-c 1,8] [-blocks 50]
 package main
 
 import (
@@ -35,7 +35,7 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 type options struct {
-	n, rounds, warm int
+	n, blocks, warm int
 	conc            []int
 	events          int
 	timeout         time.Duration
@@ -52,11 +52,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("overhead", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.IntVar(&o.n, "n", 4000, "requests per arm, kind, concurrency and round")
+	fs.IntVar(&o.n, "n", 10000, "measured requests per path, kind and concurrency")
 	conc := fs.String("c", "1,8", "concurrent clients: each level is measured in turn")
 	fs.StringVar(&o.profile, "vigil-cpuprofile", "", "write the default vigil child's CPU profile to this file")
-	fs.IntVar(&o.rounds, "rounds", 5, "rounds; each round runs every arm once, in turn")
-	fs.IntVar(&o.warm, "warm", 300, "unmeasured requests before each measured run")
+	fs.IntVar(&o.blocks, "blocks", 50, "blocks the requests are sent in; paths take turns block by block")
+	fs.IntVar(&o.warm, "warm", 300, "unmeasured requests per path before the first block")
 	fs.IntVar(&o.events, "events", 16, "data events in a streamed answer")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.StringVar(&o.role, "role", "", "internal: run as the upstream or vigil child process")
@@ -88,8 +88,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			o.conc = append(o.conc, n)
 		}
-		if o.n < 1 || o.rounds < 1 || o.warm < 0 {
-			fmt.Fprintln(stderr, "overhead: -n, -c and -rounds must be positive")
+		if o.n < 1 || o.blocks < 1 || o.blocks > o.n || o.warm < 0 {
+			fmt.Fprintln(stderr, "overhead: -n, -c and -blocks must be positive, -blocks at most -n")
 			return 2
 		}
 		err = experiment(ctx, o, stdout, stderr)
@@ -228,31 +228,66 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 	paths = append(paths, path{"haproxy 2 threads (mode http)", hap.URL()})
 
 	fmt.Fprintf(stdout, "Upstream: a tiny OpenAI-shaped server in its own process (JSON answer; SSE answer of %d events). "+
-		"Client: %d requests per path, kind, concurrency and round, %d rounds (paths interleaved), %d warm-up requests before each. "+
-		"\"added\" is the median over rounds of (path - direct) in the same round.\n",
-		o.events, o.n, o.rounds, o.warm)
+		"Client: %d measured requests per path, kind and concurrency, in %d blocks; paths take turns block by block, "+
+		"each with its own warm connections (%d warm-up requests first). \"added\" is the path's percentile minus direct's.\n",
+		o.events, o.n, o.blocks, o.warm)
 	for _, conc := range o.conc {
 		for _, stream := range []bool{false, true} {
 			kind := "plain JSON"
 			if stream {
 				kind = "streamed (SSE)"
 			}
-			runs := make([][]measurement, len(paths))
-			for round := range o.rounds {
-				for i, p := range paths {
-					fmt.Fprintf(stderr, "overhead: %s, %d concurrent, round %d/%d, %s ...\n", kind, conc, round+1, o.rounds, p.name)
-					m, err := measure(ctx, o, conc, p.base, stream)
-					if err != nil {
-						return fmt.Errorf("%s via %s: %w", kind, p.name, err)
-					}
-					runs[i] = append(runs[i], m)
-				}
+			fmt.Fprintf(stderr, "overhead: %s, %d concurrent ...\n", kind, conc)
+			ms, err := interleave(ctx, o, conc, paths, stream)
+			if err != nil {
+				return fmt.Errorf("%s, %d concurrent: %w", kind, conc, err)
 			}
 			fmt.Fprintf(stdout, "\n%s, %d concurrent:\n", kind, conc)
-			printTable(stdout, paths, runs)
+			printTable(stdout, paths, ms)
 		}
 	}
 	return nil
+}
+
+// interleave warms every path, then sends o.n requests to each in o.blocks
+// blocks, the paths taking turns (the first path of a turn rotates, so no
+// path always follows the same one).
+func interleave(ctx context.Context, o options, conc int, paths []path, stream bool) ([]measurement, error) {
+	clients := make([]*http.Client, len(paths))
+	for i := range paths {
+		clients[i] = harness.NewHTTPClient()
+		defer clients[i].CloseIdleConnections()
+		if _, err := measure(ctx, o, clients[i], conc, paths[i].base, stream, o.warm); err != nil {
+			return nil, fmt.Errorf("warm-up via %s: %w", paths[i].name, err)
+		}
+	}
+	ms := make([]measurement, len(paths))
+	for b := range o.blocks {
+		n := o.n/o.blocks + btoi(b < o.n%o.blocks)
+		for j := range paths {
+			i := (b + j) % len(paths)
+			m, err := measure(ctx, o, clients[i], conc, paths[i].base, stream, n)
+			if err != nil {
+				return nil, fmt.Errorf("via %s: %w", paths[i].name, err)
+			}
+			ms[i].lat = append(ms[i].lat, m.lat...)
+			ms[i].elapsed += m.elapsed
+			ms[i].errors += m.errors
+		}
+	}
+	for i, m := range ms {
+		if m.errors > o.n/100 {
+			return nil, fmt.Errorf("via %s: %d of %d requests failed", paths[i].name, m.errors, o.n)
+		}
+	}
+	return ms, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // measurement is the latencies and wall time of requests through one path.
@@ -262,17 +297,6 @@ type measurement struct {
 	errors  int
 }
 
-// pool merges rounds: all latencies, total time and errors.
-func pool(ms []measurement) measurement {
-	var p measurement
-	for _, m := range ms {
-		p.lat = append(p.lat, m.lat...)
-		p.elapsed += m.elapsed
-		p.errors += m.errors
-	}
-	return p
-}
-
 func (m measurement) rate() float64 {
 	if m.elapsed <= 0 {
 		return 0
@@ -280,11 +304,9 @@ func (m measurement) rate() float64 {
 	return float64(len(m.lat)) / m.elapsed.Seconds()
 }
 
-// measure sends warm unmeasured then n measured requests from conc
-// workers, each request bounded by the timeout.
-func measure(ctx context.Context, o options, conc int, base string, stream bool) (measurement, error) {
-	client := harness.NewHTTPClient()
-	defer client.CloseIdleConnections()
+// measure sends n requests from conc workers through client, each
+// bounded by the timeout.
+func measure(ctx context.Context, o options, client *http.Client, conc int, base string, stream bool, n int) (measurement, error) {
 	body := `{"model":"tiny","prompt":"Say hi.","max_tokens":16}`
 	if stream {
 		body = `{"model":"tiny","prompt":"Say hi.","max_tokens":16,"stream":true}`
@@ -341,33 +363,22 @@ func measure(ctx context.Context, o options, conc int, base string, stream bool)
 		m.elapsed = time.Since(start)
 		return m
 	}
-	runN(o.warm) // warm-up: connections, caches, the automatic cap
-	m := runN(o.n)
-	if err := ctx.Err(); err != nil {
-		return m, err
-	}
-	if m.errors > o.n/100 {
-		return m, fmt.Errorf("%d of %d requests failed", m.errors, o.n)
-	}
-	return m, nil
+	m := runN(n)
+	return m, ctx.Err()
 }
 
-func printTable(w io.Writer, paths []path, runs [][]measurement) {
-	direct := pool(runs[0])
+func printTable(w io.Writer, paths []path, ms []measurement) {
+	direct := ms[0]
 	us := func(x time.Duration) string { return fmt.Sprintf("%.0f µs", float64(x)/float64(time.Microsecond)) }
-	// added is the median over rounds of a percentile's excess over
-	// direct's in the same round: drift between rounds cancels out.
+	// added is a percentile's excess over direct's: the blocks interleave,
+	// so both saw the same machine.
 	added := func(i int, p float64) time.Duration {
-		var d []time.Duration
-		for r := range runs[i] {
-			d = append(d, harness.Percentile(runs[i][r].lat, p)-harness.Percentile(runs[0][r].lat, p))
-		}
-		return harness.Percentile(d, 50)
+		return harness.Percentile(ms[i].lat, p) - harness.Percentile(direct.lat, p)
 	}
 	t := harness.Table{Header: []string{"path", "p50", "p99", "added p50", "added p99", "req/s", "req/s vs direct", "errors"}}
 	hap := -1
 	for i := range paths {
-		m := pool(runs[i])
+		m := ms[i]
 		a50, a99 := "", ""
 		if i > 0 {
 			a50, a99 = us(added(i, 50)), us(added(i, 99))
@@ -388,6 +399,10 @@ func printTable(w io.Writer, paths []path, runs [][]measurement) {
 			continue
 		}
 		v99 := added(i, 99)
+		if v99 <= 0 {
+			fmt.Fprintf(w, "%s: added p99 %s, within noise (HAProxy's %s), so no ratio\n", p.name, us(v99), us(h99))
+			continue
+		}
 		if h99 <= 0 {
 			fmt.Fprintf(w, "%s: added p99 %s; HAProxy's is within noise (%s), so no ratio\n", p.name, us(v99), us(h99))
 			continue

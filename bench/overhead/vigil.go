@@ -22,6 +22,7 @@ import (
 // (max_in_flight set to maxInFlight) in front of upstream, as "vigil run"
 // serves it.
 func serveVigil(ctx context.Context, listen, upstream string, maxInFlight int, profile string, stdout io.Writer) error {
+	admission.SetProcs() // as "vigil run" does
 	u, err := url.Parse(upstream)
 	if err != nil {
 		return fmt.Errorf("vigil: upstream %q: %w", upstream, err)
@@ -50,7 +51,13 @@ func serveVigil(ctx context.Context, listen, upstream string, maxInFlight int, p
 		defer pprof.StopCPUProfile()
 	}
 	fmt.Fprintln(stdout, "ready")
-	return lim.Serve(ctx, ln)
+	err = lim.Serve(ctx, ln)
+	// What the limiter did over the whole run: a queue here is latency the
+	// table charges to the proxy.
+	st := lim.Stats()
+	fmt.Fprintf(os.Stderr, "overhead: vigil child (max_in_flight %d): %d admitted, %d queued, cap at the end %d\n",
+		maxInFlight, st.Admitted, st.Queued, st.Cap)
+	return err
 }
 
 // serveReverseProxy is the baseline child: net/http/httputil's reverse
