@@ -82,6 +82,16 @@ const (
 	// deadlineMinSamples on.
 	deadlineSamples    = 200
 	deadlineMinSamples = 50
+	// nearShare: answers that ran beside at least this share of the cap
+	// judge it (deadlineCeiling). 1/2 let answers from the bottom of the
+	// range, whose r overstates the cost, hold the cap near 85-95 where a
+	// fixed 112 kept the same deadlines (bench/metastable).
+	nearShare = 0.75
+	// roomyStretch: while the engine's queue is empty, the cap may grow to
+	// this multiple of a ceiling extrapolated from lighter load (below the
+	// knee answers barely slow as more run beside them). At 1 the cap
+	// took ~100 s of a surge to reach what the engine could run.
+	roomyStretch = 2.0
 
 	windowMinSamples = 10
 	windowMinGauges  = 2
@@ -128,7 +138,8 @@ const (
 // it); otherwise, when demand filled the cap, answers are flowing, the p90
 // is within 80% of the target and S within 80% of the knee,
 // the cap grows: by x1.25 a window until the engine first queues, or while
-// the deadline ceiling bounds it (never past it), and otherwise by
+// the deadline ceiling bounds it (never past it; past twice it while the
+// engine's queue is empty and the ceiling comes from lighter load), and otherwise by
 // turnoverGain per answer finished; while the engine's gauges are readable,
 // only on a window that read them. TTFT and failures count only for
 // requests admitted after the last change, so each change is judged by its
@@ -252,34 +263,38 @@ func (a *autoLimit) observeDeadline(r dlSample) {
 // deadlineCeiling is the most requests in flight at which unary answers
 // still finish within deadlineShare of their clients' timeouts at the 99th
 // percentile, or 0 while unknown. Each answer took t = d x n x r (timeout
-// d, n in flight); past an engine's knee its throughput X is flat, so by
-// Little's law t grows in proportion to n (t = n/X per mean request, the
-// tail in proportion), and r is what one more request in flight costs.
-// Below the knee t barely grows with n, so r overstates that cost and the
-// ceiling errs low, where the cap does no harm. Normalised by n, answers
+// d, n the mean in flight while it ran); past an engine's knee its
+// throughput X is flat, so by Little's law t grows in proportion to n
+// (t = n/X per mean request, the tail in proportion), and r is what one
+// more request in flight costs. Below the knee t barely grows with n, so r
+// overstates that cost and the ceiling errs low. Normalised by n, answers
 // measured at any cap are comparable: the ceiling needs no step-by-step
 // probing of the tail, which shows only minutes after each change.
-func (a *autoLimit) deadlineCeiling() float64 {
+//
+// near reports whether the ceiling comes from answers that ran beside at
+// least nearShare of the cap in force. Only those judge the cap (cut it);
+// answers from lighter load (a quiet hour before a surge: a long answer
+// beside 3 others reads as a ceiling of 9) only bound its growth, and
+// loosely while the engine has room (see maybeUpdate).
+func (a *autoLimit) deadlineCeiling() (ceiling float64, near bool) {
 	if len(a.dl) < deadlineMinSamples {
-		return 0
+		return 0, false
 	}
-	// Answers measured beside fewer than half the cap in force overstate
-	// what a request in flight costs there (they ran below the knee): the
-	// estimate leaves them out once there are enough of the others.
-	near := 0
+	nearN := 0
 	for _, d := range a.dl {
-		if float64(d.n) >= a.limit/2 {
-			near++
+		if float64(d.n) >= nearShare*a.limit {
+			nearN++
 		}
 	}
+	near = nearN >= deadlineMinSamples
 	s := make([]float64, 0, len(a.dl))
 	for _, d := range a.dl {
-		if near < deadlineMinSamples || float64(d.n) >= a.limit/2 {
+		if !near || float64(d.n) >= nearShare*a.limit {
 			s = append(s, d.r)
 		}
 	}
 	slices.Sort(s)
-	return deadlineShare / s[min(len(s)-1, len(s)*99/100)]
+	return deadlineShare / s[min(len(s)-1, len(s)*99/100)], near
 }
 
 // dlSample is one answer for the deadline ceiling: its time in the engine
@@ -335,8 +350,8 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
 	pastKnee := a.svcFresh && a.svc > knee
 	a.svcFresh = false
-	ceiling := a.deadlineCeiling()
-	late := ceiling > 0 && a.limit > ceiling
+	ceiling, near := a.deadlineCeiling()
+	late := near && a.limit > ceiling
 	if queued || (len(a.ttfts) > 0 && w > 0) {
 		// The engine has started to queue: near its capacity, probe gently.
 		// Streamed answers' first tokens wait out any queue, so for them
@@ -386,8 +401,11 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	default:
 		a.limit = min(autoMax, a.limit+turnoverGain*float64(a.finished))
 	}
-	if ceiling > 0 && a.limit > old {
-		a.limit = max(old, min(a.limit, ceiling))
+	if bound := ceiling; bound > 0 && a.limit > old {
+		if !near && a.gauges > 0 && w == 0 {
+			bound *= roomyStretch
+		}
+		a.limit = max(old, min(a.limit, bound))
 	}
 	changed := a.cap() != int(math.Round(old))
 	if a.limit != old {

@@ -395,14 +395,14 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		a := newAutoLimit(0, t0)
 		a.limit, a.probing = 200, false
 		at := t0
-		// Every answer took 60 s beside 50 others: at this pace the tail
+		// Every answer took 180 s beside 150 others: at this pace the tail
 		// reaches the 120 s deadline at 100 in flight.
 		for range deadlineMinSamples {
 			at = at.Add(10 * time.Millisecond)
-			a.observeDone(at.Add(-60*time.Second), at, deadline, false, 50)
+			a.observeDone(at.Add(-180*time.Second), at, deadline, false, 150)
 		}
-		if c := a.deadlineCeiling(); c < 99 || c > 101 {
-			t.Fatalf("ceiling %.1f, want 100", c)
+		if c, near := a.deadlineCeiling(); c < 99 || c > 101 || !near {
+			t.Fatalf("ceiling %.1f (near %v), want 100 from answers near the cap", c, near)
 		}
 		a.markDemand()
 		for range windowMinGauges {
@@ -413,26 +413,67 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 			t.Errorf("cap %d above a ceiling of 100, want it cut to 100", a.cap())
 		}
 	})
-	t.Run("answers measured beside less than half the cap are left out once others suffice", func(t *testing.T) {
+	t.Run("answers from lighter load bound the growth but never cut", func(t *testing.T) {
 		a := newAutoLimit(0, t0)
-		a.limit = 100
+		a.limit, a.probing = 100, false
 		at := t0
-		// Below the knee: 20 s beside 10 in flight reads as 2 s a request,
-		// a ceiling of 60.
+		// 20 s beside 10 in flight reads as 2 s a request, a ceiling of
+		// 60: extrapolated from far below the cap of 100.
 		for range deadlineMinSamples {
 			at = at.Add(10 * time.Millisecond)
 			a.observeDone(at.Add(-20*time.Second), at, deadline, false, 10)
 		}
-		if c := a.deadlineCeiling(); c < 59 || c > 61 {
-			t.Fatalf("ceiling %.1f from the low answers alone, want 60", c)
+		if c, near := a.deadlineCeiling(); c < 59 || c > 61 || near {
+			t.Fatalf("ceiling %.1f (near %v) from the low answers alone, want 60, not near", c, near)
 		}
-		// Past it: 60 s beside 60, a ceiling of 120.
+		// A window with demand and a request waiting in the engine (not
+		// enough to count as its queue, enough to say it has no room):
+		// no cut, and no growth past the light-load ceiling either.
+		a.markDemand()
+		for range windowMinGauges {
+			at = at.Add(windowMin)
+			a.observeEngine(1, 100, at)
+		}
+		if a.cap() != 100 {
+			t.Errorf("cap %d: want it kept at 100 (light-load answers neither cut it nor let it grow)", a.cap())
+		}
+		// Answers near the cap take over: 90 s beside 80, a ceiling of
+		// about 107, judged on them alone.
 		for range deadlineMinSamples {
 			at = at.Add(10 * time.Millisecond)
-			a.observeDone(at.Add(-60*time.Second), at, deadline, false, 60)
+			a.observeDone(at.Add(-90*time.Second), at, deadline, false, 80)
 		}
-		if c := a.deadlineCeiling(); c < 119 || c > 121 {
-			t.Errorf("ceiling %.1f, want 120 from the answers beside 60 (>= half the cap of 100)", c)
+		if c, near := a.deadlineCeiling(); c < 106 || c > 107 || !near {
+			t.Errorf("ceiling %.1f (near %v), want 106.7 from the answers beside 80 (>= 3/4 of the cap)", c, near)
+		}
+	})
+	t.Run("while the engine has room a surge grows the cap past a light-load ceiling, to twice it", func(t *testing.T) {
+		// A quiet spell: long answers beside few others read as a low
+		// ceiling (20 s beside 5: 30). Then a surge fills the cap while the
+		// engine's queue stays empty.
+		grow := func(waiting float64) int {
+			a := newAutoLimit(0, t0)
+			a.limit, a.probing = 20, false
+			at := t0
+			for range deadlineMinSamples {
+				at = at.Add(10 * time.Millisecond)
+				a.observeDone(at.Add(-20*time.Second), at, deadline, false, 5)
+			}
+			for range 40 {
+				a.markDemand()
+				at = at.Add(windowMin)
+				a.observeEngine(waiting, float64(a.cap()), at)
+				at = at.Add(windowMin)
+				a.observeEngine(waiting, float64(a.cap()), at)
+				a.observeDone(at.Add(-time.Second), at, 0, false, a.cap())
+			}
+			return a.cap()
+		}
+		if c := grow(0); c != 60 {
+			t.Errorf("cap %d after a surge on an engine with room, want 60 (twice the light-load ceiling of 30)", c)
+		}
+		if c := grow(1); c != 30 {
+			t.Errorf("cap %d after a surge on an engine queueing one request, want 30 (the light-load ceiling)", c)
 		}
 	})
 	t.Run("streamed answers and answers with no announced timeout feed the knee, not the ceiling", func(t *testing.T) {
@@ -443,8 +484,8 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 			a.observeDone(at.Add(-time.Second), at, deadline, true, 10)
 			a.observeDone(at.Add(-time.Second), at, 0, false, 10)
 		}
-		if len(a.dl) != 0 || a.deadlineCeiling() != 0 {
-			t.Errorf("%d deadline samples, ceiling %.1f; want none", len(a.dl), a.deadlineCeiling())
+		if c, _ := a.deadlineCeiling(); len(a.dl) != 0 || c != 0 {
+			t.Errorf("%d deadline samples, ceiling %.1f; want none", len(a.dl), c)
 		}
 		if a.svcMin == 0 {
 			t.Error("the knee got no service time")
@@ -508,5 +549,48 @@ func TestAutoLimitGrowsByTheTurnover(t *testing.T) {
 	// 20 answers of a turnover of 40: half a turnover, so an eighth more.
 	if got := a.limit; math.Abs(got-45) > 0.01 {
 		t.Errorf("limit %.2f after 20 answers at 40 in flight, want 45 (+%.2f per answer)", got, turnoverGain)
+	}
+}
+
+// TestAnswersAreJudgedByWhatRanBesideThem: the deadline ceiling divides an
+// answer's time by the requests in flight beside it over its whole life,
+// not by a count at its start or end. An answer that ran beside 100 for
+// 90 s and beside 10 for its last 10 s ran beside 91 on average; the
+// counts at its ends (1 and 10) would have read it as ten times slower
+// per request than it was, and cut the cap for it.
+func TestAnswersAreJudgedByWhatRanBesideThem(t *testing.T) {
+	clk := newFakeClock()
+	cfg := testConfig()
+	cfg.MaxInFlight = 0
+	l, err := New(cfg, mustURL("http://127.0.0.1:1"), "", WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.auto.limit = autoMax
+	enter := func() *ticket {
+		tk, rj, err := l.enter(t.Context(), admission{tokens: 1, maxWait: time.Second, deadline: 120 * time.Second})
+		if err != nil || rj != nil {
+			t.Fatalf("enter: %v %v", err, rj)
+		}
+		return tk
+	}
+	first := enter()
+	others := make([]*ticket, 99)
+	for i := range others {
+		others[i] = enter()
+	}
+	clk.Advance(90 * time.Second)
+	for _, tk := range others[:90] {
+		tk.done(outcome{success: true})
+	}
+	clk.Advance(10 * time.Second)
+	l.auto.dl = nil // only the first answer's sample below
+	first.done(outcome{success: true})
+	if len(l.auto.dl) != 1 {
+		t.Fatalf("%d deadline samples, want 1", len(l.auto.dl))
+	}
+	if n := l.auto.dl[0].n; n != 91 {
+		t.Errorf("the answer ran beside %d by the limiter's count, want 91 (100 for 90 s, 10 for 10 s)", n)
 	}
 }

@@ -112,14 +112,17 @@
 //     gave up is waste, and a retry. Past the engine's knee its throughput X
 //     is flat, so by Little's law an answer's time grows in proportion to
 //     the N in flight (S = N/X, the tail in proportion). Each answer gives
-//     its time over (its timeout x the N it ran beside); the 99th percentile
-//     of the last 200 gives the ceiling: the N at which the slowest 1% still
-//     arrive within their timeout. Normalised by N, answers measured at any
-//     cap are comparable, so the ceiling needs no step-by-step probing of a
-//     tail that shows only minutes after each step; below the knee the
-//     normalisation overstates the cost of N and errs low, so answers that
-//     ran beside fewer than half the cap are left out once the others number
-//     50. This maximises
+//     its time over (its timeout x the mean N it ran beside, over its whole
+//     life); the 99th percentile of the last 200 gives the ceiling: the N at
+//     which the slowest 1% still arrive within their timeout. Normalised by
+//     N, answers measured at any cap are comparable, so the ceiling needs no
+//     step-by-step probing of a tail that shows only minutes after each
+//     step. Below the knee the normalisation overstates the cost of N and
+//     errs low, so only answers that ran beside at least 3/4 of the cap
+//     (once they number 50) judge it and can cut it; answers from lighter
+//     load only bound its growth, and while the engine's queue is empty
+//     (a surge after a quiet spell) the cap may grow to twice that bound.
+//     This maximises
 //     throughput (a backlog drains as fast as it can) while the answers
 //     still arrive in time.
 //   - Streamed answers: TTFT against the objective, judged at the p90; and

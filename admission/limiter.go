@@ -87,7 +87,12 @@ type Limiter struct {
 	fixed    int // > 0: a fixed cap; 0: automatic
 	auto     *autoLimit
 	inFlight int
-	waiters  list.List // of *waiter, oldest first
+	// inFlightArea is the integral of inFlight over time (request-seconds)
+	// up to inFlightSince: the difference between two readings over the
+	// time between them is the mean in flight, what an answer ran beside.
+	inFlightArea  float64
+	inFlightSince time.Time
+	waiters       list.List // of *waiter, oldest first
 	// held indexes the placeholders in waiters: queue places of keyed calls
 	// whose attempt ended, kept for a retry of the same call to take over.
 	held        map[key]*waiter
@@ -399,6 +404,34 @@ type waiter struct {
 type waitResult struct {
 	rej      *rejection
 	inFlight int // with a slot: requests in flight, this one included
+	// at and area: when the slot was granted, and inFlightArea then.
+	at   time.Time
+	area float64
+}
+
+// addInFlightLocked changes the requests in flight by d at now, keeping
+// their integral over time.
+func (l *Limiter) addInFlightLocked(now time.Time, d int) {
+	if !l.inFlightSince.IsZero() && now.After(l.inFlightSince) {
+		l.inFlightArea += float64(l.inFlight) * now.Sub(l.inFlightSince).Seconds()
+	}
+	l.inFlightSince = now
+	l.inFlight += d
+}
+
+// meanInFlightLocked is the mean number of requests in flight from a
+// ticket's admission to now, the ticket included; the count at admission
+// when no time has passed.
+func (l *Limiter) meanInFlightLocked(tk *ticket, now time.Time) int {
+	d := now.Sub(tk.admitted).Seconds()
+	if d <= 0 {
+		return tk.inFlightAt
+	}
+	area := l.inFlightArea
+	if now.After(l.inFlightSince) {
+		area += float64(l.inFlight) * now.Sub(l.inFlightSince).Seconds()
+	}
+	return int(math.Round((area - tk.areaAt) / d))
 }
 
 func (l *Limiter) removeWaiterLocked(e *list.Element) *waiter {
@@ -477,9 +510,9 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 			return
 		}
 		w := l.removeWaiterLocked(e)
-		l.inFlight++
+		l.addInFlightLocked(now, 1)
 		l.c.admitted.Add(1)
-		w.ch <- waitResult{inFlight: l.inFlight}
+		w.ch <- waitResult{inFlight: l.inFlight, at: now, area: l.inFlightArea}
 	}
 }
 
@@ -558,8 +591,9 @@ type ticket struct {
 	retry    bool
 	deadline time.Duration // the client's announced timeout; 0: none
 	// inFlightAt: requests in flight when this one was admitted, itself
-	// included.
+	// included; areaAt: the limiter's inFlightArea then.
 	inFlightAt int
+	areaAt     float64
 	ended      atomic.Bool
 }
 
@@ -613,12 +647,12 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 		if ph != nil {
 			l.removeWaiterLocked(ph.elem) // the call is served: its place is no longer needed
 		}
-		l.inFlight++
+		l.addInFlightLocked(now, 1)
 		l.c.admitted.Add(1)
 		if l.inFlight >= c {
 			l.auto.markDemand()
 		}
-		tk.inFlightAt = l.inFlight
+		tk.inFlightAt, tk.areaAt = l.inFlight, l.inFlightArea
 		l.mu.Unlock()
 		tk.admitted = now
 		return tk, nil, nil
@@ -701,8 +735,7 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 		l.mu.Unlock()
 		return nil, res.rej, nil
 	}
-	tk.admitted = l.clock.Now()
-	tk.inFlightAt = res.inFlight
+	tk.admitted, tk.inFlightAt, tk.areaAt = res.at, res.inFlight, res.area
 	return tk, nil, nil
 }
 
@@ -781,7 +814,7 @@ func (tk *ticket) cancel() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
-	l.inFlight--
+	l.addInFlightLocked(now, -1)
 	l.undoLocked(now, tk)
 	l.dispatchLocked(now)
 }
@@ -806,7 +839,8 @@ func (tk *ticket) done(o outcome) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
-	l.inFlight--
+	n := l.meanInFlightLocked(tk, now)
+	l.addInFlightLocked(now, -1)
 	if tk.tenant != nil {
 		tk.tenant.finish(now, tk.tokens, o.totalTokens)
 	}
@@ -818,7 +852,7 @@ func (tk *ticket) done(o outcome) {
 		case o.dropped:
 			l.auto.drop(tk.admitted, now)
 		case o.success:
-			l.auto.observeDone(tk.admitted, now, tk.deadline, o.streamed, (tk.inFlightAt+l.inFlight+1)/2)
+			l.auto.observeDone(tk.admitted, now, tk.deadline, o.streamed, n)
 		}
 	}
 	l.dispatchLocked(now)
