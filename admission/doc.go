@@ -113,7 +113,7 @@
 //     is flat, so by Little's law an answer's time grows in proportion to
 //     the N in flight (S = N/X, the tail in proportion). Each answer gives
 //     its time over (its timeout x the mean N it ran beside, over its whole
-//     life); the 99th percentile of the last 200 gives the ceiling: the N at
+//     life); the 99th percentile of the last 400 gives the ceiling: the N at
 //     which the slowest 1% still arrive within their timeout. Normalised by
 //     N, answers measured at any cap are comparable, so the ceiling needs no
 //     step-by-step probing of a tail that shows only minutes after each
