@@ -549,85 +549,71 @@ func TestCancelDeadline(t *testing.T) {
 	}
 }
 
-// TestCancelMidBody: the context ending while a streamed answer is read
-// makes the pending Read fail at once, and the engine sees the client go.
-func TestCancelMidBody(t *testing.T) {
-	gone := make(chan struct{}, 1)
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "first\n")
-		http.NewResponseController(w).Flush()
-		select {
-		case <-r.Context().Done():
-			gone <- struct{}{}
-		case <-time.After(2 * time.Second):
-		}
-	})
-	tr := newTransport(t, nil)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	resp, err := tr.RoundTrip(newRequest(t, ctx, "GET", s.URL+"/stream", nil))
-	if err != nil {
-		t.Fatal(err)
+// TestEndingABlockedRead: a Read blocked in the middle of a streamed answer
+// ends at once when the request's context ends or the body is closed from
+// another goroutine; either way with an error, never EOF (the answer is
+// cut, and a copy loop must not take it for whole), and the engine sees
+// the client go.
+func TestEndingABlockedRead(t *testing.T) {
+	cases := []struct {
+		name string
+		end  func(cancel context.CancelFunc, body io.Closer)
+		// want is the error the Read must wrap; nil: any error but EOF.
+		want error
+	}{
+		{"context cancelled", func(cancel context.CancelFunc, _ io.Closer) { cancel() }, nil},
+		{"body closed", func(_ context.CancelFunc, body io.Closer) { body.Close() }, errBodyClosed},
 	}
-	defer resp.Body.Close()
-	if resp.ContentLength != -1 || len(resp.TransferEncoding) == 0 {
-		t.Fatalf("answer not streamed: ContentLength %d, TransferEncoding %v", resp.ContentLength, resp.TransferEncoding)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gone := make(chan struct{}, 1)
+			s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, "first\n")
+				http.NewResponseController(w).Flush()
+				select {
+				case <-r.Context().Done():
+					gone <- struct{}{}
+				case <-time.After(2 * time.Second):
+				}
+			})
+			tr := newTransport(t, nil)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			resp, err := tr.RoundTrip(newRequest(t, ctx, "GET", s.URL+"/stream", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.ContentLength != -1 || len(resp.TransferEncoding) == 0 {
+				t.Fatalf("answer not streamed: ContentLength %d, TransferEncoding %v", resp.ContentLength, resp.TransferEncoding)
+			}
+			first := make([]byte, len("first\n"))
+			if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first\n" {
+				t.Fatalf("first chunk %q, %v", first, err)
+			}
+			readErr := make(chan error, 1)
+			go func() {
+				_, err := resp.Body.Read(make([]byte, 64)) // blocks: nothing more is sent
+				readErr <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // let the Read block
+			c.end(cancel, resp.Body)
+			err = within(t, readErr, time.Second, "the blocked Read to end")
+			switch {
+			case err == nil || err == io.EOF:
+				t.Errorf("blocked Read returned %v, want an error (not EOF: the answer is cut)", err)
+			case c.want != nil && !errors.Is(err, c.want):
+				t.Errorf("blocked Read returned %v, want %v", err, c.want)
+			}
+			if _, err := resp.Body.Read(make([]byte, 64)); err == nil || err == io.EOF {
+				t.Errorf("a later Read returned %v, want an error", err)
+			}
+			within(t, gone, time.Second, "the server to see the client go")
+			if n := idleLen(tr); n != 0 {
+				t.Errorf("%d idle connections, want 0", n)
+			}
+		})
 	}
-	first := make([]byte, len("first\n"))
-	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "first\n" {
-		t.Fatalf("first chunk %q, %v", first, err)
-	}
-	readErr := make(chan error, 1)
-	go func() {
-		_, err := resp.Body.Read(make([]byte, 64)) // blocks: nothing more is sent
-		readErr <- err
-	}()
-	time.Sleep(20 * time.Millisecond) // let the Read block
-	cancel()
-	if err := within(t, readErr, time.Second, "Read to fail after cancel"); err == nil || err == io.EOF {
-		t.Errorf("Read after cancel returned %v, want an error (not EOF: the answer is cut)", err)
-	}
-	within(t, gone, time.Second, "the server to see the client go")
-	if n := idleLen(tr); n != 0 {
-		t.Errorf("%d idle connections, want 0", n)
-	}
-}
-
-// TestCloseDuringRead: Close from another goroutine ends a blocked Read.
-func TestCloseDuringRead(t *testing.T) {
-	gone := make(chan struct{}, 1)
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "x")
-		http.NewResponseController(w).Flush()
-		select {
-		case <-r.Context().Done():
-			gone <- struct{}{}
-		case <-time.After(2 * time.Second):
-		}
-	})
-	tr := newTransport(t, nil)
-	resp, err := tr.RoundTrip(newRequest(t, t.Context(), "GET", s.URL, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	readErr := make(chan error, 1)
-	go func() {
-		_, err := resp.Body.Read(make([]byte, 64))
-		readErr <- err
-	}()
-	time.Sleep(20 * time.Millisecond) // let the Read block
-	resp.Body.Close()
-	if err := within(t, readErr, time.Second, "Read to end after Close"); !errors.Is(err, errBodyClosed) {
-		t.Errorf("blocked Read after Close: %v, want errBodyClosed", err)
-	}
-	// Not EOF: a copy loop must not take the cut-off answer for whole.
-	if _, err := resp.Body.Read(make([]byte, 64)); !errors.Is(err, errBodyClosed) {
-		t.Errorf("Read after Close: %v, want errBodyClosed", err)
-	}
-	within(t, gone, time.Second, "the server to see the client go")
 }
 
 // TestCancelAfterAnswerKeepsConnection: once an answer is read whole, the
