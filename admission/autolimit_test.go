@@ -347,6 +347,16 @@ func TestMeterCountsEventsAndReadsUsage(t *testing.T) {
 func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	const deadline = 120 * time.Second
+	// answersBeside feeds deadlineMinSamples plain answers with the
+	// deadline, each of which took took beside n in flight, and returns
+	// the time of the last.
+	answersBeside := func(a *autoLimit, at time.Time, took time.Duration, n int) time.Time {
+		for range deadlineMinSamples {
+			at = at.Add(10 * time.Millisecond)
+			a.observeDone(at.Add(-took), at, deadline, false, n)
+		}
+		return at
+	}
 	// run drives a saturated limiter against an engine past its knee: an
 	// answer takes perReq per request in flight (Little's law at a flat
 	// throughput), one in fifty twice that; the engine never queues.
@@ -397,10 +407,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		at := t0
 		// Every answer took 180 s beside 150 others: at this pace the tail
 		// reaches the 120 s deadline at 100 in flight.
-		for range deadlineMinSamples {
-			at = at.Add(10 * time.Millisecond)
-			a.observeDone(at.Add(-180*time.Second), at, deadline, false, 150)
-		}
+		at = answersBeside(a, at, 180*time.Second, 150)
 		if c, near := a.deadlineCeiling(); c < 99 || c > 101 || !near {
 			t.Fatalf("ceiling %.1f (near %v), want 100 from answers near the cap", c, near)
 		}
@@ -419,10 +426,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		at := t0
 		// 20 s beside 10 in flight reads as 2 s a request, a ceiling of
 		// 60: extrapolated from far below the cap of 100.
-		for range deadlineMinSamples {
-			at = at.Add(10 * time.Millisecond)
-			a.observeDone(at.Add(-20*time.Second), at, deadline, false, 10)
-		}
+		at = answersBeside(a, at, 20*time.Second, 10)
 		if c, near := a.deadlineCeiling(); c < 59 || c > 61 || near {
 			t.Fatalf("ceiling %.1f (near %v) from the low answers alone, want 60, not near", c, near)
 		}
@@ -439,10 +443,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		}
 		// Answers near the cap take over: 90 s beside 80, a ceiling of
 		// about 107, judged on them alone.
-		for range deadlineMinSamples {
-			at = at.Add(10 * time.Millisecond)
-			a.observeDone(at.Add(-90*time.Second), at, deadline, false, 80)
-		}
+		at = answersBeside(a, at, 90*time.Second, 80)
 		if c, near := a.deadlineCeiling(); c < 106 || c > 107 || !near {
 			t.Errorf("ceiling %.1f (near %v), want 106.7 from the answers beside 80 (>= 3/4 of the cap)", c, near)
 		}
@@ -455,10 +456,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 			a := newAutoLimit(0, t0)
 			a.limit, a.probing = 20, false
 			at := t0
-			for range deadlineMinSamples {
-				at = at.Add(10 * time.Millisecond)
-				a.observeDone(at.Add(-20*time.Second), at, deadline, false, 5)
-			}
+			at = answersBeside(a, at, 20*time.Second, 5)
 			for range 40 {
 				a.markDemand()
 				at = at.Add(windowMin)
