@@ -357,6 +357,16 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		}
 		return at
 	}
+	// gaugeWindow marks demand and closes a window on readings of the
+	// engine's gauges (waiting, running); it returns the time of the last.
+	gaugeWindow := func(a *autoLimit, at time.Time, waiting, running float64) time.Time {
+		a.markDemand()
+		for range windowMinGauges {
+			at = at.Add(windowMin)
+			a.observeEngine(waiting, running, at)
+		}
+		return at
+	}
 	// run drives a saturated limiter against an engine past its knee: an
 	// answer takes perReq per request in flight (Little's law at a flat
 	// throughput), one in fifty twice that; the engine never queues.
@@ -411,11 +421,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		if c, near := a.deadlineCeiling(); c < 99 || c > 101 || !near {
 			t.Fatalf("ceiling %.1f (near %v), want 100 from answers near the cap", c, near)
 		}
-		a.markDemand()
-		for range windowMinGauges {
-			at = at.Add(windowMin)
-			a.observeEngine(0, 200, at)
-		}
+		at = gaugeWindow(a, at, 0, 200)
 		if a.cap() != 100 {
 			t.Errorf("cap %d above a ceiling of 100, want it cut to 100", a.cap())
 		}
@@ -433,11 +439,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		// A window with demand and a request waiting in the engine (not
 		// enough to count as its queue, enough to say it has no room):
 		// no cut, and no growth past the light-load ceiling either.
-		a.markDemand()
-		for range windowMinGauges {
-			at = at.Add(windowMin)
-			a.observeEngine(1, 100, at)
-		}
+		at = gaugeWindow(a, at, 1, 100)
 		if a.cap() != 100 {
 			t.Errorf("cap %d: want it kept at 100 (light-load answers neither cut it nor let it grow)", a.cap())
 		}

@@ -505,16 +505,8 @@ func TestAFailedRecoveryLeavesTheCapAsItWas(t *testing.T) {
 }
 
 func TestAKeyedCallKeepsItsQueuePlaceAcrossAttempts(t *testing.T) {
-	// The engine notes which attempt reached it, in order.
 	release := make(chan struct{})
-	var mu sync.Mutex
-	var order []string
-	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		order = append(order, r.Header.Get("X-Attempt"))
-		mu.Unlock()
-		blockUntil(release)(w, r)
-	})
+	eng, order := attemptOrderEngine(t, blockUntil(release))
 	cfg := testConfig()
 	cfg.MaxInFlight = 1
 	cfg.Order = "fifo"
@@ -557,10 +549,27 @@ func TestAKeyedCallKeepsItsQueuePlaceAcrossAttempts(t *testing.T) {
 	if a := <-unkeyed; a.status != 200 {
 		t.Fatalf("unkeyed call: %d %s", a.status, a.body)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{"blocker", "a-2", "b"}; !slices.Equal(order, want) {
-		t.Errorf("the engine got %v, want %v (the retry served from its first attempt's place, ahead of b)", order, want)
+	if got, want := order(), []string{"blocker", "a-2", "b"}; !slices.Equal(got, want) {
+		t.Errorf("the engine got %v, want %v (the retry served from its first attempt's place, ahead of b)", got, want)
+	}
+}
+
+// attemptOrderEngine is an engine that notes the X-Attempt header of each
+// request reaching it, in order, then answers with then; order reads the
+// notes so far.
+func attemptOrderEngine(t *testing.T, then http.HandlerFunc) (eng *fakeEngine, order func() []string) {
+	var mu sync.Mutex
+	var seen []string
+	eng = newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("X-Attempt"))
+		mu.Unlock()
+		then(w, r)
+	})
+	return eng, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
 	}
 }
 
@@ -642,14 +651,9 @@ func TestTheQueueIsBoundedByTheBytesItHolds(t *testing.T) {
 }
 
 func TestNewestFirstServesFirstAttemptsThenTheOldestRetry(t *testing.T) {
-	// The engine notes which request reached it and holds each until told.
+	// The engine holds each request until told.
 	step := make(chan struct{})
-	var mu sync.Mutex
-	var order []string
-	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		order = append(order, r.Header.Get("X-Attempt"))
-		mu.Unlock()
+	eng, order := attemptOrderEngine(t, func(w http.ResponseWriter, r *http.Request) {
 		<-step
 		okJSON(w, r)
 	})
@@ -683,11 +687,9 @@ func TestNewestFirstServesFirstAttemptsThenTheOldestRetry(t *testing.T) {
 			t.Fatalf("status %d: %s", a.status, a.body)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	want := []string{"blocker", "first-new", "first-old", "retry-old", "retry-new"}
-	if !slices.Equal(order, want) {
-		t.Errorf("the engine got %v, want %v (first attempts newest first, then retries oldest first)", order, want)
+	if got := order(); !slices.Equal(got, want) {
+		t.Errorf("the engine got %v, want %v (first attempts newest first, then retries oldest first)", got, want)
 	}
 }
 
