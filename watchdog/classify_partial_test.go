@@ -273,15 +273,15 @@ func TestClassifyPartialFailures(t *testing.T) {
 		// Resume is not evidence (#16): after a hang, frozen idle gauges
 		// do not resolve it; a probe sent after the hang completing does.
 		{
-			name: "after a hang, an idle-looking engine with no proof of serving is unknown, not healthy",
-			hist: func() *sim { return newSim().tick(4) },
+			name:   "after a hang, an idle-looking engine with no proof of serving is unknown, not healthy",
+			hist:   func() *sim { return newSim().tick(4) },
 			params: func(p *Params, s *sim) { p.ProofSince = t0 },
 			want:   StateUnknown, reason: []string{"no sign of serving"},
 			never: []State{StateHealthy},
 		},
 		{
-			name: "after a hang, a probe sent later completing is proof",
-			hist: func() *sim { return newSim().tick(3).tick(1, func(s *sim) { s.probeOK(time.Second) }) },
+			name:   "after a hang, a probe sent later completing is proof",
+			hist:   func() *sim { return newSim().tick(3).tick(1, func(s *sim) { s.probeOK(time.Second) }) },
 			params: func(p *Params, s *sim) { p.ProofSince = t0.Add(time.Second) },
 			want:   StateHealthy,
 		},
