@@ -87,6 +87,10 @@ func (p policy) observe(t thread, v watchdog.Verdict, inc *watchdog.Incident, no
 	if inc.ID != t.Incident {
 		t = thread{Incident: inc.ID, Opened: inc.Opened}
 	}
+	if v.Recovering && (v.State == watchdog.StateDown || v.State == watchdog.StateLoading) {
+		// vigil's own restart of the engine: the recovery's steps say it.
+		return t, nil
+	}
 	if v.State != t.Seen {
 		t.Seen, t.SeenSince = v.State, now
 	}

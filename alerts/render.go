@@ -55,7 +55,11 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	switch v.State {
 	case watchdog.StateHung:
-		if e.SinceProgress > 0 {
+		if e.Hang != "" && e.Hang != watchdog.HangEngine && v.Reason != "" {
+			// A rank, a decode stall or a wedge: the reason names it (the
+			// summed counters still move, so "no progress" would be false).
+			add("%s", v.Reason)
+		} else if e.SinceProgress > 0 {
 			add("no progress for %s with %s waiting, %s running", exactDuration(e.SinceProgress), count(e.Waiting), count(e.Running))
 		} else if v.Reason != "" {
 			add("%s", v.Reason)
@@ -96,6 +100,9 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 		if e.Probe != "" {
 			add("probe %s", e.Probe)
 		}
+	}
+	if e.ProbeFailing != "" && !strings.Contains(strings.Join(parts, "; "), "probe failing") {
+		add("probe failing: %s (not load: check engine.model)", e.ProbeFailing)
 	}
 	if len(parts) == 0 {
 		return "no evidence recorded"
@@ -250,6 +257,25 @@ func (r renderer) fields(v watchdog.Verdict) []Field {
 	add("/v1/models", e.Models)
 	add("/health", e.Health)
 	add("Probe", e.Probe)
+	add("Probe failing", e.ProbeFailing)
+	if len(e.Ranks) > 1 {
+		var rs []string
+		for _, r := range e.Ranks {
+			st := "moving"
+			switch {
+			case r.Hung:
+				st = "HUNG " + exactDuration(r.Stalled)
+			case r.Waiting+r.Running == 0:
+				st = "idle"
+			}
+			rs = append(rs, fmt.Sprintf("%s: %s/%s %s", r.Rank, count(r.Waiting), count(r.Running), st))
+		}
+		add("Ranks (waiting/running)", strings.Join(rs, ", "))
+	}
+	if e.DecodeStalled > 0 {
+		add("Decode stalled", exactDuration(e.DecodeStalled))
+	}
+	add("Odd", strings.Join(e.Odd, "; "))
 	if e.DrainEstimate > 0 {
 		add("Est. drain", roughDuration(e.DrainEstimate))
 	}

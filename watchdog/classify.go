@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -52,9 +53,12 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	ev := &v.Evidence
 	probeSlow, probeFailed := probeVerdict(history, p)
 	if probeFailed {
-		ev.ProbeFailing = last.Probe.String()
-		if cur := last.Probe; cur.State == probes.ProbeOutstanding {
-			ev.ProbeFailing = lastFinishedProbe(history).String()
+		// The body says why (e.g. "The model `x` does not exist"), and
+		// stays the same from one failure to the next.
+		o := lastFinishedProbe(history).Observation
+		ev.ProbeFailing = outcome(o)
+		if o.Error != "" && o.Class != probes.ClassTimeout {
+			ev.ProbeFailing = o.Error
 		}
 	}
 	// tail is said after every reason: the probe failing for a reason
@@ -97,7 +101,8 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 				return say(StateDown, "DOWN: /health %s, /v1/models %s on %d consecutive samples",
 					ev.Health, ev.Models, n)
 			}
-			ev.Odd = append(ev.Odd, fmt.Sprintf("looks down (/health %s, /v1/models %s) but %s: not down", ev.Health, ev.Models, proof))
+			ev.Odd = append(ev.Odd, fmt.Sprintf("looks down (/health %s, /v1/models %s) but %s: not down",
+				outcome(last.Health), outcome(last.Models.Observation), proof))
 		}
 	}
 	if len(ev.Odd) == 0 {
@@ -137,7 +142,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	// hung: the whole engine.
 	if sc.pending && modelsAlive && p.HangAfter > 0 && sc.stall >= p.HangAfter {
 		if proof := probeServedSince(history, now.Add(-sc.stall)); proof != "" {
-			ev.Odd = append(ev.Odd, fmt.Sprintf("counters frozen for %s with work pending, but %s: /metrics may be stale", human(sc.stall), proof))
+			ev.Odd = append(ev.Odd, fmt.Sprintf("counters frozen with work pending, but %s: /metrics may be stale", proof))
 		} else {
 			ev.Hang = HangEngine
 			return say(StateHung, "HUNG: no progress for %s with %s waiting, %s running; /v1/models %s; probe %s",
@@ -232,10 +237,30 @@ func oddEndpoints(s *Sample) []string {
 	var odd []string
 	for _, o := range []probes.Observation{s.Models.Observation, s.Health, s.Metrics.Observation} {
 		if o.Taken() && o.Unreachable() {
-			odd = append(odd, fmt.Sprintf("%s answers %s while the engine is not down", o.Endpoint, o))
+			odd = append(odd, fmt.Sprintf("%s answers %s while the engine is not down", o.Endpoint, outcome(o)))
 		}
 	}
 	return odd
+}
+
+// outcome is an observation's result without its latency, so that the
+// same fault reads the same from one sample to the next (pages about it
+// are sent once, not every cycle).
+func outcome(o probes.Observation) string {
+	switch o.Class {
+	case probes.ClassNone, probes.ClassHTTPStatus:
+		if !o.Taken() {
+			return "not probed"
+		}
+		return strings.TrimSpace(fmt.Sprint(o.Code, " ", http.StatusText(o.Code)))
+	case probes.ClassTimeout:
+		return "timeout"
+	case probes.ClassRefused:
+		return "refused"
+	case probes.ClassReset:
+		return "reset (empty reply)"
+	}
+	return "failed: " + o.Error
 }
 
 // servedSince names positive evidence that the engine served at or after
@@ -243,7 +268,7 @@ func oddEndpoints(s *Sample) []string {
 // sent at or after t completing. "" when there is none.
 func servedSince(history []Sample, sc *scan, t time.Time) string {
 	if !sc.lastGrowth.IsZero() && !sc.lastGrowth.Before(t) {
-		return "counters rose " + human(sc.last.At.Sub(sc.lastGrowth)) + " ago"
+		return "counters rise"
 	}
 	return probeServedSince(history, t)
 }
@@ -253,7 +278,7 @@ func servedSince(history []Sample, sc *scan, t time.Time) string {
 func probeServedSince(history []Sample, t time.Time) string {
 	for i := len(history) - 1; i >= 0; i-- {
 		if pr := history[i].Probe; pr.State == probes.ProbeOK && !pr.Started.Before(t) {
-			return "a probe completed in " + human(pr.Latency)
+			return "probes complete"
 		}
 	}
 	return ""

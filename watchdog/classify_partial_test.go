@@ -225,7 +225,7 @@ func TestClassifyPartialFailures(t *testing.T) {
 				})
 			},
 			want: StateUnknown, never: []State{StateDown, StateHung},
-			reason: []string{"a probe completed", "not down"},
+			reason: []string{"probes complete", "not down"},
 		},
 		{
 			name: "/health 503 while counters rise is odd, not down",
@@ -237,7 +237,7 @@ func TestClassifyPartialFailures(t *testing.T) {
 				})
 			},
 			want: StateHealthy, never: []State{StateDown, StateHung},
-			reason: []string{"counters rose", "not down"},
+			reason: []string{"counters rise", "not down"},
 		},
 		{
 			name: "counters frozen with work pending but a probe completing during the stall is not hung",
@@ -257,7 +257,7 @@ func TestClassifyPartialFailures(t *testing.T) {
 						Observation: probes.Observation{Endpoint: probes.EndpointCompletions, Class: probes.ClassHTTPStatus, Code: 404, Error: "404 Not Found: model nope"}}
 				})
 			},
-			want: StateSaturated, reason: []string{"SATURATED: 40 waiting", "probe failing: failed: 404", "check engine.model"},
+			want: StateSaturated, reason: []string{"SATURATED: 40 waiting", "probe failing: 404 Not Found: model nope", "check engine.model"},
 		},
 		{
 			name: "a failing probe stays named while its successor is outstanding",
