@@ -51,6 +51,7 @@ type core struct {
 	// blocked: the last schedule found nothing to run although requests
 	// are held (a decode stall); wait for a change instead of spinning.
 	blocked bool
+	passes  uint64    // scheduling passes, steps or not (tests: no spinning)
 	lastEnd time.Time // wall time the previous step was due to end
 	done    chan struct{}
 }
@@ -118,6 +119,7 @@ func (c *core) loop() {
 		now := time.Now()
 		c.drainLocked(e.engineAt(now))
 		b := c.s.schedule(e.engineAt(now))
+		c.passes++
 		c.blocked = len(b.entries) == 0
 		if c.blocked {
 			e.mu.Unlock()
