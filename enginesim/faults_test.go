@@ -151,6 +151,16 @@ func TestDataParallelExpositionShape(t *testing.T) {
 	if got := strings.Join(rest, "\n"); got != one {
 		t.Fatalf("two-rank exposition without rank 1 differs from the one-rank exposition:\n%s", got)
 	}
+	// Ranks come in numeric order, not as label text sorts ("10" < "2").
+	var ranks []string
+	for _, l := range strings.Split(text(12), "\n") {
+		if strings.HasPrefix(l, "vllm:num_requests_running{") {
+			ranks = append(ranks, l[len(`vllm:num_requests_running{engine="`):strings.Index(l, `",`)])
+		}
+	}
+	if want := strings.Fields("0 1 2 3 4 5 6 7 8 9 10 11"); !slices.Equal(ranks, want) {
+		t.Fatalf("running gauge ranks in order %v, want %v", ranks, want)
+	}
 }
 
 func TestHangRankUnderLoad(t *testing.T) {
@@ -167,9 +177,14 @@ func TestHangRankUnderLoad(t *testing.T) {
 	defer cancel()
 	// 30,000-token answers: each ~5 minutes of engine time, ~0.3 s of wall.
 	load(t, ctx, ts.URL, 6, `{"prompt":"x","vigil_sim":{"prompt_tokens":1000,"output_tokens":30000}}`)
-	waitFor(t, "both ranks decoding", func() bool {
+	waitFor(t, "both ranks decoding three requests each", func() bool {
 		st := e.Stats()
-		return st.Ranks[0].GenerationTokens > 10 && st.Ranks[1].GenerationTokens > 10
+		for _, r := range st.Ranks {
+			if r.Running != 3 || r.GenerationTokens <= 10 {
+				return false
+			}
+		}
+		return true
 	})
 	if err := e.HangRank(1); err != nil {
 		t.Fatal(err)
