@@ -73,8 +73,13 @@ func TestSignalExits0(t *testing.T) {
 		t.Fatalf("models: %v", err)
 	}
 	resp.Body.Close()
-	if !strings.Contains(out.String(), "msg=loaded") {
-		t.Fatalf("no loaded line in %q", out.String())
+	// runWith logs "loaded" once it sees Ready too, so not necessarily
+	// before this goroutine does.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), "msg=loaded"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no loaded line in %q", out.String())
+		}
+		time.Sleep(time.Millisecond)
 	}
 	cancel() // what SIGTERM does through signal.NotifyContext
 	if c := <-code; c != 0 {
