@@ -142,7 +142,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		at := t0
 		for i := range windowMinSamples {
 			at = at.Add(15 * time.Millisecond)
-			a.observeDone(at.Add(-time.Second), at, 0, false, 15)
+			a.observeDone(at.Add(-time.Second), at, 0, false, 15, 0)
 			if i%5 == 4 {
 				a.observeEngine(1, 15, at)
 			}
@@ -235,7 +235,7 @@ func TestAutoLimitLaw(t *testing.T) {
 	answers := func(a *autoLimit, at time.Time, n int, svc time.Duration) time.Time {
 		for range n {
 			at = at.Add(windowMin / 4)
-			a.observeDone(at.Add(-svc), at, 0, false, 1)
+			a.observeDone(at.Add(-svc), at, 0, false, 1, 0)
 		}
 		return at
 	}
@@ -283,11 +283,11 @@ func TestAutoLimitLaw(t *testing.T) {
 	t.Run("a slow window closes on time with little evidence", func(t *testing.T) {
 		a := newAutoLimit(0, t0)
 		a.markDemand()
-		a.observeDone(t0, t0.Add(100*time.Millisecond), 0, false, 1)
+		a.observeDone(t0, t0.Add(100*time.Millisecond), 0, false, 1, 0)
 		if a.cap() != autoInitial {
 			t.Fatal("one answer closed a window early")
 		}
-		a.observeDone(t0, t0.Add(windowMax), 0, false, 1)
+		a.observeDone(t0, t0.Add(windowMax), 0, false, 1, 0)
 		if a.cap() != 20 {
 			t.Errorf("cap %d after a second-long window of answers, want 20", a.cap())
 		}
@@ -353,7 +353,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 	answersBeside := func(a *autoLimit, at time.Time, took time.Duration, n int) time.Time {
 		for range deadlineMinSamples {
 			at = at.Add(10 * time.Millisecond)
-			a.observeDone(at.Add(-took), at, deadline, false, n)
+			a.observeDone(at.Add(-took), at, deadline, false, n, 0)
 		}
 		return at
 	}
@@ -381,7 +381,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 			if i%50 == 0 {
 				svc *= 2
 			}
-			a.observeDone(at.Add(-svc), at, deadline, false, n)
+			a.observeDone(at.Add(-svc), at, deadline, false, n, 0)
 			if i%3 == 0 {
 				a.observeEngine(0, float64(n), at)
 			}
@@ -465,7 +465,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 				a.observeEngine(waiting, float64(a.cap()), at)
 				at = at.Add(windowMin)
 				a.observeEngine(waiting, float64(a.cap()), at)
-				a.observeDone(at.Add(-time.Second), at, 0, false, a.cap())
+				a.observeDone(at.Add(-time.Second), at, 0, false, a.cap(), 0)
 			}
 			return a.cap()
 		}
@@ -481,13 +481,13 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		at := t0
 		for range deadlineMinSamples {
 			at = at.Add(10 * time.Millisecond)
-			a.observeDone(at.Add(-time.Second), at, deadline, true, 10)
-			a.observeDone(at.Add(-time.Second), at, 0, false, 10)
+			a.observeDone(at.Add(-time.Second), at, deadline, true, 10, 0)
+			a.observeDone(at.Add(-time.Second), at, 0, false, 10, 0)
 		}
 		if c, _ := a.deadlineCeiling(); len(a.dl) != 0 || c != 0 {
 			t.Errorf("%d deadline samples, ceiling %.1f; want none", len(a.dl), c)
 		}
-		if a.svcMin == 0 {
+		if a.classes[sizeClass(0)].min == 0 {
 			t.Error("the knee got no service time")
 		}
 	})
@@ -517,7 +517,7 @@ func TestAutoLimitReadsTheEnginesQueueByWhatItCosts(t *testing.T) {
 				if tc.streamed {
 					a.observeTTFT(at, 100*time.Millisecond, at)
 				} else {
-					a.observeDone(at.Add(-10*time.Second), at, 0, false, 60)
+					a.observeDone(at.Add(-10*time.Second), at, 0, false, 60, 0)
 				}
 				if i%5 == 4 {
 					a.observeEngine(tc.waiting, tc.running, at)
@@ -540,7 +540,7 @@ func TestAutoLimitGrowsByTheTurnover(t *testing.T) {
 		a.markDemand()
 		for i := range windowMinSamples {
 			at = at.Add(15 * time.Millisecond)
-			a.observeDone(t0.Add(-time.Minute), at, 0, false, 40)
+			a.observeDone(t0.Add(-time.Minute), at, 0, false, 40, 0)
 			if i%5 == 4 {
 				a.observeEngine(0, 40, at)
 			}
