@@ -2,7 +2,6 @@ package admission
 
 import (
 	"math"
-	"math/bits"
 	"slices"
 	"time"
 )
@@ -64,18 +63,24 @@ const (
 	// 8 clients on a 1 ms upstream the cap fell below 8 and a fifth of the
 	// requests queued here).
 	kneeFloor = 50 * time.Millisecond
-	// serviceSamples answers make one service-time estimate, of a size
-	// class's baseline or of the stretch over it.
+	// serviceSamples answers make one service-time estimate.
 	serviceSamples = 20
-	// svcClasses: answers are sized in decode steps (see answerSize) and
-	// classed by powers of two, so within a class sizes differ by at most
-	// 2x, less than the knee's 3x: a change of mix inside a class never
-	// reads as a knee. Class svcClasses-1 takes every size past 2^22.
-	svcClasses = 24
-	// promptPerStep: prompt tokens that cost about one decode step (one
+	// sizeShift: an estimate whose answers are, on average, more than this
+	// many times larger or smaller (answerSize) than those of the minimum
+	// starts a new minimum instead of being judged against it. A one-token
+	// answer takes one engine step whatever the load, a 300-token one
+	// hundreds: with one minimum for all, a burst of tiny answers set it,
+	// every longer answer after it read as past the knee, and the cap
+	// stayed at its floor for the hour the minimum took to decay. 2 is
+	// under the knee's 3x, so a change of mix within it cannot read as a
+	// knee, and far over the noise of a mix's mean size over 20 answers
+	// (lognormal lengths, sigma 0.5: +-12%), which the knee was measured
+	// with.
+	sizeShift = 2.0
+	// promptPerStep: prompt tokens that cost about one decode step (a
 	// chunked prefill step of a few thousand tokens takes about as long
-	// as ten to twenty decode steps). It only decides which answers
-	// share a baseline, so a rough figure does.
+	// as ten to twenty decode steps). It only sizes answers for sizeShift,
+	// so a rough figure does.
 	promptPerStep = 256
 	// serviceMinDoubling: the remembered minimum service time doubles over
 	// this long unless seen again, so a slower engine (longer prompts,
@@ -132,27 +137,24 @@ const (
 //     batch (a bigger batch means slower steps and larger prefill waves), so
 //     below the engine's capacity this is what bounds the cap when the
 //     objective is tight;
-//   - the service time S of successful streamed answers, or plain ones
-//     without an announced timeout (admission, once the client's body is
-//     in, to last byte; by Little's law S = N/X for N in flight completing
-//     X a second), against the decaying minimum of answers of the same size
-//     (svcClass): below the engine's knee a bigger batch barely slows each
-//     answer, past it S grows in proportion to N while X stays flat. This is
-//     what stops the cap when the engine starts every request it gets
-//     (chunked prefill: no queue to read) and only gets slower. Each answer
-//     is judged against its own size's baseline (a one-token answer takes
-//     one step, a 300-token one hundreds whatever the load), the stretch
-//     S/knee averaged over serviceSamples answers;
+//   - the mean service time S of successful streamed answers, or plain ones
+//     without an announced timeout (admission, once the client's whole body
+//     is in, to last byte; by Little's law S = N/X for N in flight
+//     completing X a second), estimated every serviceSamples answers,
+//     against its decaying minimum for answers of like size (sizeShift):
+//     below the engine's knee a bigger batch barely slows each answer, past
+//     it S grows in proportion to N while X stays flat. This is what stops
+//     the cap when the engine starts every request it gets (chunked
+//     prefill: no queue to read) and only gets slower;
 //   - plain answers whose client announced its timeout: the deadline
 //     ceiling (deadlineCeiling), the most in flight at which the slowest 1%
 //     still finish within the timeout;
 //   - upstream failures (5xx, refused, reset).
 //
 // The law: congestion (the engine's queue, see queueShare; p90 over the
-// target; S over the knee, the larger of 3*Smin and Smin + 50 ms of its size
-// class, on average; the cap over the deadline ceiling; any failure)
-// multiplies the cap by the tightest of target/p90, knee/S, ceiling/cap and
-// 0.9, and the engine's queue brings it down to
+// target; S over the knee, the larger of 3*Smin and Smin + 50 ms; the cap
+// over the deadline ceiling; any failure) multiplies the cap by the tightest
+// of target/p90, knee/S, ceiling/cap and 0.9, and the engine's queue brings it down to
 // the requests the engine runs, never below half of itself (each S estimate is used once: it spans answers admitted
 // before the last change too, since answers as long as S finish only S after
 // it); otherwise, when demand filled the cap, answers are flowing, the p90
@@ -184,15 +186,18 @@ type autoLimit struct {
 	hold bool
 
 	// Service time (admission to the answer's end) of every successful
-	// answer, whenever admitted: each size class keeps its baseline, and
-	// each answer of a class with one adds its S/knee to stretchSum. Every
-	// serviceSamples of them, stretch is the mean, fresh until the law has
-	// used it once: over 1, the answers run past the engine's knee.
-	classes      [svcClasses]svcClass
-	stretchSum   float64
-	stretchN     int
-	stretch      float64
-	stretchFresh bool
+	// answer, whenever admitted: svcSum/svcN until serviceSamples, then
+	// svc is the estimate, fresh until the law has used it once. svcSize*
+	// are the answers' mean sizes (answerSize): of the estimate being
+	// built, and of the one that set the minimum.
+	svcSum     float64
+	svcN       int
+	svc        float64
+	svcFresh   bool
+	svcMin     float64
+	svcMinAt   time.Time
+	svcSizeSum float64
+	svcMinSize float64
 
 	// Unary answers with an announced deadline: a ring of each answer's
 	// time in the engine / (its client's timeout x the requests in flight
@@ -232,9 +237,9 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 
 // observeDone feeds a successful answer (pacing evidence: the cap was
 // used). deadline is its client's announced timeout (0: none): a unary
-// answer with one is judged against it; any other feeds the knee, against
-// the baseline of answers of its size (answerSize). inFlight is the number
-// of requests in flight while it ran, itself included.
+// answer with one is judged against it; any other feeds the knee. inFlight
+// is the number of requests in flight while it ran, itself included; size
+// its work for the engine (answerSize).
 func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration, streamed bool, inFlight, size int) bool {
 	if deadline > 0 && !streamed {
 		n := max(1, inFlight)
@@ -251,80 +256,34 @@ func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration,
 }
 
 // answerSize is an answer's work for the engine in decode steps: its
-// output tokens plus its prompt's share of prefill steps. It classes the
-// answer's service time (sizeClass).
+// output tokens plus its prompt's share of prefill steps, at least 1.
 func answerSize(promptTokens, outputTokens int) int {
-	return max(0, outputTokens) + max(0, promptTokens)/promptPerStep
+	return max(1, max(0, outputTokens)+max(0, promptTokens)/promptPerStep)
 }
 
-// sizeClass is the baseline class of an answer of size steps: by powers
-// of two.
-func sizeClass(size int) int {
-	return min(svcClasses-1, bits.Len(uint(max(0, size))))
-}
-
-// svcClass is the service-time baseline of answers of one size class: the
-// mean of every serviceSamples of them, and its decaying minimum. A burst
-// of one-token answers (a step each) thus sets only their own baseline,
-// and answers of hundreds of tokens are not judged against it: one
-// baseline for all let such a burst hold the cap at its floor for as long
-// as the minimum took to decay (an hour).
-type svcClass struct {
-	sum   float64
-	n     int
-	min   float64 // seconds; 0: no estimate yet
-	minAt time.Time
-}
-
-// knee is the most service time an answer of this class may take: the
-// larger of (1+kneeSlack) times the baseline and the baseline plus
-// kneeFloor. 0 while the class has no baseline.
-func (c *svcClass) knee() float64 {
-	if c.min == 0 {
-		return 0
-	}
-	return max((1+kneeSlack)*c.min, c.min+kneeFloor.Seconds())
-}
-
-// observeService feeds an answer's service time to its size class's
-// baseline, then judges it against that baseline: the stretch over the
-// knee, averaged over serviceSamples answers or more. An answer of a class
-// without a baseline yet only helps to build one (judged against the
-// baseline of other sizes it would read as a knee, or hide one), and is
-// judged once it is built.
+// observeService accumulates service times into an estimate and keeps its
+// decaying minimum, of answers of like size: an estimate of answers more
+// than sizeShift times larger or smaller on average than those that set
+// the minimum starts a new one (as the first estimate does), so the
+// minimum is never that of another kind of request.
 func (a *autoLimit) observeService(d time.Duration, size int, now time.Time) {
-	c := &a.classes[sizeClass(size)]
-	c.sum += d.Seconds()
-	c.n++
-	judged, judge := 1, d.Seconds()
-	if c.n >= serviceSamples {
-		est := c.sum / float64(c.n)
-		if c.min == 0 {
-			// The class's first baseline: the answers that built it are
-			// judged now, against it, as one estimate would be.
-			judged, judge = c.n, c.sum
-		}
-		c.sum, c.n = 0, 0
-		if c.min > 0 {
-			c.min *= math.Exp2(now.Sub(c.minAt).Seconds() / serviceMinDoubling.Seconds())
-		}
-		if c.min == 0 || est < c.min {
-			c.min = est
-		}
-		c.minAt = now
-	}
-	knee := c.knee()
-	if knee == 0 {
+	a.svcSum += d.Seconds()
+	a.svcSizeSum += float64(max(1, size))
+	a.svcN++
+	if a.svcN < serviceSamples {
 		return
 	}
-	a.stretchSum += judge / knee
-	a.stretchN += judged
-	if a.stretchN < serviceSamples {
-		return
+	a.svc = a.svcSum / float64(a.svcN)
+	sz := a.svcSizeSum / float64(a.svcN)
+	a.svcSum, a.svcSizeSum, a.svcN = 0, 0, 0
+	a.svcFresh = true
+	if a.svcMin > 0 {
+		a.svcMin *= math.Exp2(now.Sub(a.svcMinAt).Seconds() / serviceMinDoubling.Seconds())
 	}
-	a.stretch = a.stretchSum / float64(a.stretchN)
-	a.stretchSum, a.stretchN = 0, 0
-	a.stretchFresh = true
+	if a.svcMin == 0 || a.svc < a.svcMin || sz > sizeShift*a.svcMinSize || sz*sizeShift < a.svcMinSize {
+		a.svcMin, a.svcMinSize = a.svc, sz
+	}
+	a.svcMinAt = now
 }
 
 // observeDeadline adds one answer's share of its client's timeout per
@@ -425,8 +384,9 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	}
 	queued := w > tolerance
 	slow := target > 0 && len(a.ttfts) >= 3 && p90 > target
-	pastKnee := a.stretchFresh && a.stretch > 1
-	a.stretchFresh = false
+	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
+	pastKnee := a.svcFresh && a.svc > knee
+	a.svcFresh = false
 	ceiling, near := a.deadlineCeiling()
 	late := near && a.limit > ceiling
 	if queued || (len(a.ttfts) > 0 && w > 0) {
@@ -442,7 +402,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		if slow || pastKnee || late || a.drops > 0 {
 			f := 0.9
 			if pastKnee {
-				f = min(f, 1/a.stretch)
+				f = min(f, knee/a.svc)
 			}
 			if late {
 				f = min(f, ceiling/a.limit)
@@ -467,7 +427,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		// here, whenever admitted: answers as long as a minute would
 		// otherwise allow one step per minute.
 	case target > 0 && p90 > growBand*target:
-	case a.stretch > growBand:
+	case a.svc > growBand*knee:
 		// Near the knee: more in flight would only slow every answer.
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
 		// The engine's queue is readable but was not read this window.

@@ -126,21 +126,23 @@
 //     throughput (a backlog drains as fast as it can) while the answers
 //     still arrive in time.
 //   - Streamed answers: TTFT against the objective, judged at the p90; and
-//     the engine's knee by the service time S = N/X (from admission, once
-//     the client's whole body is in, so a client sending it slowly counts
-//     for nothing, to the answer's last byte), kept within three times its
-//     minimum for answers of the same size (an excess under 50 ms, less
-//     than a decode step, is no knee): two thirds of the throughput
-//     ceiling; unlike a TTFT ratio it judges whole answers, which a batch
-//     below the knee barely slows. Size is the answer's decode steps, its
-//     output tokens plus a step per 256 prompt tokens (from its usage, else
-//     from max_tokens and the body's length), classed by powers of two; the
-//     minimum of a class is the lowest mean of 20 of its answers, and
-//     doubles over ten minutes unless seen again, so a slower engine is
-//     relearned. A one-token answer takes a step whatever the load: with
-//     one minimum for all sizes, a burst of them set it, every longer
-//     answer after it read as a knee, and the cap stayed at its floor for
-//     the hour the minimum took to decay.
+//     the engine's knee by the mean service time S = N/X (from admission,
+//     once the client's whole body is in, so a client sending it slowly
+//     counts for nothing, to the answer's last byte), kept within three
+//     times its minimum (the lowest estimate, which doubles over ten minutes
+//     unless seen again, so a slower engine is relearned; an excess under
+//     50 ms, less than a decode step, is no knee): two thirds of the
+//     throughput ceiling; unlike a TTFT ratio it judges whole answers, which
+//     a batch below the knee barely slows. The minimum is that of answers
+//     of like size: an estimate whose answers are on average more than
+//     twice as large or as small as those that set it (size in decode
+//     steps: output tokens plus one per 256 prompt tokens, from the answer's
+//     usage, else from max_tokens and the body's length) starts a new
+//     minimum instead. A one-token answer takes one step whatever the load:
+//     with one minimum for all sizes, a burst of them set it, every longer
+//     answer after it read as past the knee, and the cap stayed at its floor
+//     for the hour the minimum took to decay. A mix of chat lengths varies
+//     by far less over 20 answers, so it keeps one minimum.
 //
 // Upstream failures (5xx, refused, reset) cut the cap too.
 //
@@ -149,8 +151,8 @@
 // change is judged by its own effect. The engine's queue cuts the cap to
 // the requests the engine runs (at most by half; set, not multiplied, as
 // the queue outlasts the cut until answers free seats); a TTFT p90 over the objective cuts it
-// by target/p90; answers over three times their size's minimum service time
-// by 3*Smin/S, on average over 20 answers (each average used once); a cap above the
+// by target/p90; a mean service time S over three times its minimum by
+// 3*Smin/S (each estimate of S, every 20 answers, used once); a cap above the
 // deadline ceiling to the ceiling; failures by 10% (never more than half at
 // once). Otherwise, when demand filled the cap and answers are flowing, and
 // the p90 and S are within 80% of their bounds, it grows: by x1.25 a window
