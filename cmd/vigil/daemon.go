@@ -143,6 +143,10 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 		if notifier, err = alerts.NewNotifier(cfg.Alerts, log.WithField("part", "alerts"), nil); err != nil {
 			return nil, err
 		}
+		// A rejected Slack token stops the start; Slack unreachable only warns.
+		if err = alerts.CheckNotifier(ctx, notifier, log.WithField("part", "alerts"), 20*time.Second); err != nil {
+			return nil, err
+		}
 	}
 	po := alerts.OptionsFromConfig(*cfg)
 	po.Store, po.Log, po.Registerer = d.store, log.WithField("part", "alerts"), d.registry
