@@ -481,34 +481,6 @@ func TestRecoveryGuardRefusalIsReportedOncePerIncident(t *testing.T) {
 	})
 }
 
-func TestRecoveryCooldownRefusalSaysWhenItLifts(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, nil)
-		last := time.Now().Add(-20 * time.Minute)
-		h.store.Save(JournalSection, Journal{Incident: "old", Step: StepResolved, History: []time.Time{last}})
-		h.rec = h.newRecovery(t)
-		inc, v := hungIncident()
-		h.rec.Recover(context.Background(), inc, v)
-		h.rec.Wait()
-		s := h.rep.last()
-		if s.Name != StepGuardRefused || s.Guard != GuardCooldown || !s.Until.Equal(last.Add(30*time.Minute)) {
-			t.Fatalf("refusal %+v", s)
-		}
-		if len(h.w.mutating()) != 0 {
-			t.Fatalf("changes %v", h.w.mutating())
-		}
-		// Recover before Until is a no-op; after it, the restart goes ahead.
-		h.rec.Recover(context.Background(), inc, v)
-		h.rec.Wait()
-		time.Sleep(10*time.Minute + time.Second)
-		h.rec.Recover(context.Background(), inc, v)
-		h.rec.Wait()
-		if h.w.restarts != 1 || h.rep.last().Name != StepResolved {
-			t.Fatalf("after the cooldown: restarts %d steps %v", h.w.restarts, h.rep.names())
-		}
-	})
-}
-
 func TestNewRecoveryRefusesMissingParts(t *testing.T) {
 	h := newHarness(t, nil)
 	for name, tweak := range map[string]func(o *RecoveryOptions){

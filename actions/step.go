@@ -9,6 +9,7 @@ type StepName string
 const (
 	StepGuards         StepName = "guards"          // checking the guards (journaled; only a refusal is reported)
 	StepGuardRefused   StepName = "guard_refused"   // a guard said no; Until says when it lifts
+	StepHeld           StepName = "held"            // drained while a guard refuses the restart, until the engine recovers or the guard lifts
 	StepDrain          StepName = "drain"           // set the server to DRAIN at the LB
 	StepDrainWait      StepName = "drain_wait"      // wait for sessions to leave (or the timeout)
 	StepRestart        StepName = "restart"         // restart the engine
