@@ -56,7 +56,7 @@ type Journal struct {
 	Hold bool `json:"hold,omitempty"`
 	// RecoveredBySelf: the engine became ready again while held, without
 	// a restart.
-	RecoveredBySelf bool `json:"recovered_by_self,omitempty"`
+	RecoveredBySelf bool      `json:"recovered_by_self,omitempty"`
 	Finished        time.Time `json:"finished,omitzero"`
 
 	// History is when vigil restarted the engine, across incidents.
