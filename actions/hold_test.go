@@ -41,7 +41,7 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 			history: func(now time.Time) []time.Time { return []time.Time{now.Add(-20 * time.Minute)} },
 			during:  5 * time.Minute,
 			want: check{drained: true, guards: []Guard{GuardCooldown}, words: []string{"cooldown of 30m0s", "out of rotation"}, restarts: 1,
-				steps: "drain,guard_refused,restart,wait_ready,restore,resolved"},
+				steps: "drain,guard_refused,restarting,restart,wait_ready,restore,resolved"},
 		},
 		{
 			name: "a hang after the budget is spent: drained, held, never restarted; restored when the engine comes back by itself",

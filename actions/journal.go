@@ -58,6 +58,10 @@ type Journal struct {
 	// a restart.
 	RecoveredBySelf bool      `json:"recovered_by_self,omitempty"`
 	Finished        time.Time `json:"finished,omitzero"`
+	// Began is when the recovery first changed something (the drain, or
+	// the restart without a load balancer): how long recovery took is
+	// counted from it.
+	Began time.Time `json:"began,omitzero"`
 
 	// History is when vigil restarted the engine, across incidents.
 	History []time.Time `json:"restart_history"`

@@ -385,13 +385,17 @@ func (r *Recovery) run(ctx context.Context, step StepName, resumed bool) {
 // host backs off.
 func (r *Recovery) drain(ctx context.Context) error {
 	if _, none := r.o.Drainer.(NoDrain); none {
-		r.report(Step{Name: StepDrain, OK: true, Detail: "no load balancer configured (load_balancer.kind none): not draining"})
+		// No load balancer: there is nothing to take out of rotation, and
+		// nothing to page about it (the head already says so).
 		return nil
 	}
 	if err := r.journal(StepDrain, func(j *Journal) {
 		j.Drained = true
 		if j.DrainStarted.IsZero() {
 			j.DrainStarted = r.o.Now()
+		}
+		if j.Began.IsZero() {
+			j.Began = j.DrainStarted
 		}
 	}); err != nil {
 		return err
@@ -522,7 +526,15 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 		r.update(func(j *Journal) { j.RestartedAt = r.o.Now() })
 		return nil
 	}
+	// Said before the restart: the watchdog sees the engine DOWN while it
+	// restarts, and the pages must not read that as a new failure.
+	r.report(Step{Name: StepRestarting, OK: true, Detail: fmt.Sprintf("restarting %s (expected DOWN while it restarts)", r.o.Restarter)})
 	began := r.o.Now()
+	r.update(func(j *Journal) {
+		if j.Began.IsZero() {
+			j.Began = began
+		}
+	})
 	if err := r.o.Restarter.Restart(ctx); err != nil {
 		return err
 	}
@@ -615,7 +627,9 @@ func (r *Recovery) restore(ctx context.Context) error {
 	drainedThisTime := !r.j.DrainStarted.IsZero()
 	r.mu.Unlock()
 	if !drainedThisTime {
-		r.report(Step{Name: StepRestore, OK: true, Detail: "nothing drained to restore; limiter slow start"})
+		if r.o.Limiter != nil {
+			r.report(Step{Name: StepRestore, OK: true, Detail: "admission limiter slow start"})
+		}
 		return nil
 	}
 	weights := r.o.LoadBalancer.RampWeights
@@ -637,8 +651,11 @@ func (r *Recovery) restore(ctx context.Context) error {
 			}
 		}
 	}
-	r.report(Step{Name: StepRestore, OK: true, Detail: fmt.Sprintf("%s READY, weight %s over %s; limiter slow start",
-		r.o.Drainer, rampWords(weights), r.o.LoadBalancer.RampDuration)})
+	detail := fmt.Sprintf("%s READY, weight %s over %s", r.o.Drainer, rampWords(weights), r.o.LoadBalancer.RampDuration)
+	if r.o.Limiter != nil {
+		detail += "; admission limiter slow start"
+	}
+	r.report(Step{Name: StepRestore, OK: true, Detail: detail})
 	return nil
 }
 
@@ -650,9 +667,21 @@ func (r *Recovery) resolve() {
 	r.update(func(j *Journal) {
 		j.Step, j.StepAt, j.Finished = StepResolved, now, now
 		j.Failures, j.NextAttempt, j.LastError, j.FailedStep = 0, time.Time{}, "", ""
-		j.Drained, j.DrainStarted = false, time.Time{}
+		j.Drained, j.DrainStarted, j.Hold, j.RecoveredBySelf, j.Began = false, time.Time{}, false, false, time.Time{}
 	})
-	detail := fmt.Sprintf("recovered %s after the incident opened", human(now.Sub(j.Opened)))
+	began := j.Began
+	if began.IsZero() {
+		began = j.RestartedAt
+	}
+	var detail string
+	switch {
+	case j.RecoveredBySelf:
+		detail = fmt.Sprintf("the engine recovered by itself while held out of rotation; back in rotation %s after it was taken out", human(now.Sub(began)))
+	case began.IsZero():
+		detail = "recovered"
+	default:
+		detail = fmt.Sprintf("recovery took %s, from its first action to the engine serving again", human(now.Sub(began)))
+	}
 	if j.Dropped > 0 {
 		detail += fmt.Sprintf("; %d in-flight requests were aborted", j.Dropped)
 	}
@@ -945,14 +974,18 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 	if eng.Known {
 		restart += " (started at " + clock(eng.StartedAt) + ")"
 	}
-	for _, s := range []Step{
-		{Name: StepDrain, Detail: drain},
-		{Name: StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)},
-		{Name: StepRestart, Detail: restart},
-		{Name: StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)},
-		{Name: StepRestore, Detail: fmt.Sprintf("would restore with weight %s over %s, then tell the limiter to slow-start", rampWords(lbs.RampWeights), lbs.RampDuration)},
-		{Name: StepResolved, Detail: "dry run complete: nothing was changed"},
-	} {
+	var plan []Step
+	if _, none := r.o.Drainer.(NoDrain); !none {
+		plan = append(plan, Step{Name: StepDrain, Detail: drain},
+			Step{Name: StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)})
+	}
+	plan = append(plan, Step{Name: StepRestart, Detail: restart},
+		Step{Name: StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)})
+	if restore := r.dryRestore(); restore != "" {
+		plan = append(plan, Step{Name: StepRestore, Detail: restore})
+	}
+	plan = append(plan, Step{Name: StepResolved, Detail: "dry run complete: nothing was changed"})
+	for _, s := range plan {
 		s.OK = true
 		r.report(s)
 	}
@@ -960,6 +993,20 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 	r.dryHistory = append(r.dryHistory, r.o.Now())
 	r.j.Step, r.j.StepAt = StepResolved, r.o.Now()
 	r.mu.Unlock()
+}
+
+// dryRestore says what the restore would do: the ramp at the load
+// balancer and the limiter's slow start, each only if there is one.
+func (r *Recovery) dryRestore() string {
+	var parts []string
+	if _, none := r.o.Drainer.(NoDrain); !none {
+		lbs := r.o.LoadBalancer
+		parts = append(parts, fmt.Sprintf("would restore with weight %s over %s", rampWords(lbs.RampWeights), lbs.RampDuration))
+	}
+	if r.o.Limiter != nil {
+		parts = append(parts, "would tell the admission limiter to slow-start")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // journal records that step is about to run (with mutate's changes) and

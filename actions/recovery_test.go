@@ -26,7 +26,7 @@ func TestRecoveryRunsTheStepsInOrderJournalingEachFirst(t *testing.T) {
 		h.rec.Recover(context.Background(), inc, v) // ignored while busy
 		h.rec.Wait()
 
-		if got, want := joined(h.rep.names()), "drain,drain_wait,restart,wait_ready,restore,resolved"; got != want {
+		if got, want := joined(h.rep.names()), "drain,drain_wait,restarting,restart,wait_ready,restore,resolved"; got != want {
 			t.Fatalf("reported steps %s, want %s", got, want)
 		}
 		if got, want := strings.Join(h.w.mutating(), ","), "drain,restart,weight 10,ready,weight 25,weight 50,weight 100"; got != want {
