@@ -950,6 +950,17 @@ func (r *Recovery) lastRefusal() *Refusal {
 	return &Refusal{Guard: GuardCooldown, Reason: "a guard refuses the restart"}
 }
 
+// Outlook is the time guard (startup grace after vigil's own restart,
+// cooldown, budget) that would refuse a restart now, or nil. It reads only
+// the journal, never the engine, so the pager may ask it on the watchdog's
+// loop to say in a new incident's first page what will really happen.
+func (r *Recovery) Outlook() *Refusal {
+	if r == nil {
+		return nil
+	}
+	return r.timeRefusal(EngineStatus{})
+}
+
 func (r *Recovery) timeRefusal(eng EngineStatus) *Refusal {
 	r.mu.Lock()
 	history := append(append([]time.Time(nil), r.j.History...), r.dryHistory...)

@@ -33,6 +33,16 @@ type Options struct {
 	// Plan is what vigil does about hung or down, one or two sentences
 	// (see DescribeRecovery). Default: a generic drain-restart-restore.
 	Plan string
+	// Drain names what a drain takes out of rotation ("vllm/node1 at
+	// HAProxy"); "" when there is no load balancer, and the pages then say
+	// nothing of draining.
+	Drain string
+	// DryRun: vigil only says what it would do.
+	DryRun bool
+	// Outlook, if set, is the guard that would refuse a restart now
+	// (actions.Recovery.Outlook), so a new incident's first page says what
+	// will really happen. It must not block.
+	Outlook func() *actions.Refusal
 	// Limiter: the admission limiter is in front of the engine.
 	Limiter bool
 	// Pool, if set, gives a one-line view of the pool ("pool: 3 members —
@@ -78,6 +88,8 @@ func OptionsFromConfig(cfg configs.Config) Options {
 		Node:         cfg.Node,
 		EngineURL:    cfg.Engine.URL,
 		Plan:         DescribeRecovery(cfg),
+		Drain:        drainTarget(cfg.LoadBalancer),
+		DryRun:       cfg.Watchdog.DryRun,
 		Limiter:      cfg.Admission.Enabled,
 		UpdateEvery:  cfg.Alerts.UpdateEvery,
 		UnknownAfter: cfg.Alerts.UnknownAfter,
@@ -129,6 +141,8 @@ type Pager struct {
 	notifier Notifier
 	policy   policy
 	render   renderer
+	outlook  func() *actions.Refusal
+	dryRun   bool
 	redact   redactor
 	size     int
 	updHead  bool
@@ -206,9 +220,12 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 			node:      o.Node,
 			engineURL: displayURL(o.EngineURL),
 			plan:      o.Plan,
+			drain:     o.Drain,
 			limiter:   o.Limiter,
 			pool:      o.Pool,
 		},
+		outlook:  o.Outlook,
+		dryRun:   o.DryRun,
 		redact:   newRedactor(o.Secrets...),
 		size:     o.OutboxSize,
 		updHead:  o.UpdateHead,
@@ -256,18 +273,22 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	prev := p.st.Thread
 	t, decisions := p.policy.observe(prev, v, inc, now)
 	p.st.Thread = t
+	var g *refusalNote
+	if len(decisions) > 0 {
+		g = p.refusalLocked(t, v)
+	}
 	for _, d := range decisions {
 		var m Message
 		head := Message{}
 		switch d.Kind {
 		case KindHead:
-			m = p.render.head(v, inc)
+			m = p.render.head(v, inc, g)
 		case KindChange:
-			m = p.render.change(v, inc, d)
-			head = p.render.head(v, inc)
+			m = p.render.change(v, inc, d, g)
+			head = p.render.head(v, inc, g)
 		case KindUpdate:
-			m = p.render.update(v, inc, now.Sub(t.SeenSince))
-			head = p.render.head(v, inc)
+			m = p.render.update(v, inc, now.Sub(t.SeenSince), g)
+			head = p.render.head(v, inc, g)
 		case KindResolve:
 			m = p.render.resolve(v, inc, t, now)
 			head = m
@@ -282,6 +303,26 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 		p.markDirty()
 	}
 	p.mu.Unlock()
+}
+
+// refusalLocked is the guard refusing the restart, for a page about v: the
+// refusal the recovery reported for this incident, else (for a new hung
+// or down incident) the guard that would refuse now.
+func (p *Pager) refusalLocked(t thread, v watchdog.Verdict) *refusalNote {
+	if !v.State.NeedsRecovery() {
+		return nil
+	}
+	if t.Refused != nil {
+		g := *t.Refused
+		return &g
+	}
+	if p.outlook == nil || t.Restarting || !t.RecoveryFrom.IsZero() {
+		return nil
+	}
+	if ref := p.outlook(); ref != nil {
+		return &refusalNote{Guard: ref.Guard, Until: ref.Until, Dry: p.dryRun}
+	}
+	return nil
 }
 
 // RecoveryStep queues a thread reply for one recovery step.

@@ -151,6 +151,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	po := alerts.OptionsFromConfig(*cfg)
 	po.Store, po.Log, po.Registerer = d.store, log.WithField("part", "alerts"), d.registry
 	po.Pool = d.poolLine
+	po.Outlook = func() *actions.Refusal { return d.recovery.Outlook() } // nil-safe; built below
 	if d.pager, err = alerts.NewPager(notifier, po); err != nil {
 		return nil, err
 	}
