@@ -235,3 +235,20 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 		}
 	})
 }
+
+// The watchdog marks a DOWN caused by vigil's own restart (Recovering):
+// it is not paged, even before the "restarting" step arrives.
+func TestADownTheWatchdogMarksAsVigilsRestartIsNotPaged(t *testing.T) {
+	n := &memNotifier{}
+	clk, sl := newClock(), &sleeps{}
+	p := newTestPager(t, n, testOptions(clk, sl))
+	inc := &watchdog.Incident{ID: "inc-rec", Opened: clk.Now(), State: watchdog.StateHung}
+	p.Observe(hung(clk.Now()), inc)
+	clk.Advance(15 * time.Second)
+	p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now(), Recovering: true}, inc)
+	runPager(t, p)
+	flush(t, p)
+	if got := n.got(); len(got) != 1 || got[0].Kind != KindHead {
+		t.Fatalf("pages %+v, want only the head", got)
+	}
+}
