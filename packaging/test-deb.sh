@@ -76,6 +76,23 @@ runuser -u vigil -- /usr/bin/vigil check-config /etc/vigil/vigil.yaml >"$work/ch
   { cat "$work/check.log"; fail "vigil check-config /etc/vigil/vigil.yaml (as user vigil)"; }
 ok "vigil check-config /etc/vigil/vigil.yaml passes as user vigil"
 
+# check-config knows what the installed unit forbids: restart.kind systemd
+# without the polkit rule and drop-in.
+cat >"$work/systemd-restart.yaml" <<YAML
+engine:
+  url: http://127.0.0.1:8000
+watchdog:
+  state_file: $work/state.json
+restart:
+  kind: systemd
+  systemd:
+    unit: vllm-test-engine
+YAML
+/usr/bin/vigil check-config "$work/systemd-restart.yaml" >/dev/null 2>"$work/warn.log" || fail "check-config of a systemd-restart config"
+grep -q 'no polkit rule.*vllm-test-engine.service' "$work/warn.log" || { cat "$work/warn.log"; fail "check-config did not warn about the missing polkit rule"; }
+grep -q 'restart-systemd.conf is missing' "$work/warn.log" || { cat "$work/warn.log"; fail "check-config did not warn about the missing drop-in"; }
+ok "check-config warns that restart.kind systemd needs the polkit rule and drop-in"
+
 # --- the unit, offline
 unit=/lib/systemd/system/vigil.service
 ! grep -q '^SupplementaryGroups=' "$unit" || fail "the unit names SupplementaryGroups (fails on hosts without them)"
