@@ -12,15 +12,21 @@ cd "$(dirname "$0")/.."
 
 fail() { echo "test-deb: FAIL: $*" >&2; exit 1; }
 ok() { echo "test-deb: ok: $*"; }
+# On a machine with a real vigil install this test must not run; outside CI
+# that is a skip, in CI (a fresh machine) a failure.
+refuse() {
+  if [ "${CI:-}" = "true" ]; then fail "$*"; fi
+  echo "test-deb: SKIPPED: $*"; exit 0
+}
 
 if [ "$(id -u)" -ne 0 ]; then
   fail "must run as root (dpkg -i)"
 fi
 if dpkg-query -W -f='${Status}' vigil 2>/dev/null | grep -q 'installed\|config-files'; then
-  fail "a vigil package is already on this machine; not touching it"
+  refuse "a vigil package is already on this machine; not touching it"
 fi
 if getent passwd vigil >/dev/null || getent group vigil >/dev/null || [ -e /etc/vigil ]; then
-  fail "a vigil user, group or /etc/vigil already exists on this machine; not touching it"
+  refuse "a vigil user, group or /etc/vigil already exists on this machine; not touching it"
 fi
 
 work=$(mktemp -d)
