@@ -102,6 +102,18 @@ func (s *sim) tick(n int, each ...func(*sim)) *sim {
 		} else {
 			m := s.m
 			m.Progress, m.Heartbeats, m.Extra = clone(s.m.Progress), clone(s.m.Heartbeats), clone(s.m.Extra)
+			if s.m.Decode != nil {
+				d := *s.m.Decode
+				m.Decode = &d
+			}
+			if s.m.Ranks != nil {
+				m.Ranks = map[string]*probes.Rank{}
+				for id, r := range s.m.Ranks {
+					c := *r
+					c.Counters = clone(r.Counters)
+					m.Ranks[id] = &c
+				}
+			}
 			sm.Metrics = probes.MetricsObservation{Observation: ok(probes.EndpointMetrics), Metrics: &m}
 		}
 		s.samples = append(s.samples, sm)
@@ -175,7 +187,7 @@ func TestClassify(t *testing.T) {
 				return s.probeOut(s.at.Add(time.Millisecond)).tick(13)
 			},
 			want:   StateHung,
-			reason: "HUNG: no progress for 3m15s with 0 waiting, 0 running; /v1/models 200 in 3ms (llama); probe outstanding for 3m15s; will drain and restart",
+			reason: "HUNG: no progress for 3m15s with 0 waiting, 0 running; /v1/models 200 in 3ms (llama); probe outstanding for 3m15s",
 		},
 		{
 			name: "idle engine whose probes keep timing out is hung",
@@ -350,7 +362,7 @@ func TestClassify(t *testing.T) {
 					unreadable("refused")(s)
 				})
 			},
-			want: StateDown, reason: "DOWN: /health refused, /v1/models refused on 2 consecutive samples; will drain and restart",
+			want: StateDown, reason: "DOWN: /health refused, /v1/models refused on 2 consecutive samples",
 		},
 		{
 			name: "503 from /health on two samples is down",
@@ -362,13 +374,22 @@ func TestClassify(t *testing.T) {
 			want: StateDown,
 		},
 		{
-			name: "an empty reply from /v1/models on two samples is down",
+			name: "an empty reply from /health on two samples is down",
+			hist: func() *sim {
+				return newSim().tick(2).tick(2, func(s *sim) {
+					s.health = failed(probes.EndpointHealth, probes.ClassReset, 0)
+				})
+			},
+			want: StateDown,
+		},
+		{
+			name: "an empty reply from /v1/models alone, /health and /metrics fine, is odd, not down",
 			hist: func() *sim {
 				return newSim().tick(2).tick(2, func(s *sim) {
 					s.models = probes.ModelsObservation{Observation: failed(probes.EndpointModels, probes.ClassReset, 0)}
 				})
 			},
-			want: StateDown,
+			want: StateHealthy, reason: "odd: /v1/models answers reset (empty reply) while the engine is not down",
 		},
 		{
 			name: "within startup grace is loading",
@@ -433,6 +454,7 @@ func TestClassify(t *testing.T) {
 			hist: func() *sim {
 				return newSim().tick(2, func(s *sim) {
 					s.models = probes.ModelsObservation{Observation: failed(probes.EndpointModels, probes.ClassRefused, 0)}
+					s.health = failed(probes.EndpointHealth, probes.ClassRefused, 0)
 				})
 			},
 			params: func(p *Params, s *sim) { p.LastStart = t0; p.LastReady = t0.Add(time.Second) },
