@@ -74,8 +74,8 @@ type RecoveryOptions struct {
 	RestartSettle time.Duration
 }
 
-// Recovery runs the guarded, journaled recovery sequence of DESIGN.md
-// section 4 (guards, drain, drain wait, restart, wait ready, restore,
+// Recovery runs the guarded, journaled recovery sequence of docs/design.md
+// section 5 (guards, drain, drain wait, restart, wait ready, restore,
 // resolve). It implements watchdog.Recoverer.
 type Recovery struct {
 	o   RecoveryOptions

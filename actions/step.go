@@ -2,7 +2,7 @@ package actions
 
 import "time"
 
-// StepName names one step of the recovery sequence (DESIGN.md section 4).
+// StepName names one step of the recovery sequence (docs/design.md section 5).
 type StepName string
 
 // The recovery steps, in the order they run.

@@ -1,7 +1,7 @@
 // Package admission is vigil's embedded limiter: a reverse proxy in front of
 // the engine's OpenAI API that keeps the engine's own queue shallow, so an
 // overload stays short and client retries never turn it into a metastable
-// failure (DESIGN.md section 6).
+// failure (docs/design.md section 6).
 //
 // # Why
 //

@@ -6,7 +6,7 @@ import (
 )
 
 // Admission configures the embedded limiter, a reverse proxy in front of
-// the engine's OpenAI API (DESIGN.md section 6).
+// the engine's OpenAI API (docs/design.md section 6).
 type Admission struct {
 	Enabled bool   `yaml:"enabled"`
 	Listen  string `yaml:"listen"`

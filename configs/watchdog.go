@@ -3,7 +3,7 @@ package configs
 import "time"
 
 // Watchdog tunes sampling and the saturated-versus-hung classifier
-// (DESIGN.md sections 2 and 3).
+// (docs/design.md sections 2 and 3).
 type Watchdog struct {
 	// Interval between samples.
 	Interval time.Duration `yaml:"interval"`
@@ -29,7 +29,7 @@ type Watchdog struct {
 	StateFile string `yaml:"state_file"`
 	// DryRun runs the whole loop but only logs and pages what it would do.
 	DryRun bool `yaml:"dry_run"`
-	// RetryStorm configures the retry-storm alarm (DESIGN.md section 7).
+	// RetryStorm configures the retry-storm alarm (docs/design.md section 2).
 	RetryStorm RetryStorm `yaml:"retry_storm"`
 }
 

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// State is the classifier's answer (DESIGN.md section 3).
+// State is the classifier's answer (docs/design.md section 3).
 type State string
 
 // The states, in the order Classify tries them (first match wins).
