@@ -45,7 +45,7 @@
 //  5. The in-flight cap: a free slot admits at once; otherwise the request
 //     waits in a queue bounded by max_queue, max_queue_bytes (the bodies it
 //     holds) and max_queue_wait, cut to half the client's X-Stainless-Timeout
-//     (90% of it for a coalesced keyed call, which loses nothing by being
+//     (97% of it for a coalesced keyed call, which loses nothing by being
 //     admitted late: its execution outlives the attempt, and a 503 with a
 //     Retry-After just before the client's own timeout stretches the call's
 //     life more than the SDK's short backoff would). newest_first (the

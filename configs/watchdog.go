@@ -11,7 +11,7 @@ type Watchdog struct {
 	// pending means hung. It must exceed the longest legitimate gap between
 	// counter moves (the longest prefill); `vigil diagnose` reports that gap.
 	HangAfter time.Duration `yaml:"hang_after"`
-	// ProbeTimeout bounds the 1-token completion probe.
+	// ProbeTimeout bounds the two-token completion probe.
 	ProbeTimeout time.Duration `yaml:"probe_timeout"`
 	// ProbeSLO: a probe slower than this counts as a saturation sign.
 	ProbeSLO time.Duration `yaml:"probe_slo"`
