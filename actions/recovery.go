@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/backoff"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -67,6 +68,9 @@ type RecoveryOptions struct {
 	// (30s doubling up to 10m).
 	RetryMin time.Duration
 	RetryMax time.Duration
+	// Jitter returns a number in [0, 1] that spreads the retry waits
+	// (internal/backoff); nil draws at random. Tests fix it.
+	Jitter func() float64
 	// RestartSettle is how long a resumed recovery that finds "restart"
 	// begun but the engine's start unchanged waits for the restart to show
 	// before it concludes that it never ran (restart.docker.stop_timeout +
@@ -733,16 +737,19 @@ func (r *Recovery) park(ctx context.Context, failed StepName, cause error, repor
 			j.Step, j.StepAt, j.FailedStep, j.LastError = StepFailed, r.o.Now(), failed, cause.Error()
 			j.Failures++
 		})
-		what := map[StepName]string{StepRestart: "cannot restart " + r.o.Restarter.String(), StepWaitReady: "engine did not become ready",
-			StepRestore: "cannot restore " + r.o.Drainer.String()}[failed]
-		if what == "" {
-			what = string(failed) + " failed"
-		}
-		r.report(Step{Name: StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
-			"%s; staying drained; retrying after %s, and restoring as soon as the engine is ready", what, r.backoff())})
+	}
+	what := map[StepName]string{StepRestart: "cannot restart " + r.o.Restarter.String(), StepWaitReady: "engine did not become ready",
+		StepRestore: "cannot restore " + r.o.Drainer.String()}[failed]
+	if what == "" {
+		what = string(failed) + " failed"
 	}
 	for {
 		wait := r.backoff()
+		if report {
+			r.report(Step{Name: StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
+				"%s; staying drained; retrying after %s, and restoring as soon as the engine is ready", what, wait.Round(time.Second))})
+			report = false
+		}
 		r.update(func(j *Journal) { j.NextAttempt = r.o.Now().Add(wait) })
 		if err := sleep(ctx, wait); err != nil {
 			return "", false
@@ -1064,15 +1071,15 @@ func (r *Recovery) setRecovering(on bool) {
 	}
 }
 
+// backoff is the wait before the next attempt after the journal's
+// failures: doubling from RetryMin to RetryMax, with jitter so that the
+// vigils of a pool that failed on the same Docker or HAProxy outage do not
+// retry together.
 func (r *Recovery) backoff() time.Duration {
 	r.mu.Lock()
 	n := r.j.Failures
 	r.mu.Unlock()
-	d := r.o.RetryMin
-	for i := 1; i < n && d < r.o.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, r.o.RetryMax)
+	return backoff.Policy{Min: r.o.RetryMin, Max: r.o.RetryMax, Rand: r.o.Jitter}.Delay(max(n, 1))
 }
 
 func (r *Recovery) report(s Step) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/backoff"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -76,6 +77,9 @@ type Options struct {
 	// Sleep waits between delivery attempts, returning early with the
 	// context's error. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Jitter returns a number in [0, 1] that spreads the retry waits
+	// (internal/backoff); nil draws at random. Tests fix it.
+	Jitter func() float64
 	// RetryInitial and RetryMax bound the exponential backoff between
 	// attempts (a 429's Retry-After takes precedence). Defaults 1s, 5m.
 	RetryInitial, RetryMax time.Duration
@@ -153,6 +157,7 @@ type Pager struct {
 	sleep    func(context.Context, time.Duration) error
 	retryMin time.Duration
 	retryMax time.Duration
+	jitter   func() float64
 
 	mu       sync.Mutex
 	st       persisted
@@ -236,6 +241,7 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 		sleep:    o.Sleep,
 		retryMin: o.RetryInitial,
 		retryMax: o.RetryMax,
+		jitter:   o.Jitter,
 		changed:  make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		dirty:    make(chan struct{}, 1),
@@ -616,7 +622,10 @@ func (p *Pager) Run(ctx context.Context) error {
 		stopSaver()
 		<-saved // the last word goes to disk before Run returns
 	}()
-	backoff := p.retryMin
+	// After a Slack outage every vigil of the fleet retries: jitter keeps
+	// them from doing it in lockstep.
+	policy := backoff.Policy{Min: p.retryMin, Max: p.retryMax, Rand: p.jitter}
+	failures := 0
 	attempt := 0
 	for {
 		pg, ok := p.next()
@@ -642,7 +651,7 @@ func (p *Pager) Run(ctx context.Context) error {
 				p.log.WithFields(logrus.Fields{"page": string(m.Kind), "attempts": attempt}).Info("alerts: page delivered after retries")
 			}
 			p.done(pg, ts, true)
-			backoff, attempt = p.retryMin, 0
+			failures, attempt = 0, 0
 			continue
 		}
 		if ctx.Err() != nil {
@@ -659,14 +668,15 @@ func (p *Pager) Run(ctx context.Context) error {
 			p.metrics.failed.WithLabelValues(failRejected).Inc()
 			entry.WithField("title", pageTitle(m)).Error("alerts: page not delivered, and retrying cannot help; skipping it")
 			p.done(pg, "", false)
-			backoff, attempt = p.retryMin, 0
+			failures, attempt = 0, 0
 			continue
 		}
-		wait := backoff
+		var wait time.Duration
 		if ra := retryAfter(err); ra > 0 {
-			wait = ra
+			wait = ra // Slack said when: no jitter, no doubling
 		} else {
-			backoff = min(2*backoff, p.retryMax)
+			failures++
+			wait = policy.Delay(failures)
 		}
 		// Log the first failure and then at powers of two: an outage of
 		// hours must not flood the log.
