@@ -25,6 +25,7 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/sdnotify"
 	"github.com/vigil-dev/vigil/overrides"
+	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
@@ -122,6 +123,7 @@ type daemon struct {
 	status    *status.Server
 	cron      *cron.Cron
 	pool      poolCache
+	affinity  *pool.Affinity // nil without a coalescing limiter
 	readyOnce sync.Once
 	lastSent  uint64
 }
@@ -164,6 +166,10 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 			admission.WithEngineMetrics(cfg.Engine.Metrics.Waiting, cfg.Engine.Metrics.Running))
 		if err != nil {
 			return nil, err
+		}
+		if cfg.Admission.Coalesce {
+			d.affinity = pool.NewAffinity(pool.AffinityOptions{})
+			d.registry.MustRegister(d.affinity.Collectors()...)
 		}
 	}
 
@@ -275,6 +281,8 @@ func (d *daemon) run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); d.overrides.Run(ctx) }()
 	go func() { defer wg.Done(); d.refreshPool(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.watchAffinity(ctx) }()
 	d.cron.Start()
 
 	// A recovery that was in progress when vigil stopped goes on first.

@@ -64,3 +64,25 @@ func (d *daemon) peerDrained(ctx context.Context) (string, bool) {
 	}
 	return pool.AnotherDrained(pool.Fetch(ctx, cfg.Pool.Peers, cfg.Pool.Timeout))
 }
+
+// watchAffinity judges every interval whether keyed retries find their
+// execution here, and pages once when they mostly do not (the load
+// balancer is not key-affine) and once when that is over.
+func (d *daemon) watchAffinity(ctx context.Context) {
+	if d.affinity == nil {
+		return
+	}
+	t := time.NewTicker(d.config().Watchdog.Interval)
+	defer t.Stop()
+	for {
+		s := d.limiter.Stats()
+		if _, page := d.affinity.Observe(time.Now(), s.KeyedRetries, s.KeyedRetriesFound); page != "" {
+			d.notice("routing", page)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
