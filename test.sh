@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # vigil's test suite, as the README gives it and CI runs it: installs what
 # the tests need on a fresh Debian machine (HAProxy, Docker engine, a
-# static busybox), then vet, format check, the race-enabled tests (which
-# start their own HAProxy and dockerd on loopback / temp dirs), and a short
+# static busybox, etcd for the pool coordination), then vet, format check,
+# the race-enabled tests (which start their own HAProxy, dockerd and etcd
+# on loopback / temp dirs), and a short
 # fuzz of the metrics parser.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -11,6 +12,7 @@ need=()
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v dockerd >/dev/null || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
+command -v etcd >/dev/null || need+=(etcd-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -34,7 +36,7 @@ fi
 echo "== go test -race"
 # In CI a skipped Docker or HAProxy test is a failure, not a pass.
 if [ "${CI:-}" = "true" ]; then
-  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1
+  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1 VIGIL_REQUIRE_ETCD=1
 fi
 go test -race -count=1 -timeout 12m ./...
 
