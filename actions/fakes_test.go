@@ -429,3 +429,9 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+func (r *steps) snapshot() []Step {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Step(nil), r.s...)
+}

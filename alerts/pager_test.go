@@ -155,7 +155,7 @@ var hangPages = []string{
 	":white_check_mark: node1: engine ready",
 	":arrow_up: node1: restoring traffic",
 	":white_check_mark: node1: recovery finished",
-	":large_green_circle: RESOLVED on node1 (http://127.0.0.1:8000): was HUNG for 2m; 2 waiting",
+	":large_green_circle: RESOLVED on node1 (http://127.0.0.1:8000): was HUNG for 3m50s; recovery took 75s; 2 waiting",
 }
 
 func checkThread(t *testing.T, posts []fakeReq, ts string) {

@@ -145,8 +145,14 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 			ev.Odd = append(ev.Odd, fmt.Sprintf("counters frozen with work pending, but %s: /metrics may be stale", proof))
 		} else {
 			ev.Hang = HangEngine
-			return say(StateHung, "HUNG: no progress for %s with %s waiting, %s running; /v1/models %s; probe %s",
-				human(sc.stall), count(m.Waiting), count(m.Running), ev.Models, ev.Probe)
+			ranks := ""
+			if hung := hungRanks(ev.Ranks); len(hung) > 0 && len(hung) < len(ev.Ranks) {
+				// The others went idle: every client ended up waiting on
+				// the frozen rank, so the sums froze too.
+				ranks = fmt.Sprintf(" (data-parallel rank %s of %d frozen with work, the others idle)", rankList(hung), len(ev.Ranks))
+			}
+			return say(StateHung, "HUNG: no progress for %s with %s waiting, %s running%s; /v1/models %s; probe %s",
+				human(sc.stall), count(m.Waiting), count(m.Running), ranks, ev.Models, ev.Probe)
 		}
 	}
 
@@ -302,6 +308,14 @@ func hungRanks(ranks []RankEvidence) []RankEvidence {
 		}
 	}
 	return hung
+}
+
+func rankList(ranks []RankEvidence) string {
+	ids := make([]string, len(ranks))
+	for i, r := range ranks {
+		ids[i] = r.Rank
+	}
+	return strings.Join(ids, ", ")
 }
 
 // othersDoing says what the ranks that are not hung do.

@@ -302,16 +302,7 @@ func TestClassifyPartialFailures(t *testing.T) {
 			if c.params != nil {
 				c.params(&p, s)
 			}
-			for i := 2; i < len(s.samples); i++ {
-				prefix := s.samples[:i]
-				v := Classify(prefix, p, prefix[i-1].At)
-				for _, bad := range c.never {
-					if v.State == bad {
-						t.Fatalf("after %d samples: %s (%s)", i, v.State, v.Reason)
-					}
-				}
-			}
-			v := Classify(s.samples, p, s.at)
+			v := classifyEach(t, s, p, c.never)
 			t.Logf("%s: %s", v.State, v.Reason)
 			if v.State != c.want {
 				t.Fatalf("got %s (%s), want %s", v.State, v.Reason, c.want)

@@ -149,6 +149,23 @@ func unreadable(why string) func(*sim) {
 	}
 }
 
+// classifyEach classifies every prefix of the history from two samples on
+// (one alone cannot show progress), failing on any state in never, and
+// returns the verdict on the whole history.
+func classifyEach(t *testing.T, s *sim, p Params, never []State) Verdict {
+	t.Helper()
+	for i := 2; i < len(s.samples); i++ {
+		prefix := s.samples[:i]
+		v := Classify(prefix, p, prefix[i-1].At)
+		for _, bad := range never {
+			if v.State == bad {
+				t.Fatalf("after %d samples: %s (%s)", i, v.State, v.Reason)
+			}
+		}
+	}
+	return Classify(s.samples, p, s.at)
+}
+
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	type tc struct {
@@ -484,17 +501,7 @@ func TestClassify(t *testing.T) {
 			if c.params != nil {
 				c.params(&p, s)
 			}
-			// From two samples on: one alone cannot show progress.
-			for i := 2; i < len(s.samples); i++ {
-				prefix := s.samples[:i]
-				v := Classify(prefix, p, prefix[i-1].At)
-				for _, bad := range c.never {
-					if v.State == bad {
-						t.Fatalf("after %d samples: %s (%s)", i, v.State, v.Reason)
-					}
-				}
-			}
-			v := Classify(s.samples, p, s.at)
+			v := classifyEach(t, s, p, c.never)
 			if v.State != c.want {
 				t.Fatalf("got %s (%s), want %s", v.State, v.Reason, c.want)
 			}
