@@ -26,6 +26,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/sdnotify"
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool"
+	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
@@ -123,7 +124,8 @@ type daemon struct {
 	status    *status.Server
 	cron      *cron.Cron
 	pool      poolCache
-	affinity  *pool.Affinity // nil without a coalescing limiter
+	affinity  *pool.Affinity   // nil without a coalescing limiter
+	turns     *coord.Semaphore // nil without pool.coordination etcd
 	readyOnce sync.Once
 	lastSent  uint64
 }
@@ -194,6 +196,9 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	}
 	if d.limiter != nil {
 		ro.Limiter = d.limiter
+	}
+	if err := d.wirePool(cfg, &ro); err != nil {
+		return nil, err
 	}
 	if d.recovery, err = actions.NewRecovery(ro); err != nil {
 		return nil, err
@@ -314,6 +319,11 @@ func (d *daemon) run(ctx context.Context) error {
 	waitTimeout(d.recovery.Wait, 5*time.Second)
 	if d.limiter != nil {
 		d.limiter.Close()
+	}
+	if d.turns != nil {
+		// A turn still held stays journaled: the next vigil takes it back,
+		// or it expires with its lease.
+		_ = d.turns.Close()
 	}
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := d.pager.Flush(flushCtx); err != nil {
