@@ -28,7 +28,11 @@ type stepLog struct {
 	steps []actions.Step
 }
 
-func (l *stepLog) RecoveryStep(s actions.Step) { l.mu.Lock(); l.steps = append(l.steps, s); l.mu.Unlock() }
+func (l *stepLog) RecoveryStep(s actions.Step) {
+	l.mu.Lock()
+	l.steps = append(l.steps, s)
+	l.mu.Unlock()
+}
 func (l *stepLog) text() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
