@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # vigil's test suite, as the README gives it and CI runs it: installs what
 # the tests need on a fresh Debian machine (HAProxy, Docker engine, a
-# static busybox, promtool, Chromium, systemd-analyze), then vet, format
-# check, the race-enabled tests (which start their own HAProxy and dockerd
-# on loopback / temp dirs, and Chromium for the status page), a short fuzz
+# static busybox, promtool, Chromium, systemd-analyze, etcd), then vet,
+# format check, the race-enabled tests (which start their own HAProxy,
+# dockerd and etcd on loopback / temp dirs, and Chromium for the status page), a short fuzz
 # of the metrics parser, the Prometheus rule tests, and the Debian package
 # installed, upgraded and purged on this machine.
 set -euo pipefail
@@ -18,6 +18,7 @@ command -v promtool >/dev/null || need+=(prometheus)
 command -v chromium >/dev/null || need+=(chromium)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
+command -v etcd >/dev/null || need+=(etcd-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   $SUDO apt-get update -qq
@@ -40,7 +41,7 @@ fi
 echo "== go test -race"
 # In CI a skipped Docker or HAProxy test is a failure, not a pass.
 if [ "${CI:-}" = "true" ]; then
-  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1
+  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1 VIGIL_REQUIRE_ETCD=1
 fi
 go test -race -count=1 -timeout 12m ./...
 

@@ -63,6 +63,11 @@ type Journal struct {
 	// counted from it.
 	Began time.Time `json:"began,omitzero"`
 
+	// Turn is the pool's turn held for this recovery (pool coordination),
+	// journaled once granted so the next vigil takes it back or lets it
+	// expire.
+	Turn *Turn `json:"turn,omitempty"`
+
 	// History is when vigil restarted the engine, across incidents.
 	History []time.Time `json:"restart_history"`
 }

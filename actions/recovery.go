@@ -49,6 +49,16 @@ type RecoveryOptions struct {
 	// (from the peers' /status), for pools whose members sit behind
 	// different load balancers; nil skips the check.
 	PeerDrained func(ctx context.Context) (node string, drained bool)
+	// Coordinator grants the pool's turns (pool.coordination: etcd); nil
+	// keeps the load balancer's pool lock. TurnWait bounds one wait for a
+	// turn (10m). DrainWithoutCoordinator lets vigil drain on the pool
+	// lock alone when the coordinator cannot answer. Floor refuses a drain
+	// that would leave fewer than min_serving members serving; nil skips
+	// it. See poolturn.go.
+	Coordinator             Coordinator
+	TurnWait                time.Duration
+	DrainWithoutCoordinator bool
+	Floor                   func(ctx context.Context) error
 	// DryRun runs the guards and reports every step as "would ...", but
 	// changes nothing: no drain, restart, weight, limiter or journal write.
 	DryRun bool
@@ -90,6 +100,7 @@ type Recovery struct {
 	j          Journal
 	running    bool
 	dryHistory []time.Time // would-be restarts in dry run, for the guards
+	turn       TurnHold    // the pool's turn, while held
 	wg         sync.WaitGroup
 }
 
@@ -124,6 +135,7 @@ func NewRecovery(o RecoveryOptions) (*Recovery, error) {
 	o.RetryMin = orDefault(o.RetryMin, 30*time.Second)
 	o.RetryMax = orDefault(o.RetryMax, 10*time.Minute)
 	o.RestartSettle = orDefault(o.RestartSettle, o.Restart.Docker.StopTimeout+30*time.Second)
+	o.TurnWait = orDefault(o.TurnWait, 10*time.Minute)
 	if len(o.LoadBalancer.RampWeights) == 0 {
 		o.LoadBalancer.RampWeights = []int{100}
 	}
@@ -286,7 +298,12 @@ func (r *Recovery) attempt(ctx context.Context) {
 		r.drainFailed(ctx, fmt.Errorf("read load balancer state: %w", err))
 		return
 	}
-	if ref := r.poolRefusal(ctx, lb); ref != nil {
+	ref, stop := r.poolGate(ctx, lb)
+	defer r.releaseTurn(ctx)
+	if stop {
+		return
+	}
+	if ref != nil {
 		r.refuse(ref, r.stillServing())
 		return
 	}
@@ -304,6 +321,8 @@ func (r *Recovery) resume(ctx context.Context) {
 	j := r.j
 	r.mu.Unlock()
 	r.setRecovering(true)
+	r.resumeTurn(ctx)
+	defer r.releaseTurn(ctx)
 	if j.Step == StepFailed {
 		if next, ok := r.park(ctx, j.FailedStep, errors.New(j.LastError), false); ok {
 			r.run(ctx, next, false)
@@ -420,7 +439,7 @@ func (r *Recovery) drain(ctx context.Context) error {
 	st, err := r.o.Drainer.State(ctx)
 	if err != nil {
 		r.log.WithError(err).Warn("cannot re-read the load balancer after draining; keeping the drain")
-	} else if ref := poolLock(st, true, true); ref != nil {
+	} else if ref := poolLock(st, true, true); ref != nil && !r.hasTurn() {
 		if rerr := r.o.Drainer.Ready(ctx); rerr != nil {
 			return fmt.Errorf("back off from the pool lock: %w", rerr)
 		}
@@ -885,7 +904,12 @@ func (r *Recovery) holdInstead(ctx context.Context, ref *Refusal) {
 		r.refuse(ref, fmt.Sprintf("cannot read the load balancer to take it out of rotation (%v): the host still takes traffic", err))
 		return
 	}
-	if pool := r.poolRefusal(ctx, lb); pool != nil {
+	pool, stop := r.poolGate(ctx, lb)
+	defer r.releaseTurn(ctx)
+	if stop {
+		return
+	}
+	if pool != nil {
 		r.refuse(ref, "cannot drain it either: "+pool.Reason+"; the host still takes traffic")
 		return
 	}

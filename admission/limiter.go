@@ -114,7 +114,10 @@ type counters struct {
 	calls, executions, retries, admitted, queued, abandoned atomic.Uint64
 	attached, stored, cancelledImmediate, cancelledDeferred atomic.Uint64
 	upstreamErrors, passedThrough                           atomic.Uint64
-	rejected                                                map[string]*atomic.Uint64
+	// keyedRetries counts keyed retries that had an execution to find
+	// (see Stats.KeyedRetries); keyedRetriesFound those that found it.
+	keyedRetries, keyedRetriesFound atomic.Uint64
+	rejected                        map[string]*atomic.Uint64
 }
 
 // New builds a limiter that forwards to upstream (the engine's base URL,

@@ -146,15 +146,30 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		l.c.retries.Add(1)
 	}
 	coalesce := idem != "" && l.cfg.Coalesce
+	// Whether a keyed retry finds its call's execution here tells if the
+	// pool's load balancer routes by key. Only a retry that had one to
+	// find counts: one whose earlier attempts were all turned away here
+	// (seen, never executed) found its call's state all the same.
+	findable := coalesce && retry && budgeted
+	if findable {
+		l.c.keyedRetries.Add(1)
+	}
+	found := func() {
+		if findable {
+			l.c.keyedRetriesFound.Add(1)
+		}
+	}
 	if coalesce {
 		res, ex, cur := l.co.lookup(k, l.clock.Now())
 		switch {
 		case res != nil:
 			l.c.stored.Add(1)
+			found()
 			res.write(w)
 			return
 		case ex != nil:
 			l.c.attached.Add(1)
+			found()
 			l.listen(w, r, ex, cur)
 			return
 		}
@@ -186,12 +201,14 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		// Another attempt of this call finished while this one queued.
 		tk.cancel()
 		l.c.stored.Add(1)
+		found()
 		res.write(w)
 		return
 	case !created:
 		// Another attempt of this call got its slot first: ride along.
 		tk.cancel()
 		l.c.attached.Add(1)
+		found()
 		l.listen(w, r, ex, cur)
 		return
 	}

@@ -27,6 +27,14 @@ type Stats struct {
 	// CoalescedStored those answered from the result store.
 	CoalescedAttached uint64 `json:"coalesced_attached"`
 	CoalescedStored   uint64 `json:"coalesced_stored"`
+	// KeyedRetries counts keyed retries (coalescing on) that had an
+	// execution to find: their call executed here before, or their key is
+	// new here although the SDK marks them a retry (an earlier attempt went
+	// to another node). KeyedRetriesFound counts those that attached to the
+	// running execution or got its stored result. A low share of found
+	// over a window means the load balancer does not route by key.
+	KeyedRetries      uint64 `json:"keyed_retries"`
+	KeyedRetriesFound uint64 `json:"keyed_retries_found"`
 	// CancelledImmediate counts upstream calls cancelled when their client
 	// left; CancelledDeferred keyed executions cancelled after cancel_after
 	// with nobody attached.
@@ -67,7 +75,12 @@ type Stats struct {
 
 // Stats returns a snapshot.
 func (l *Limiter) Stats() Stats {
+	// Found before all: a retry counts itself before it finds, so this
+	// order never shows more found than retries.
+	found := l.c.keyedRetriesFound.Load()
 	s := Stats{
+		KeyedRetriesFound:  found,
+		KeyedRetries:       l.c.keyedRetries.Load(),
 		Calls:              l.c.calls.Load(),
 		Executions:         l.c.executions.Load(),
 		Retries:            l.c.retries.Load(),
@@ -131,12 +144,14 @@ var (
 	descRate       = desc("completion_rate", "Upstream calls finished per second over the last 10 s.")
 	descStored     = desc("stored_results", "Finished results kept for late retries.")
 	descStoredB    = desc("stored_bytes", "Bytes held by the result store.")
+	descKeyedRetry = desc("keyed_retries_total", "Keyed retries that had an execution to find, by whether they found it "+
+		"(attached or stored); a low found share means the load balancer does not route by Idempotency-Key.", "found")
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
 		descAbandoned, descRejected, descCoalesced, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
-		descHeld, descInFlight, descCap, descAutomatic, descRate, descStored, descStoredB} {
+		descHeld, descInFlight, descCap, descAutomatic, descRate, descStored, descStoredB, descKeyedRetry} {
 		ch <- d
 	}
 }
@@ -162,6 +177,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descCoalesced, s.CoalescedStored, "stored")
 	counter(descCancelled, s.CancelledImmediate, "immediate")
 	counter(descCancelled, s.CancelledDeferred, "deferred")
+	counter(descKeyedRetry, s.KeyedRetriesFound, "true")
+	counter(descKeyedRetry, s.KeyedRetries-s.KeyedRetriesFound, "false")
 	counter(descUpErrors, s.UpstreamErrors)
 	counter(descPassed, s.PassedThrough)
 	gauge(descDepth, float64(s.QueueDepth))

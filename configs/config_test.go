@@ -63,6 +63,8 @@ func TestInvalidConfigsNameKeyAndLine(t *testing.T) {
 		{"not-mapping", "watchdog (line 1): must be a mapping of keys"},
 		{"yaml-syntax", "(file) (line 3): found character that cannot start any token"},
 		{"digest", `alerts.digest (line 2): not a cron schedule: expected exactly 5 fields, found 2: [every day]`},
+		{"pool-coordination", `pool.coordination (line 3): must be none or etcd; got "zookeeper"`},
+		{"pool-lease", "pool.etcd.lease_ttl (line 5): must be >= 2s (etcd's minimum lease); got 1s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
@@ -83,7 +85,7 @@ func TestInvalidConfigsNameKeyAndLine(t *testing.T) {
 
 func TestEveryInvalidFixtureHasACase(t *testing.T) {
 	files, _ := filepath.Glob("testdata/invalid-*.yaml")
-	if len(files) != 16 {
+	if len(files) != 18 {
 		t.Errorf("found %d invalid fixtures; add a case to TestInvalidConfigsNameKeyAndLine for each", len(files))
 	}
 }

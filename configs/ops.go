@@ -1,8 +1,11 @@
 package configs
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -17,6 +20,37 @@ type Status struct {
 type Pool struct {
 	// Peers are other vigils' /status URLs.
 	Peers   []string      `yaml:"peers"`
+	Timeout time.Duration `yaml:"timeout"`
+	// Coordination is none (the load balancer's state is the pool's lock)
+	// or etcd (recoveries take turns through etcd; see Etcd).
+	Coordination string   `yaml:"coordination"`
+	Etcd         PoolEtcd `yaml:"etcd"`
+	// MaxConcurrentRecoveries is how many members may be out of rotation
+	// for a recovery at once (etcd coordination).
+	MaxConcurrentRecoveries int `yaml:"max_concurrent_recoveries"`
+	// MinServing refuses a drain that would leave fewer than this many
+	// other members serving, by the peers' verdicts (0: off).
+	MinServing int `yaml:"min_serving"`
+	// DrainWithoutCoordinator lets vigil drain on the load balancer's pool
+	// lock alone when etcd cannot be reached (default: refuse and page).
+	DrainWithoutCoordinator bool `yaml:"drain_without_coordinator"`
+}
+
+// PoolEtcd reaches the etcd cluster the pool coordinates through.
+type PoolEtcd struct {
+	// Endpoints are client URLs, e.g. https://10.0.0.5:2379.
+	Endpoints []string `yaml:"endpoints"`
+	// CAFile verifies etcd's certificate; CertFile and KeyFile
+	// authenticate vigil (PEM files; all optional).
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// KeyPrefix is this pool's prefix: pools sharing an etcd use distinct
+	// prefixes.
+	KeyPrefix string `yaml:"key_prefix"`
+	// LeaseTTL is how long a dead vigil's turn outlives it.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// Timeout bounds each etcd request; past it etcd is unreachable.
 	Timeout time.Duration `yaml:"timeout"`
 }
 
@@ -44,7 +78,10 @@ var OverridableKeys = []string{
 
 func defaultStatus() Status { return Status{Listen: "127.0.0.1:9108"} }
 
-func defaultPool() Pool { return Pool{Timeout: 3 * time.Second} }
+func defaultPool() Pool {
+	return Pool{Timeout: 3 * time.Second, Coordination: "none", MaxConcurrentRecoveries: 1,
+		Etcd: PoolEtcd{KeyPrefix: "/vigil/", LeaseTTL: 30 * time.Second, Timeout: 5 * time.Second}}
+}
 
 func (s *Status) validate(v *validator) {
 	if s.Listen == "" {
@@ -60,6 +97,49 @@ func (p *Pool) validate(v *validator) {
 		v.httpURL(indexPath("pool.peers", i), u)
 	}
 	v.positive("pool.timeout", p.Timeout)
+	if p.MinServing < 0 {
+		v.errorf("pool.min_serving", "must be >= 0")
+	} else if p.MinServing > len(p.Peers) {
+		v.errorf("pool.min_serving", "is %d but only %d peers are listed in pool.peers: no drain could ever pass", p.MinServing, len(p.Peers))
+	}
+	switch p.Coordination {
+	case "none":
+		return
+	case "etcd":
+	default:
+		v.errorf("pool.coordination", "must be none or etcd; got %q", p.Coordination)
+		return
+	}
+	if p.MaxConcurrentRecoveries < 1 {
+		v.errorf("pool.max_concurrent_recoveries", "must be >= 1")
+	}
+	e := p.Etcd
+	if len(e.Endpoints) == 0 {
+		v.errorf("pool.etcd.endpoints", "is required when pool.coordination is etcd")
+	}
+	for i, u := range e.Endpoints {
+		v.httpURL(indexPath("pool.etcd.endpoints", i), u)
+	}
+	if !strings.HasPrefix(e.KeyPrefix, "/") {
+		v.errorf("pool.etcd.key_prefix", "must start with /; got %q", e.KeyPrefix)
+	}
+	if e.LeaseTTL < 2*time.Second {
+		v.errorf("pool.etcd.lease_ttl", "must be >= 2s (etcd's minimum lease); got %s", e.LeaseTTL)
+	}
+	v.positive("pool.etcd.timeout", e.Timeout)
+	if (e.CertFile == "") != (e.KeyFile == "") {
+		v.errorf("pool.etcd.cert_file", "cert_file and key_file go together")
+	}
+	for _, f := range []struct{ key, path string }{
+		{"pool.etcd.ca_file", e.CAFile}, {"pool.etcd.cert_file", e.CertFile}, {"pool.etcd.key_file", e.KeyFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			v.errorf(f.key, "cannot read %s: %v", f.path, errors.Unwrap(err))
+		}
+	}
 }
 
 // ValidateOverride checks one override against the rules every override

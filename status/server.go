@@ -42,6 +42,10 @@ type Snapshot struct {
 	Overrides any  `json:"overrides,omitempty"`
 	Capacity  any  `json:"capacity,omitempty"`
 	Pool      any  `json:"pool,omitempty"`
+	// Routing is the share of keyed retries that found their execution
+	// here (pool.AffinityReport): low when the load balancer is not
+	// key-affine.
+	Routing any `json:"routing,omitempty"`
 }
 
 // Overrides is the override manager as the API needs it

@@ -25,6 +25,8 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/sdnotify"
 	"github.com/vigil-dev/vigil/overrides"
+	"github.com/vigil-dev/vigil/pool"
+	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
@@ -122,6 +124,8 @@ type daemon struct {
 	status    *status.Server
 	cron      *cron.Cron
 	pool      poolCache
+	affinity  *pool.Affinity   // nil without a coalescing limiter
+	turns     *coord.Semaphore // nil without pool.coordination etcd
 	readyOnce sync.Once
 	lastSent  uint64
 }
@@ -170,6 +174,10 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 		if err != nil {
 			return nil, err
 		}
+		if cfg.Admission.Coalesce {
+			d.affinity = pool.NewAffinity(pool.AffinityOptions{})
+			d.registry.MustRegister(d.affinity.Collectors()...)
+		}
 	}
 
 	// Recovery: drain, restart, wait ready, restore.
@@ -188,6 +196,9 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	}
 	if d.limiter != nil {
 		ro.Limiter = d.limiter
+	}
+	if err := d.wirePool(cfg, &ro); err != nil {
+		return nil, err
 	}
 	if d.recovery, err = actions.NewRecovery(ro); err != nil {
 		return nil, err
@@ -280,6 +291,8 @@ func (d *daemon) run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); d.overrides.Run(ctx) }()
 	go func() { defer wg.Done(); d.refreshPool(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.watchAffinity(ctx) }()
 	d.cron.Start()
 
 	// A recovery that was in progress when vigil stopped goes on first.
@@ -306,6 +319,11 @@ func (d *daemon) run(ctx context.Context) error {
 	waitTimeout(d.recovery.Wait, 5*time.Second)
 	if d.limiter != nil {
 		d.limiter.Close()
+	}
+	if d.turns != nil {
+		// A turn still held stays journaled: the next vigil takes it back,
+		// or it expires with its lease.
+		_ = d.turns.Close()
 	}
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := d.pager.Flush(flushCtx); err != nil {

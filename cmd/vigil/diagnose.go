@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
+	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -83,15 +84,35 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	if len(cfg.Pool.Peers) > 0 {
 		members = pool.Fetch(ctx, cfg.Pool.Peers, cfg.Pool.Timeout)
 	}
+	// Whether keyed retries find their execution is the local vigil's
+	// count over its window, not something a few samples can tell: read
+	// it from the running vigil the config describes.
+	var routing any
+	routingLine := ""
+	if *configFile != "" && cfg.Admission.Enabled && cfg.Admission.Coalesce && cfg.Status.Listen != "" {
+		rep, err := localRouting(ctx, cfg.Status.Listen)
+		switch {
+		case err != nil:
+			routingLine = fmt.Sprintf("routing: unknown, the local vigil's /status at %s: %v", cfg.Status.Listen, err)
+			routing = map[string]string{"error": err.Error()}
+		case rep != nil:
+			routingLine, routing = rep.String(), rep
+		}
+	}
 
 	if *asJSON {
-		// Report has its own MarshalJSON; the pool joins its fields by
-		// hand so the output stays one flat object.
+		// Report has its own MarshalJSON; the pool and routing join its
+		// fields by hand so the output stays one flat object.
 		raw, err := json.Marshal(report)
-		if err == nil && len(members) > 0 {
+		if err == nil && (len(members) > 0 || routing != nil) {
 			var obj map[string]json.RawMessage
 			if err = json.Unmarshal(raw, &obj); err == nil {
-				obj["pool"], _ = json.Marshal(members)
+				if len(members) > 0 {
+					obj["pool"], _ = json.Marshal(members)
+				}
+				if routing != nil {
+					obj["routing"], _ = json.Marshal(routing)
+				}
 				raw, err = json.Marshal(obj)
 			}
 		}
@@ -105,6 +126,9 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		if len(members) > 0 {
 			self := pool.Member{Node: cfg.Node, State: string(report.State), Waiting: report.Evidence.Waiting, Running: report.Evidence.Running}
 			fmt.Fprintf(stdout, "\n%s\n", pool.Summarize(self, members))
+		}
+		if routingLine != "" {
+			fmt.Fprintf(stdout, "\n%s\n", routingLine)
 		}
 	}
 	return watchdog.ExitCode(report.State)
@@ -138,4 +162,22 @@ func diagnoseConfig(file, engineURL, keyFile string, stderr io.Writer) (*configs
 		return nil, exitUsage
 	}
 	return &cfg, 0
+}
+
+// localRouting reads the routing section of the local vigil's /status; nil
+// when that vigil reports none (no coalescing limiter).
+func localRouting(ctx context.Context, listen string) (*pool.AffinityReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	raw, err := status.NewClient(listen).Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Routing *pool.AffinityReport `json:"routing"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("not a vigil status document: %v", err)
+	}
+	return doc.Routing, nil
 }

@@ -88,6 +88,9 @@ func (d *daemon) snapshot() status.Snapshot {
 	if len(cfg.Pool.Peers) > 0 {
 		s.Pool = d.poolView()
 	}
+	if d.affinity != nil {
+		s.Routing = d.affinity.Report()
+	}
 	return s
 }
 

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
+	"github.com/vigil-dev/vigil/pool/coord"
 )
 
 // poolCache holds the last view of the peers. /status serves the cache,
@@ -64,3 +69,87 @@ func (d *daemon) peerDrained(ctx context.Context) (string, bool) {
 	}
 	return pool.AnotherDrained(pool.Fetch(ctx, cfg.Pool.Peers, cfg.Pool.Timeout))
 }
+
+// watchAffinity judges every interval whether keyed retries find their
+// execution here, and pages once when they mostly do not (the load
+// balancer is not key-affine) and once when that is over.
+func (d *daemon) watchAffinity(ctx context.Context) {
+	if d.affinity == nil {
+		return
+	}
+	t := time.NewTicker(d.config().Watchdog.Interval)
+	defer t.Stop()
+	for {
+		s := d.limiter.Stats()
+		if _, page := d.affinity.Observe(time.Now(), s.KeyedRetries, s.KeyedRetriesFound); page != "" {
+			d.notice("routing", page)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// wirePool gives the recovery the pool's coordination: turns through etcd
+// (pool.coordination: etcd) and the min_serving floor over the peers'
+// /status, fetched fresh for each decision.
+func (d *daemon) wirePool(cfg *configs.Config, ro *actions.RecoveryOptions) error {
+	p := cfg.Pool
+	if p.MinServing > 0 {
+		peers, timeout, minServing := p.Peers, p.Timeout, p.MinServing
+		ro.Floor = func(ctx context.Context) error {
+			return coord.CheckFloor(pool.Fetch(ctx, peers, timeout), minServing)
+		}
+	}
+	if p.Coordination != "etcd" {
+		return nil
+	}
+	tlsCfg, err := coord.TLSFromFiles(p.Etcd.CAFile, p.Etcd.CertFile, p.Etcd.KeyFile)
+	if err != nil {
+		return fmt.Errorf("pool.etcd: %w", err)
+	}
+	d.turns, err = coord.New(coord.Options{
+		Endpoints: p.Etcd.Endpoints, TLS: tlsCfg, Prefix: p.Etcd.KeyPrefix, LeaseTTL: p.Etcd.LeaseTTL,
+		Max: p.MaxConcurrentRecoveries, Timeout: p.Etcd.Timeout, Node: cfg.Node,
+	})
+	if err != nil {
+		return fmt.Errorf("pool.etcd: %w", err)
+	}
+	ro.Coordinator = etcdTurns{d.turns}
+	ro.DrainWithoutCoordinator = p.DrainWithoutCoordinator
+	return nil
+}
+
+// etcdTurns is the recovery's Coordinator over a coord.Semaphore.
+type etcdTurns struct{ s *coord.Semaphore }
+
+func (e etcdTurns) Acquire(ctx context.Context, incident string, waiting func(string)) (actions.TurnHold, error) {
+	h, err := e.s.Acquire(ctx, incident, func(hs []coord.Holder) {
+		if waiting != nil {
+			names := make([]string, len(hs))
+			for i, h := range hs {
+				names[i] = h.String()
+			}
+			waiting(strings.Join(names, ", "))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return etcdTurn{h}, nil
+}
+
+func (e etcdTurns) Resume(ctx context.Context, t actions.Turn) (actions.TurnHold, error) {
+	h, err := e.s.Resume(ctx, t.Key, t.Lease)
+	if err != nil {
+		return nil, err
+	}
+	return etcdTurn{h}, nil
+}
+
+type etcdTurn struct{ h *coord.Hold }
+
+func (t etcdTurn) Turn() actions.Turn                { return actions.Turn{Key: t.h.Key, Lease: t.h.Lease} }
+func (t etcdTurn) Release(ctx context.Context) error { return t.h.Release(ctx) }

@@ -88,6 +88,28 @@ backend {{.Backend}}
 // StartHAProxyConfig is StartHAProxy with every option.
 func StartHAProxyConfig(t testing.TB, cfg HAProxyConfig) *HAProxy {
 	t.Helper()
+	servers := make([]Server, len(cfg.Servers))
+	for i, s := range cfg.Servers {
+		if s.Weight == 0 {
+			s.Weight = 100
+		}
+		servers[i] = s
+	}
+	return StartHAProxyText(t, cfg.Backend, func(socket, frontend string) (string, error) {
+		var text bytes.Buffer
+		err := haproxyConfig.Execute(&text, map[string]any{
+			"Socket": socket, "Frontend": frontend, "Backend": cfg.Backend, "Servers": servers, "HealthPath": cfg.HealthPath,
+		})
+		return text.String(), err
+	})
+}
+
+// StartHAProxyText starts HAProxy with the configuration render returns
+// for a fresh admin socket path and a free loopback frontend address (a
+// shipped file with those two filled in), backend being the backend whose
+// servers Stat reports. It skips or fails like StartHAProxy.
+func StartHAProxyText(t testing.TB, backend string, render func(socket, frontend string) (string, error)) *HAProxy {
+	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
 		unavailable(t, "HAPROXY", RequireHAProxyEnv, err)
@@ -97,22 +119,13 @@ func StartHAProxyConfig(t testing.TB, cfg HAProxyConfig) *HAProxy {
 		t.Fatalf("testinfra: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	h := &HAProxy{Socket: filepath.Join(dir, "admin.sock"), Frontend: FreeAddr(t), Backend: cfg.Backend, Dir: dir}
-	servers := make([]Server, len(cfg.Servers))
-	for i, s := range cfg.Servers {
-		if s.Weight == 0 {
-			s.Weight = 100
-		}
-		servers[i] = s
-	}
-	var text bytes.Buffer
-	if err := haproxyConfig.Execute(&text, map[string]any{
-		"Socket": h.Socket, "Frontend": h.Frontend, "Backend": cfg.Backend, "Servers": servers, "HealthPath": cfg.HealthPath,
-	}); err != nil {
+	h := &HAProxy{Socket: filepath.Join(dir, "admin.sock"), Frontend: FreeAddr(t), Backend: backend, Dir: dir}
+	text, err := render(h.Socket, h.Frontend)
+	if err != nil {
 		t.Fatalf("testinfra: haproxy config: %v", err)
 	}
 	cfgPath := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(cfgPath, text.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		t.Fatalf("testinfra: %v", err)
 	}
 	logf, err := os.Create(filepath.Join(dir, "haproxy.log"))
