@@ -333,10 +333,8 @@ func (m *Manager) Set(o configs.Override) error { return m.set(o, SourceAPI) }
 
 func (m *Manager) set(o configs.Override, source string) error {
 	now := m.now()
+	// The same rules as the config file, the value's type included.
 	if err := configs.ValidateOverride(o, now); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if err := checkValue(o.Key, o.Value); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 
