@@ -250,3 +250,11 @@ func TestAllErrorsAreReportedInFileOrder(t *testing.T) {
 }
 
 func fmtAll(v any) string { return fmt.Sprintf("%v %+v %#v %s", v, v, v, v) }
+
+func TestAnExpiredOverrideWithAWrongValueIsStillAnError(t *testing.T) {
+	yml := "engine:\n  url: http://127.0.0.1:8000\noverrides:\n  - key: watchdog.saturated_waiting\n    value: lots\n    until: 2026-01-01T00:00:00Z\n    reason: r\n"
+	_, err := Parse([]byte(yml), now)
+	if err == nil || !strings.HasPrefix(err.Error(), `overrides[0].value (line 5): value "lots" for watchdog.saturated_waiting`) {
+		t.Fatalf("err = %v", err)
+	}
+}

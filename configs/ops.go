@@ -166,24 +166,32 @@ func positiveDuration(s string) error {
 
 // validateOverrides checks the overrides written in the config file. One
 // that has already expired is not an error (the file may simply be older
-// than the override): it is skipped with a warning so vigil still starts.
+// than the override): it is skipped with a warning so vigil still starts,
+// unless its key or value is wrong.
 // A hang_after override must also exceed the file's interval, as the key
 // itself must.
 func validateOverrides(v *validator, os []Override, w Watchdog) {
 	for i, o := range os {
 		path := indexPath("overrides", i)
-		if !o.Until.IsZero() && !o.Until.After(v.now) {
-			v.warnf(path, "expired at %s; ignored", o.Until.Format(time.RFC3339))
-			continue
-		}
-		if field, err := overrideProblem(o, v.now); err != nil {
+		// A wrong key or value is an error even in an expired override:
+		// the file is wrong, whatever the date.
+		field, err := overrideProblem(o, v.now)
+		if err != nil && (field == "key" || field == "value") {
 			v.errorf(path+"."+field, "%v", err)
 			continue
 		}
 		if o.Key == "watchdog.hang_after" {
 			if d, _ := time.ParseDuration(o.Value); d <= w.Interval {
 				v.errorf(path+".value", "watchdog.hang_after %s must be > watchdog.interval (%s)", o.Value, w.Interval)
+				continue
 			}
+		}
+		if !o.Until.IsZero() && !o.Until.After(v.now) {
+			v.warnf(path, "expired at %s; ignored", o.Until.Format(time.RFC3339))
+			continue
+		}
+		if err != nil {
+			v.errorf(path+"."+field, "%v", err)
 		}
 	}
 }

@@ -22,6 +22,11 @@ func runVigil(t *testing.T, yml string, limit time.Duration) (code int, stderr s
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return runVigilFile(t, path, limit)
+}
+
+func runVigilFile(t *testing.T, path string, limit time.Duration) (code int, stderr string) {
+	t.Helper()
 	type result struct {
 		code   int
 		stderr string
