@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # vigil's test suite, as the README gives it and CI runs it: installs what
 # the tests need on a fresh Debian machine (HAProxy, Docker engine, a
-# static busybox), then vet, format check, the race-enabled tests (which
-# start their own HAProxy and dockerd on loopback / temp dirs), and a short
-# fuzz of the metrics parser.
+# static busybox, promtool, Chromium, systemd-analyze), then vet, format
+# check, the race-enabled tests (which start their own HAProxy and dockerd
+# on loopback / temp dirs, and Chromium for the status page), a short fuzz
+# of the metrics parser, the Prometheus rule tests, and the Debian package
+# installed, upgraded and purged on this machine.
 set -euo pipefail
 cd "$(dirname "$0")"
 
+SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
 need=()
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v dockerd >/dev/null || need+=(docker.io)
 [ -x /bin/busybox ] || need+=(busybox-static)
+command -v promtool >/dev/null || need+=(prometheus)
+command -v chromium >/dev/null || need+=(chromium)
+command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v dpkg-deb >/dev/null || need+=(dpkg)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
-  SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
@@ -40,3 +46,12 @@ go test -race -count=1 -timeout 12m ./...
 
 echo "== fuzz: metrics parser (10s)"
 go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/
+
+echo "== promtool: alert and recording rules"
+promtool check rules monitoring/vigil-rules.yml
+promtool test rules monitoring/vigil-rules_test.yml
+
+echo "== Debian package: build, install, upgrade, purge on this machine"
+# Installs into the real root (a vigil user, /etc/vigil, /usr/bin/vigil),
+# so it runs alone, after the Go tests, and purges everything it installed.
+$SUDO env PATH="$PATH" packaging/test-deb.sh

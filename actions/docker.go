@@ -87,7 +87,7 @@ func (d *Docker) Status(ctx context.Context) (EngineStatus, error) {
 // fix: the socket is missing, or vigil may not use it.
 func (d *Docker) explain(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
 	sock, isUnix := strings.CutPrefix(d.host, "unix://")
 	permission := strings.Contains(err.Error(), "permission denied")

@@ -99,7 +99,7 @@ func TestRealRecoveryOfTheSimulatedEngine(t *testing.T) {
 	rec.Recover(context.Background(), inc, v)
 	rec.Wait()
 
-	if got, want := joined(rep.names()), "drain,drain_wait,restart,wait_ready,restore,resolved"; got != want {
+	if got, want := joined(rep.names()), "drain,drain_wait,restarting,restart,wait_ready,restore,resolved"; got != want {
 		t.Fatalf("steps %s, want %s: %+v", got, want, rep.s)
 	}
 	if st := <-drainedDuring; !strings.HasPrefix(st, "DRAIN") && !strings.HasPrefix(st, "DOWN") {

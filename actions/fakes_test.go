@@ -353,7 +353,8 @@ func newHarness(t *testing.T, tweak func(*RecoveryOptions)) *harness {
 		LoadBalancer: lb, Restart: rs, StartupGrace: 10 * time.Minute,
 		Drainer: fakeLB{h.w}, Restarter: fakeEngine{h.w}, Ready: h.w.ready,
 		Store: store, Reporter: h.rep, Limiter: fakeLimiter{h.w},
-		Log: logrus.NewEntry(l),
+		Log:    logrus.NewEntry(l),
+		Jitter: func() float64 { return 1 }, // the top of each step: exact waits
 	}
 	if tweak != nil {
 		tweak(&h.opts)
@@ -428,4 +429,10 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+func (r *steps) snapshot() []Step {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Step(nil), r.s...)
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // Guard names one of the checks that must pass before vigil drains and
-// restarts (DESIGN.md section 4, step 1).
+// restarts (docs/design.md section 5, step 1).
 type Guard string
 
 // The guards, in the order they are checked.

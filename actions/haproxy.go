@@ -316,11 +316,11 @@ func firstLine(s string) string {
 // context notices, so a timeout past the context's deadline counts too.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		return fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
 	var ne net.Error
 	if dl, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(dl) {
-		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
+		return fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
 	}
 	return err
 }

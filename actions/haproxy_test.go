@@ -332,3 +332,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A timeout keeps both causes in the error chain: the context's error for
+// callers that test for it, and the socket's for the log.
+func TestCtxErrKeepsBothCauses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cause := errors.New("read unix /run/haproxy/admin.sock: i/o timeout")
+	err := ctxErr(ctx, cause)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
+		t.Fatalf("%v: want both context.Canceled and the socket error in the chain", err)
+	}
+}

@@ -45,10 +45,23 @@ type Journal struct {
 	RestartedAt  time.Time    `json:"restarted_at,omitzero"`
 
 	// Refusal is the last guard refusal for this incident; RefusalReported
-	// whether it was paged (once per incident).
-	Refusal         *Refusal  `json:"refusal,omitempty"`
-	RefusalReported bool      `json:"refusal_reported"`
+	// whether one was paged, RefusalPaged which guard and outcome it was
+	// (a refusal pages again only when either changes).
+	Refusal         *Refusal `json:"refusal,omitempty"`
+	RefusalReported bool     `json:"refusal_reported"`
+	RefusalPaged    string   `json:"refusal_paged,omitempty"`
+	// Hold: a guard refused the restart and vigil drains the host anyway,
+	// keeping it out of rotation (step held) until the engine recovers by
+	// itself or a restart is allowed.
+	Hold bool `json:"hold,omitempty"`
+	// RecoveredBySelf: the engine became ready again while held, without
+	// a restart.
+	RecoveredBySelf bool      `json:"recovered_by_self,omitempty"`
 	Finished        time.Time `json:"finished,omitzero"`
+	// Began is when the recovery first changed something (the drain, or
+	// the restart without a load balancer): how long recovery took is
+	// counted from it.
+	Began time.Time `json:"began,omitzero"`
 
 	// History is when vigil restarted the engine, across incidents.
 	History []time.Time `json:"restart_history"`
@@ -64,7 +77,7 @@ func (j *Journal) unfinished() bool {
 	switch j.Step {
 	case StepDrain, StepDrainWait, StepRestart, StepWaitReady, StepRestore:
 		return true
-	case StepFailed:
+	case StepFailed, StepHeld, StepGuardRefused:
 		return j.Drained
 	}
 	return false

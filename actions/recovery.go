@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/backoff"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -67,6 +68,9 @@ type RecoveryOptions struct {
 	// (30s doubling up to 10m).
 	RetryMin time.Duration
 	RetryMax time.Duration
+	// Jitter returns a number in [0, 1] that spreads the retry waits
+	// (internal/backoff); nil draws at random. Tests fix it.
+	Jitter func() float64
 	// RestartSettle is how long a resumed recovery that finds "restart"
 	// begun but the engine's start unchanged waits for the restart to show
 	// before it concludes that it never ran (restart.docker.stop_timeout +
@@ -74,8 +78,8 @@ type RecoveryOptions struct {
 	RestartSettle time.Duration
 }
 
-// Recovery runs the guarded, journaled recovery sequence of DESIGN.md
-// section 4 (guards, drain, drain wait, restart, wait ready, restore,
+// Recovery runs the guarded, journaled recovery sequence of docs/design.md
+// section 5 (guards, drain, drain wait, restart, wait ready, restore,
 // resolve). It implements watchdog.Recoverer.
 type Recovery struct {
 	o   RecoveryOptions
@@ -274,7 +278,7 @@ func (r *Recovery) attempt(ctx context.Context) {
 	}
 	r.update(func(j *Journal) { j.EngineBefore, j.RestartedAt, j.Dropped = eng, time.Time{}, 0 })
 	if ref := r.timeRefusal(eng); ref != nil {
-		r.refuse(ref)
+		r.holdInstead(ctx, ref)
 		return
 	}
 	lb, err := r.o.Drainer.State(ctx)
@@ -282,16 +286,9 @@ func (r *Recovery) attempt(ctx context.Context) {
 		r.drainFailed(ctx, fmt.Errorf("read load balancer state: %w", err))
 		return
 	}
-	if ref := poolLock(lb, r.drained(), false); ref != nil {
-		r.refuse(ref)
+	if ref := r.poolRefusal(ctx, lb); ref != nil {
+		r.refuse(ref, r.stillServing())
 		return
-	}
-	if r.o.PeerDrained != nil && !r.drained() {
-		if node, ok := r.o.PeerDrained(ctx); ok {
-			r.refuse(&Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
-				"pool member %s is drained by its vigil; only one member of a pool is drained at a time", node)})
-			return
-		}
 	}
 	if r.o.DryRun {
 		r.dryRun(eng, lb)
@@ -325,6 +322,11 @@ func (r *Recovery) run(ctx context.Context, step StepName, resumed bool) {
 		switch step {
 		case StepDrain:
 			err, next = r.drain(ctx), StepDrainWait
+			if r.holding() {
+				next = StepHeld
+			}
+		case StepHeld:
+			next, err = r.hold(ctx)
 		case StepDrainWait:
 			err, next = r.drainWait(ctx), StepRestart
 		case StepRestart:
@@ -353,6 +355,15 @@ func (r *Recovery) run(ctx context.Context, step StepName, resumed bool) {
 			r.log.WithField("step", step).Warn("recovery stopped mid-sequence (vigil is stopping); the journal resumes it")
 			return
 		}
+		if step == StepDrain && r.holding() {
+			// A guard refused the restart: restart_undrained does not
+			// apply, and the host is left as it was.
+			r.update(func(j *Journal) { j.Hold = false })
+			r.setRecovering(false)
+			r.m.failures.WithLabelValues(string(StepDrain)).Inc()
+			r.refuse(r.lastRefusal(), fmt.Sprintf("cannot take it out of rotation either (%v): the host still takes traffic", err))
+			return
+		}
 		if step == StepDrain {
 			if !r.o.LoadBalancer.RestartUndrained {
 				r.drainFailed(ctx, err)
@@ -378,13 +389,17 @@ func (r *Recovery) run(ctx context.Context, step StepName, resumed bool) {
 // host backs off.
 func (r *Recovery) drain(ctx context.Context) error {
 	if _, none := r.o.Drainer.(NoDrain); none {
-		r.report(Step{Name: StepDrain, OK: true, Detail: "no load balancer configured (load_balancer.kind none): not draining"})
+		// No load balancer: there is nothing to take out of rotation, and
+		// nothing to page about it (the head already says so).
 		return nil
 	}
 	if err := r.journal(StepDrain, func(j *Journal) {
 		j.Drained = true
 		if j.DrainStarted.IsZero() {
 			j.DrainStarted = r.o.Now()
+		}
+		if j.Began.IsZero() {
+			j.Began = j.DrainStarted
 		}
 	}); err != nil {
 		return err
@@ -409,9 +424,9 @@ func (r *Recovery) drain(ctx context.Context) error {
 		if rerr := r.o.Drainer.Ready(ctx); rerr != nil {
 			return fmt.Errorf("back off from the pool lock: %w", rerr)
 		}
-		r.update(func(j *Journal) { j.Drained = false; j.DrainStarted = time.Time{} })
+		r.update(func(j *Journal) { j.Drained = false; j.DrainStarted = time.Time{}; j.Hold = false })
 		r.setRecovering(false)
-		r.refuse(ref)
+		r.refuse(ref, "the host still takes traffic")
 		return errBackedOff
 	}
 	detail := r.o.Drainer.String() + " DRAIN"
@@ -515,7 +530,15 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 		r.update(func(j *Journal) { j.RestartedAt = r.o.Now() })
 		return nil
 	}
+	// Said before the restart: the watchdog sees the engine DOWN while it
+	// restarts, and the pages must not read that as a new failure.
+	r.report(Step{Name: StepRestarting, OK: true, Detail: fmt.Sprintf("restarting %s (expected DOWN while it restarts)", r.o.Restarter)})
 	began := r.o.Now()
+	r.update(func(j *Journal) {
+		if j.Began.IsZero() {
+			j.Began = began
+		}
+	})
 	if err := r.o.Restarter.Restart(ctx); err != nil {
 		return err
 	}
@@ -608,7 +631,9 @@ func (r *Recovery) restore(ctx context.Context) error {
 	drainedThisTime := !r.j.DrainStarted.IsZero()
 	r.mu.Unlock()
 	if !drainedThisTime {
-		r.report(Step{Name: StepRestore, OK: true, Detail: "nothing drained to restore; limiter slow start"})
+		if r.o.Limiter != nil {
+			r.report(Step{Name: StepRestore, OK: true, Detail: "admission limiter slow start"})
+		}
 		return nil
 	}
 	weights := r.o.LoadBalancer.RampWeights
@@ -630,8 +655,11 @@ func (r *Recovery) restore(ctx context.Context) error {
 			}
 		}
 	}
-	r.report(Step{Name: StepRestore, OK: true, Detail: fmt.Sprintf("%s READY, weight %s over %s; limiter slow start",
-		r.o.Drainer, rampWords(weights), r.o.LoadBalancer.RampDuration)})
+	detail := fmt.Sprintf("%s READY, weight %s over %s", r.o.Drainer, rampWords(weights), r.o.LoadBalancer.RampDuration)
+	if r.o.Limiter != nil {
+		detail += "; admission limiter slow start"
+	}
+	r.report(Step{Name: StepRestore, OK: true, Detail: detail})
 	return nil
 }
 
@@ -643,9 +671,21 @@ func (r *Recovery) resolve() {
 	r.update(func(j *Journal) {
 		j.Step, j.StepAt, j.Finished = StepResolved, now, now
 		j.Failures, j.NextAttempt, j.LastError, j.FailedStep = 0, time.Time{}, "", ""
-		j.Drained, j.DrainStarted = false, time.Time{}
+		j.Drained, j.DrainStarted, j.Hold, j.RecoveredBySelf, j.Began = false, time.Time{}, false, false, time.Time{}
 	})
-	detail := fmt.Sprintf("recovered %s after the incident opened", human(now.Sub(j.Opened)))
+	began := j.Began
+	if began.IsZero() {
+		began = j.RestartedAt
+	}
+	var detail string
+	switch {
+	case j.RecoveredBySelf:
+		detail = fmt.Sprintf("the engine recovered by itself while held out of rotation; back in rotation %s after it was taken out", human(now.Sub(began)))
+	case began.IsZero():
+		detail = "recovered"
+	default:
+		detail = fmt.Sprintf("recovery took %s, from its first action to the engine serving again", human(now.Sub(began)))
+	}
 	if j.Dropped > 0 {
 		detail += fmt.Sprintf("; %d in-flight requests were aborted", j.Dropped)
 	}
@@ -697,16 +737,19 @@ func (r *Recovery) park(ctx context.Context, failed StepName, cause error, repor
 			j.Step, j.StepAt, j.FailedStep, j.LastError = StepFailed, r.o.Now(), failed, cause.Error()
 			j.Failures++
 		})
-		what := map[StepName]string{StepRestart: "cannot restart " + r.o.Restarter.String(), StepWaitReady: "engine did not become ready",
-			StepRestore: "cannot restore " + r.o.Drainer.String()}[failed]
-		if what == "" {
-			what = string(failed) + " failed"
-		}
-		r.report(Step{Name: StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
-			"%s; staying drained; retrying after %s, and restoring as soon as the engine is ready", what, r.backoff())})
+	}
+	what := map[StepName]string{StepRestart: "cannot restart " + r.o.Restarter.String(), StepWaitReady: "engine did not become ready",
+		StepRestore: "cannot restore " + r.o.Drainer.String()}[failed]
+	if what == "" {
+		what = string(failed) + " failed"
 	}
 	for {
 		wait := r.backoff()
+		if report {
+			r.report(Step{Name: StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
+				"%s; staying drained; retrying after %s, and restoring as soon as the engine is ready", what, wait.Round(time.Second))})
+			report = false
+		}
 		r.update(func(j *Journal) { j.NextAttempt = r.o.Now().Add(wait) })
 		if err := sleep(ctx, wait); err != nil {
 			return "", false
@@ -725,7 +768,7 @@ func (r *Recovery) park(ctx context.Context, failed StepName, cause error, repor
 				eng = EngineStatus{}
 			}
 			if ref := r.timeRefusal(eng); ref != nil {
-				r.refuse(ref)
+				r.refuse(ref, r.outOfRotation())
 				r.update(func(j *Journal) { j.Step = StepFailed })
 				continue
 			}
@@ -741,27 +784,188 @@ func (r *Recovery) park(ctx context.Context, failed StepName, cause error, repor
 	}
 }
 
-// refuse records a guard refusal and reports it once per incident.
-func (r *Recovery) refuse(ref *Refusal) {
+// refuse records a guard refusal with what it means for the clients
+// (outcome: out of rotation, or still taking traffic) and pages it when
+// that changes what happens: the first refusal of an incident, a
+// different guard, or a different outcome. The same refusal again is only
+// logged.
+func (r *Recovery) refuse(ref *Refusal, outcome string) {
 	r.m.refusals.WithLabelValues(string(ref.Guard)).Inc()
+	key := string(ref.Guard) + "/" + outcomeClass(outcome)
 	r.mu.Lock()
-	reported := r.j.RefusalReported
+	same := r.j.RefusalReported && r.j.RefusalPaged == key
 	r.mu.Unlock()
 	next := ref.Until
 	if next.IsZero() {
 		next = r.o.Now().Add(r.backoff())
 	}
 	r.update(func(j *Journal) {
-		if j.Step != StepFailed {
+		if j.Step != StepFailed && j.Step != StepHeld {
 			j.Step, j.StepAt = StepGuardRefused, r.o.Now()
 		}
-		j.Refusal, j.RefusalReported, j.NextAttempt = ref, true, next
+		j.Refusal, j.RefusalReported, j.RefusalPaged, j.NextAttempt = ref, true, key, next
 	})
-	if reported {
-		r.log.WithFields(logrus.Fields{"guard": ref.Guard, "reason": ref.Reason}).Info("recovery guard still refuses")
+	if same {
+		r.log.WithFields(logrus.Fields{"guard": ref.Guard, "reason": ref.Reason}).Debug("recovery guard still refuses")
 		return
 	}
-	r.report(Step{Name: StepGuardRefused, Guard: ref.Guard, Detail: ref.Reason, Until: ref.Until})
+	detail := ref.Reason
+	if outcome != "" {
+		detail += "; " + outcome
+	}
+	r.report(Step{Name: StepGuardRefused, Guard: ref.Guard, Detail: detail, Until: ref.Until})
+}
+
+// outcomeClass reduces a refusal's outcome to what it means for the
+// clients, so the same refusal worded twice does not page twice.
+func outcomeClass(outcome string) string {
+	switch {
+	case strings.Contains(outcome, "out of rotation"):
+		return "out"
+	case strings.Contains(outcome, "still takes traffic"), strings.Contains(outcome, "keep reaching"):
+		return "serving"
+	}
+	return ""
+}
+
+// Outcomes of a refusal, as the pages say them.
+func (r *Recovery) outOfRotation() string {
+	return fmt.Sprintf("%s stays drained: the host is out of rotation until the engine recovers by itself or a restart is allowed", r.o.Drainer)
+}
+
+func (r *Recovery) stillServing() string {
+	if _, none := r.o.Drainer.(NoDrain); none {
+		return "no load balancer is configured (load_balancer.kind none), so clients keep reaching the hung engine: the host still takes traffic"
+	}
+	return "the host still takes traffic"
+}
+
+// poolRefusal is the pool guard: another member out of rotation at the
+// load balancer, or drained by its vigil (peers' /status).
+func (r *Recovery) poolRefusal(ctx context.Context, lb LBState) *Refusal {
+	if ref := poolLock(lb, r.drained(), false); ref != nil {
+		return ref
+	}
+	if r.o.PeerDrained != nil && !r.drained() {
+		if node, ok := r.o.PeerDrained(ctx); ok {
+			return &Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+				"pool member %s is drained by its vigil; only one member of a pool is drained at a time", node)}
+		}
+	}
+	return nil
+}
+
+// holdInstead answers a time guard's refusal (startup grace, cooldown,
+// budget) for a hung or down engine: not restarting does not make the
+// engine serve, so vigil takes the host out of rotation anyway (a drain
+// loses nothing the hang has not already taken) and holds it there, unless
+// the pool guard forbids a drain or there is no load balancer.
+func (r *Recovery) holdInstead(ctx context.Context, ref *Refusal) {
+	if r.o.DryRun {
+		if _, none := r.o.Drainer.(NoDrain); none {
+			r.refuse(ref, r.stillServing())
+			return
+		}
+		r.refuse(ref, fmt.Sprintf("dry run: would drain %s and hold it out of rotation until the engine recovers or a restart is allowed", r.o.Drainer))
+		return
+	}
+	if _, none := r.o.Drainer.(NoDrain); none {
+		r.refuse(ref, r.stillServing())
+		return
+	}
+	r.update(func(j *Journal) { j.Refusal = ref })
+	if r.drained() {
+		r.update(func(j *Journal) { j.Hold = true })
+		r.setRecovering(true)
+		r.run(ctx, StepHeld, false)
+		return
+	}
+	lb, err := r.o.Drainer.State(ctx)
+	if err != nil {
+		r.refuse(ref, fmt.Sprintf("cannot read the load balancer to take it out of rotation (%v): the host still takes traffic", err))
+		return
+	}
+	if pool := r.poolRefusal(ctx, lb); pool != nil {
+		r.refuse(ref, "cannot drain it either: "+pool.Reason+"; the host still takes traffic")
+		return
+	}
+	r.update(func(j *Journal) { j.Hold = true })
+	r.setRecovering(true)
+	r.run(ctx, StepDrain, false)
+}
+
+// hold keeps a drained host out of rotation while a guard refuses the
+// restart. It pages the refusal (and every later one that changes what
+// happens, e.g. the cooldown giving way to a spent budget), then checks
+// the engine every retry interval: ready again by itself → restore; the
+// guards allow a restart → restart.
+func (r *Recovery) hold(ctx context.Context) (StepName, error) {
+	if err := r.journal(StepHeld, func(j *Journal) { j.Hold = true }); err != nil {
+		return "", err
+	}
+	ref := r.lastRefusal()
+	r.refuse(ref, r.outOfRotation())
+	for {
+		wait := r.o.RetryMin
+		if !ref.Until.IsZero() {
+			wait = max(min(wait, ref.Until.Sub(r.o.Now())), 0)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return "", err
+		}
+		if err := r.o.Ready(ctx); err == nil {
+			r.log.Info("engine is ready again by itself while held drained; restoring")
+			r.update(func(j *Journal) { j.Hold, j.RecoveredBySelf = false, true })
+			return StepRestore, nil
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		eng, err := r.o.Restarter.Status(ctx)
+		if err != nil {
+			eng = EngineStatus{}
+		}
+		next := r.timeRefusal(eng)
+		if next == nil {
+			left := 0
+			if st, err := r.o.Drainer.State(ctx); err == nil && st.Known {
+				left = st.Self.Sessions + st.Self.Queued
+			}
+			r.update(func(j *Journal) { j.Hold, j.EngineBefore, j.RestartedAt, j.Dropped = false, eng, time.Time{}, left })
+			return StepRestart, nil
+		}
+		ref = next
+		r.refuse(ref, r.outOfRotation())
+	}
+}
+
+func (r *Recovery) holding() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.j.Hold
+}
+
+// lastRefusal is the journal's refusal, or a placeholder for a journal
+// written without one.
+func (r *Recovery) lastRefusal() *Refusal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.j.Refusal != nil {
+		ref := *r.j.Refusal
+		return &ref
+	}
+	return &Refusal{Guard: GuardCooldown, Reason: "a guard refuses the restart"}
+}
+
+// Outlook is the time guard (startup grace after vigil's own restart,
+// cooldown, budget) that would refuse a restart now, or nil. It reads only
+// the journal, never the engine, so the pager may ask it on the watchdog's
+// loop to say in a new incident's first page what will really happen.
+func (r *Recovery) Outlook() *Refusal {
+	if r == nil {
+		return nil
+	}
+	return r.timeRefusal(EngineStatus{})
 }
 
 func (r *Recovery) timeRefusal(eng EngineStatus) *Refusal {
@@ -788,14 +992,18 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 	if eng.Known {
 		restart += " (started at " + clock(eng.StartedAt) + ")"
 	}
-	for _, s := range []Step{
-		{Name: StepDrain, Detail: drain},
-		{Name: StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)},
-		{Name: StepRestart, Detail: restart},
-		{Name: StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)},
-		{Name: StepRestore, Detail: fmt.Sprintf("would restore with weight %s over %s, then tell the limiter to slow-start", rampWords(lbs.RampWeights), lbs.RampDuration)},
-		{Name: StepResolved, Detail: "dry run complete: nothing was changed"},
-	} {
+	var plan []Step
+	if _, none := r.o.Drainer.(NoDrain); !none {
+		plan = append(plan, Step{Name: StepDrain, Detail: drain},
+			Step{Name: StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)})
+	}
+	plan = append(plan, Step{Name: StepRestart, Detail: restart},
+		Step{Name: StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)})
+	if restore := r.dryRestore(); restore != "" {
+		plan = append(plan, Step{Name: StepRestore, Detail: restore})
+	}
+	plan = append(plan, Step{Name: StepResolved, Detail: "dry run complete: nothing was changed"})
+	for _, s := range plan {
 		s.OK = true
 		r.report(s)
 	}
@@ -803,6 +1011,20 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 	r.dryHistory = append(r.dryHistory, r.o.Now())
 	r.j.Step, r.j.StepAt = StepResolved, r.o.Now()
 	r.mu.Unlock()
+}
+
+// dryRestore says what the restore would do: the ramp at the load
+// balancer and the limiter's slow start, each only if there is one.
+func (r *Recovery) dryRestore() string {
+	var parts []string
+	if _, none := r.o.Drainer.(NoDrain); !none {
+		lbs := r.o.LoadBalancer
+		parts = append(parts, fmt.Sprintf("would restore with weight %s over %s", rampWords(lbs.RampWeights), lbs.RampDuration))
+	}
+	if r.o.Limiter != nil {
+		parts = append(parts, "would tell the admission limiter to slow-start")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // journal records that step is about to run (with mutate's changes) and
@@ -849,15 +1071,15 @@ func (r *Recovery) setRecovering(on bool) {
 	}
 }
 
+// backoff is the wait before the next attempt after the journal's
+// failures: doubling from RetryMin to RetryMax, with jitter so that the
+// vigils of a pool that failed on the same Docker or HAProxy outage do not
+// retry together.
 func (r *Recovery) backoff() time.Duration {
 	r.mu.Lock()
 	n := r.j.Failures
 	r.mu.Unlock()
-	d := r.o.RetryMin
-	for i := 1; i < n && d < r.o.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, r.o.RetryMax)
+	return backoff.Policy{Min: r.o.RetryMin, Max: r.o.RetryMax, Rand: r.o.Jitter}.Delay(max(n, 1))
 }
 
 func (r *Recovery) report(s Step) {

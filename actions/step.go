@@ -2,15 +2,17 @@ package actions
 
 import "time"
 
-// StepName names one step of the recovery sequence (DESIGN.md section 4).
+// StepName names one step of the recovery sequence (docs/design.md section 5).
 type StepName string
 
 // The recovery steps, in the order they run.
 const (
 	StepGuards         StepName = "guards"          // checking the guards (journaled; only a refusal is reported)
 	StepGuardRefused   StepName = "guard_refused"   // a guard said no; Until says when it lifts
+	StepHeld           StepName = "held"            // drained while a guard refuses the restart, until the engine recovers or the guard lifts
 	StepDrain          StepName = "drain"           // set the server to DRAIN at the LB
 	StepDrainWait      StepName = "drain_wait"      // wait for sessions to leave (or the timeout)
+	StepRestarting     StepName = "restarting"      // about to restart: the engine is expected DOWN until it is back (reported, not journaled)
 	StepRestart        StepName = "restart"         // restart the engine
 	StepRestartSkipped StepName = "restart_skipped" // the engine already restarted itself
 	StepWaitReady      StepName = "wait_ready"      // /v1/models 200 and a probe completes

@@ -65,6 +65,23 @@ const (
 	kneeFloor = 50 * time.Millisecond
 	// serviceSamples answers make one service-time estimate.
 	serviceSamples = 20
+	// sizeShift: an estimate whose answers are, on average, more than this
+	// many times larger or smaller (answerSize) than those of the minimum
+	// starts a new minimum instead of being judged against it. A one-token
+	// answer takes one engine step whatever the load, a 300-token one
+	// hundreds: with one minimum for all, a burst of tiny answers set it,
+	// every longer answer after it read as past the knee, and the cap
+	// stayed at its floor for the hour the minimum took to decay. 2 is
+	// under the knee's 3x, so a change of mix within it cannot read as a
+	// knee, and far over the noise of a mix's mean size over 20 answers
+	// (lognormal lengths, sigma 0.5: +-12%), which the knee was measured
+	// with.
+	sizeShift = 2.0
+	// promptPerStep: prompt tokens that cost about one decode step (a
+	// chunked prefill step of a few thousand tokens takes about as long
+	// as ten to twenty decode steps). It only sizes answers for sizeShift,
+	// so a rough figure does.
+	promptPerStep = 256
 	// serviceMinDoubling: the remembered minimum service time doubles over
 	// this long unless seen again, so a slower engine (longer prompts,
 	// after a restart) is relearned.
@@ -121,13 +138,14 @@ const (
 //     below the engine's capacity this is what bounds the cap when the
 //     objective is tight;
 //   - the mean service time S of successful streamed answers, or plain ones
-//     without an announced timeout (admission to last byte; by Little's law
-//     S = N/X for N in flight completing X a second), estimated every
-//     serviceSamples answers, against its decaying minimum: below the
-//     engine's knee a bigger batch barely slows each answer, past it S grows
-//     in proportion to N while X stays flat. This is what stops the cap when
-//     the engine starts every request it gets (chunked prefill: no queue to
-//     read) and only gets slower;
+//     without an announced timeout (admission, once the client's whole body
+//     is in, to last byte; by Little's law S = N/X for N in flight
+//     completing X a second), estimated every serviceSamples answers,
+//     against its decaying minimum for answers of like size (sizeShift):
+//     below the engine's knee a bigger batch barely slows each answer, past
+//     it S grows in proportion to N while X stays flat. This is what stops
+//     the cap when the engine starts every request it gets (chunked
+//     prefill: no queue to read) and only gets slower;
 //   - plain answers whose client announced its timeout: the deadline
 //     ceiling (deadlineCeiling), the most in flight at which the slowest 1%
 //     still finish within the timeout;
@@ -169,13 +187,17 @@ type autoLimit struct {
 
 	// Service time (admission to the answer's end) of every successful
 	// answer, whenever admitted: svcSum/svcN until serviceSamples, then
-	// svc is the estimate, fresh until the law has used it once.
-	svcSum   float64
-	svcN     int
-	svc      float64
-	svcFresh bool
-	svcMin   float64
-	svcMinAt time.Time
+	// svc is the estimate, fresh until the law has used it once. svcSize*
+	// are the answers' mean sizes (answerSize): of the estimate being
+	// built, and of the one that set the minimum.
+	svcSum     float64
+	svcN       int
+	svc        float64
+	svcFresh   bool
+	svcMin     float64
+	svcMinAt   time.Time
+	svcSizeSum float64
+	svcMinSize float64
 
 	// Unary answers with an announced deadline: a ring of each answer's
 	// time in the engine / (its client's timeout x the requests in flight
@@ -215,15 +237,15 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 
 // observeDone feeds a successful answer (pacing evidence: the cap was
 // used). deadline is its client's announced timeout (0: none): a unary
-// answer with one is judged against it; any other feeds the knee.
-// inFlight is the number of requests in flight while it ran, itself
-// included.
-func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration, streamed bool, inFlight int) bool {
+// answer with one is judged against it; any other feeds the knee. inFlight
+// is the number of requests in flight while it ran, itself included; size
+// its work for the engine (answerSize).
+func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration, streamed bool, inFlight, size int) bool {
 	if deadline > 0 && !streamed {
 		n := max(1, inFlight)
 		a.observeDeadline(dlSample{r: now.Sub(admitted).Seconds() / deadline.Seconds() / float64(n), n: n})
 	} else {
-		a.observeService(now.Sub(admitted), now)
+		a.observeService(now.Sub(admitted), size, now)
 	}
 	a.finished++
 	if admitted.Before(a.lastChange) {
@@ -233,22 +255,33 @@ func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration,
 	return a.maybeUpdate(now)
 }
 
+// answerSize is an answer's work for the engine in decode steps: its
+// output tokens plus its prompt's share of prefill steps, at least 1.
+func answerSize(promptTokens, outputTokens int) int {
+	return max(1, max(0, outputTokens)+max(0, promptTokens)/promptPerStep)
+}
+
 // observeService accumulates service times into an estimate and keeps its
-// decaying minimum.
-func (a *autoLimit) observeService(d time.Duration, now time.Time) {
+// decaying minimum, of answers of like size: an estimate of answers more
+// than sizeShift times larger or smaller on average than those that set
+// the minimum starts a new one (as the first estimate does), so the
+// minimum is never that of another kind of request.
+func (a *autoLimit) observeService(d time.Duration, size int, now time.Time) {
 	a.svcSum += d.Seconds()
+	a.svcSizeSum += float64(max(1, size))
 	a.svcN++
 	if a.svcN < serviceSamples {
 		return
 	}
 	a.svc = a.svcSum / float64(a.svcN)
-	a.svcSum, a.svcN = 0, 0
+	sz := a.svcSizeSum / float64(a.svcN)
+	a.svcSum, a.svcSizeSum, a.svcN = 0, 0, 0
 	a.svcFresh = true
 	if a.svcMin > 0 {
 		a.svcMin *= math.Exp2(now.Sub(a.svcMinAt).Seconds() / serviceMinDoubling.Seconds())
 	}
-	if a.svcMin == 0 || a.svc < a.svcMin {
-		a.svcMin = a.svc
+	if a.svcMin == 0 || a.svc < a.svcMin || sz > sizeShift*a.svcMinSize || sz*sizeShift < a.svcMinSize {
+		a.svcMin, a.svcMinSize = a.svc, sz
 	}
 	a.svcMinAt = now
 }

@@ -1,7 +1,7 @@
 // Package admission is vigil's embedded limiter: a reverse proxy in front of
 // the engine's OpenAI API that keeps the engine's own queue shallow, so an
 // overload stays short and client retries never turn it into a metastable
-// failure (DESIGN.md section 6).
+// failure (docs/design.md section 6).
 //
 // # Why
 //
@@ -45,7 +45,7 @@
 //  5. The in-flight cap: a free slot admits at once; otherwise the request
 //     waits in a queue bounded by max_queue, max_queue_bytes (the bodies it
 //     holds) and max_queue_wait, cut to half the client's X-Stainless-Timeout
-//     (90% of it for a coalesced keyed call, which loses nothing by being
+//     (97% of it for a coalesced keyed call, which loses nothing by being
 //     admitted late: its execution outlives the attempt, and a 503 with a
 //     Retry-After just before the client's own timeout stretches the call's
 //     life more than the SDK's short backoff would). newest_first (the
@@ -126,12 +126,23 @@
 //     throughput (a backlog drains as fast as it can) while the answers
 //     still arrive in time.
 //   - Streamed answers: TTFT against the objective, judged at the p90; and
-//     the engine's knee by the mean service time S = N/X, kept within three
+//     the engine's knee by the mean service time S = N/X (from admission,
+//     once the client's whole body is in, so a client sending it slowly
+//     counts for nothing, to the answer's last byte), kept within three
 //     times its minimum (the lowest estimate, which doubles over ten minutes
 //     unless seen again, so a slower engine is relearned; an excess under
 //     50 ms, less than a decode step, is no knee): two thirds of the
 //     throughput ceiling; unlike a TTFT ratio it judges whole answers, which
-//     a batch below the knee barely slows.
+//     a batch below the knee barely slows. The minimum is that of answers
+//     of like size: an estimate whose answers are on average more than
+//     twice as large or as small as those that set it (size in decode
+//     steps: output tokens plus one per 256 prompt tokens, from the answer's
+//     usage, else from max_tokens and the body's length) starts a new
+//     minimum instead. A one-token answer takes one step whatever the load:
+//     with one minimum for all sizes, a burst of them set it, every longer
+//     answer after it read as past the knee, and the cap stayed at its floor
+//     for the hour the minimum took to decay. A mix of chat lengths varies
+//     by far less over 20 answers, so it keeps one minimum.
 //
 // Upstream failures (5xx, refused, reset) cut the cap too.
 //

@@ -3,6 +3,7 @@ package admission
 import (
 	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -140,6 +141,13 @@ type simRun struct {
 }
 
 func runSim(t *testing.T, seqs, clients, maxInFlight int, target time.Duration, warm, measure time.Duration) simRun {
+	return runSimAfter(t, seqs, clients, maxInFlight, target, warm, measure, nil)
+}
+
+// runSimAfter is runSim with before (when not nil) run against the proxy
+// first: what the limiter saw before the load.
+func runSimAfter(t *testing.T, seqs, clients, maxInFlight int, target time.Duration, warm, measure time.Duration,
+	before func(proxyURL string)) simRun {
 	eng, url := simEngine(t, seqs, 1)
 	cfg := testConfig()
 	cfg.MaxInFlight = maxInFlight
@@ -147,6 +155,9 @@ func runSim(t *testing.T, seqs, clients, maxInFlight int, target time.Duration, 
 	cfg.MaxQueue = 64
 	cfg.MaxQueueWait = time.Second
 	p := startProxy(t, cfg, url)
+	if before != nil {
+		before(p.url)
+	}
 	var run simRun
 	var waitingSum, capSum, samples float64
 	run.res = closedLoop(t, p.url, clients, 200*time.Millisecond, warm, measure, func() {
@@ -236,5 +247,95 @@ func TestATTFTObjectiveHoldsFirstTokensNearIt(t *testing.T) {
 	}
 	if run.res.completed == 0 || p50 > target*3/2 {
 		t.Errorf("client TTFT p50 %v, want within 1.5x the objective %v (queue wait included)", p50, target)
+	}
+}
+
+// simTinyBody is a request as small as the engine serves: one prompt
+// token, one output token, a single engine step.
+const simTinyBody = `{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"x","max_tokens":1,` +
+	`"vigil_sim":{"prompt_tokens":1,"output_tokens":1}}`
+
+// tinyBurst sends n tiny plain calls through the proxy from 16 clients,
+// a quarter of them with a body the client sends slowly, and fails the test
+// unless they all succeed.
+func tinyBurst(t *testing.T, n int) func(proxyURL string) {
+	return func(base string) {
+		c := newClient(t)
+		var next, failed atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				for next.Add(1) <= int64(n) {
+					var a answer
+					if w%4 == 0 {
+						a = callSlowBody(c, base, simTinyBody, 3, 20*time.Millisecond)
+					} else {
+						a = call(context.Background(), c, base, simTinyBody)
+					}
+					if a.err != nil || a.status != http.StatusOK {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if f := failed.Load(); f > 0 {
+			t.Fatalf("%d of %d tiny calls failed", f, n)
+		}
+	}
+}
+
+// callSlowBody posts body in parts pieces, pausing gap before each: a
+// client that sends its body slowly.
+func callSlowBody(c *http.Client, base, body string, parts int, gap time.Duration) answer {
+	pr, pw := io.Pipe()
+	go func() {
+		step := (len(body) + parts - 1) / parts
+		for i := 0; i < len(body); i += step {
+			time.Sleep(gap)
+			if _, err := io.WriteString(pw, body[i:min(len(body), i+step)]); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/completions", pr)
+	if err != nil {
+		return answer{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+}
+
+// TestTinyCallsFirstDoNotPoisonTheAutomaticCap is issue 16's row: a burst
+// of tiny calls (one output token, some with a slowly sent body) before
+// the real load must not hold the automatic cap below the engine's batch.
+// The control run, the same load without the burst, shows where the cap
+// belongs; after the burst it must get there within the same warm-up.
+func TestTinyCallsFirstDoNotPoisonTheAutomaticCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulated engine for a few seconds")
+	}
+	const batch, clients = 40, 120
+	control := runSim(t, batch, clients, 0, 0, 2*time.Second, 2*time.Second)
+	burst := runSimAfter(t, batch, clients, 0, 0, 2*time.Second, 2*time.Second, tinyBurst(t, 300))
+	for _, r := range []struct {
+		name string
+		run  simRun
+	}{{"control, no burst", control}, {"after 300 tiny calls", burst}} {
+		t.Logf("%s: %d completed, cap %.1f on average, engine waiting %.1f; cap every 200 ms: %v",
+			r.name, r.run.res.completed, r.run.meanCap, r.run.engineWaiting, r.run.caps)
+		if r.run.meanCap < 0.75*batch || r.run.meanCap > 1.25*batch {
+			t.Errorf("%s: the automatic cap averaged %.1f, want near the engine's batch of %d", r.name, r.run.meanCap, batch)
+		}
+	}
+	if float64(burst.res.completed) < 0.85*float64(control.res.completed) {
+		t.Errorf("after the burst %d calls completed, under 85%% of the control's %d", burst.res.completed, control.res.completed)
 	}
 }

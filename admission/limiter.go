@@ -567,6 +567,7 @@ func (l *Limiter) queueRejection(reason string, wait time.Duration) *rejection {
 type admission struct {
 	tenant string // key hash
 	tokens int    // estimated prompt + max_tokens
+	prompt int    // estimated prompt tokens (of tokens)
 	retry  bool   // creates a new execution although it is a retry
 	// unexecutedRetry: a retry of a call none of whose attempts executed;
 	// it is neither budgeted nor counted as a first attempt.
@@ -588,6 +589,7 @@ type ticket struct {
 	admitted time.Time
 	tenant   *tenantState
 	tokens   int
+	prompt   int // the estimate of tokens' prompt part
 	retry    bool
 	deadline time.Duration // the client's announced timeout; 0: none
 	// inFlightAt: requests in flight when this one was admitted, itself
@@ -636,7 +638,7 @@ func (l *Limiter) enter(ctx context.Context, a admission) (*ticket, *rejection, 
 	if t != nil {
 		t.charge(now, a.tokens)
 	}
-	tk := &ticket{l: l, tenant: t, tokens: a.tokens, retry: a.retry, deadline: a.deadline}
+	tk := &ticket{l: l, tenant: t, tokens: a.tokens, prompt: a.prompt, retry: a.retry, deadline: a.deadline}
 	l.dispatchLocked(now) // the cap may have grown since the last release (slow start)
 	c := l.capLocked(now)
 	ph := l.held[a.k]
@@ -852,10 +854,24 @@ func (tk *ticket) done(o outcome) {
 		case o.dropped:
 			l.auto.drop(tk.admitted, now)
 		case o.success:
-			l.auto.observeDone(tk.admitted, now, tk.deadline, o.streamed, n)
+			l.auto.observeDone(tk.admitted, now, tk.deadline, o.streamed, n, tk.size(o))
 		}
 	}
 	l.dispatchLocked(now)
+}
+
+// size is the answer's work for the engine (answerSize): its output and
+// prompt tokens as the answer's usage (or its stream's events) tells, else
+// as estimated at admission (max_tokens, the body's length).
+func (tk *ticket) size(o outcome) int {
+	prompt, output := tk.prompt, tk.tokens-tk.prompt
+	if o.completionTokens >= 0 {
+		output = o.completionTokens
+		if o.totalTokens >= o.completionTokens {
+			prompt = o.totalTokens - o.completionTokens
+		}
+	}
+	return answerSize(prompt, output)
 }
 
 // firstByte feeds a streamed answer's upstream time to first byte (its

@@ -161,7 +161,7 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	}
 
 	timeout := clientTimeout(r)
-	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, retry: budgeted,
+	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, prompt: promptTokens, retry: budgeted,
 		unexecutedRetry: retry && !budgeted, maxWait: l.queueWaitFor(timeout, coalesce), deadline: timeout,
 		keyed: idem != "", k: k, bytes: int64(len(body))})
 	switch {

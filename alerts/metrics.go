@@ -12,7 +12,14 @@ type metrics struct {
 	queued  prometheus.Gauge
 	dropped prometheus.Counter
 	errors  *prometheus.CounterVec
+	failed  *prometheus.CounterVec
 }
+
+// Why a page was given up, the reason label of vigil_alerts_pages_failed_total.
+const (
+	failRejected   = "rejected"    // the notifier refused it for good (bad token, no channel)
+	failOutboxFull = "outbox_full" // dropped from the full outbox
+)
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -32,16 +39,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "vigil_alerts_send_errors_total",
 			Help: "Failed delivery attempts, by whether they will be retried.",
 		}, []string{"retry"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vigil_alerts_pages_failed_total",
+			Help: "Pages that never reached the notifier, by reason (rejected: refused for good, e.g. a bad token; outbox_full: dropped).",
+		}, []string{"reason"}),
 	}
 	for _, k := range []Kind{KindHead, KindChange, KindUpdate, KindStep, KindResolve, KindHeadUpdate, KindNotice, KindDropped} {
 		m.sent.WithLabelValues(string(k))
 	}
 	m.errors.WithLabelValues("true")
 	m.errors.WithLabelValues("false")
+	m.failed.WithLabelValues(failRejected)
+	m.failed.WithLabelValues(failOutboxFull)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.sent, m.queued, m.dropped, m.errors} {
+	for _, c := range []prometheus.Collector{m.sent, m.queued, m.dropped, m.errors, m.failed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("alerts: register metrics: %w", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/backoff"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -32,6 +34,16 @@ type Options struct {
 	// Plan is what vigil does about hung or down, one or two sentences
 	// (see DescribeRecovery). Default: a generic drain-restart-restore.
 	Plan string
+	// Drain names what a drain takes out of rotation ("vllm/node1 at
+	// HAProxy"); "" when there is no load balancer, and the pages then say
+	// nothing of draining.
+	Drain string
+	// DryRun: vigil only says what it would do.
+	DryRun bool
+	// Outlook, if set, is the guard that would refuse a restart now
+	// (actions.Recovery.Outlook), so a new incident's first page says what
+	// will really happen. It must not block.
+	Outlook func() *actions.Refusal
 	// Limiter: the admission limiter is in front of the engine.
 	Limiter bool
 	// Pool, if set, gives a one-line view of the pool ("pool: 3 members —
@@ -65,6 +77,9 @@ type Options struct {
 	// Sleep waits between delivery attempts, returning early with the
 	// context's error. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Jitter returns a number in [0, 1] that spreads the retry waits
+	// (internal/backoff); nil draws at random. Tests fix it.
+	Jitter func() float64
 	// RetryInitial and RetryMax bound the exponential backoff between
 	// attempts (a 429's Retry-After takes precedence). Defaults 1s, 5m.
 	RetryInitial, RetryMax time.Duration
@@ -77,6 +92,8 @@ func OptionsFromConfig(cfg configs.Config) Options {
 		Node:         cfg.Node,
 		EngineURL:    cfg.Engine.URL,
 		Plan:         DescribeRecovery(cfg),
+		Drain:        drainTarget(cfg.LoadBalancer),
+		DryRun:       cfg.Watchdog.DryRun,
 		Limiter:      cfg.Admission.Enabled,
 		UpdateEvery:  cfg.Alerts.UpdateEvery,
 		UnknownAfter: cfg.Alerts.UnknownAfter,
@@ -96,6 +113,17 @@ type persisted struct {
 	Thread  thread `json:"thread"`
 	// Heads maps an incident to its head message's Slack ts.
 	Heads map[string]headRef `json:"heads"`
+	// Lost holds the heads that were given up (refused for good, or
+	// dropped from the full outbox), by incident, until the next page of
+	// the incident carries them to the operator.
+	Lost map[string]lostHead `json:"lost_heads,omitempty"`
+}
+
+// lostHead is what the operator must still read of a head never posted.
+type lostHead struct {
+	Title string    `json:"title,omitempty"`
+	Text  string    `json:"text"`
+	At    time.Time `json:"at"`
 }
 
 type headRef struct {
@@ -117,6 +145,8 @@ type Pager struct {
 	notifier Notifier
 	policy   policy
 	render   renderer
+	outlook  func() *actions.Refusal
+	dryRun   bool
 	redact   redactor
 	size     int
 	updHead  bool
@@ -127,6 +157,7 @@ type Pager struct {
 	sleep    func(context.Context, time.Duration) error
 	retryMin time.Duration
 	retryMax time.Duration
+	jitter   func() float64
 
 	mu       sync.Mutex
 	st       persisted
@@ -194,9 +225,12 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 			node:      o.Node,
 			engineURL: displayURL(o.EngineURL),
 			plan:      o.Plan,
+			drain:     o.Drain,
 			limiter:   o.Limiter,
 			pool:      o.Pool,
 		},
+		outlook:  o.Outlook,
+		dryRun:   o.DryRun,
 		redact:   newRedactor(o.Secrets...),
 		size:     o.OutboxSize,
 		updHead:  o.UpdateHead,
@@ -207,6 +241,7 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 		sleep:    o.Sleep,
 		retryMin: o.RetryInitial,
 		retryMax: o.RetryMax,
+		jitter:   o.Jitter,
 		changed:  make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		dirty:    make(chan struct{}, 1),
@@ -216,6 +251,9 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 	}
 	if p.st.Heads == nil {
 		p.st.Heads = map[string]headRef{}
+	}
+	if p.st.Lost == nil {
+		p.st.Lost = map[string]lostHead{}
 	}
 	// A smaller outbox_size than last run: shed by the usual rule.
 	for len(p.st.Outbox) > p.size {
@@ -241,18 +279,22 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	prev := p.st.Thread
 	t, decisions := p.policy.observe(prev, v, inc, now)
 	p.st.Thread = t
+	var g *refusalNote
+	if len(decisions) > 0 {
+		g = p.refusalLocked(t, v)
+	}
 	for _, d := range decisions {
 		var m Message
 		head := Message{}
 		switch d.Kind {
 		case KindHead:
-			m = p.render.head(v, inc)
+			m = p.render.head(v, inc, g)
 		case KindChange:
-			m = p.render.change(v, inc, d)
-			head = p.render.head(v, inc)
+			m = p.render.change(v, inc, d, g)
+			head = p.render.head(v, inc, g)
 		case KindUpdate:
-			m = p.render.update(v, inc, now.Sub(t.SeenSince))
-			head = p.render.head(v, inc)
+			m = p.render.update(v, inc, now.Sub(t.SeenSince), g)
+			head = p.render.head(v, inc, g)
 		case KindResolve:
 			m = p.render.resolve(v, inc, t, now)
 			head = m
@@ -267,6 +309,26 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 		p.markDirty()
 	}
 	p.mu.Unlock()
+}
+
+// refusalLocked is the guard refusing the restart, for a page about v: the
+// refusal the recovery reported for this incident, else (for a new hung
+// or down incident) the guard that would refuse now.
+func (p *Pager) refusalLocked(t thread, v watchdog.Verdict) *refusalNote {
+	if !v.State.NeedsRecovery() {
+		return nil
+	}
+	if t.Refused != nil {
+		g := *t.Refused
+		return &g
+	}
+	if p.outlook == nil || t.Restarting || !t.RecoveryFrom.IsZero() {
+		return nil
+	}
+	if ref := p.outlook(); ref != nil {
+		return &refusalNote{Guard: ref.Guard, Until: ref.Until, Dry: p.dryRun}
+	}
+	return nil
 }
 
 // RecoveryStep queues a thread reply for one recovery step.
@@ -355,13 +417,55 @@ func (p *Pager) dropLocked(incoming *Message) bool {
 	}
 	p.st.Dropped++
 	p.metrics.dropped.Inc()
+	p.metrics.failed.WithLabelValues(failOutboxFull).Inc()
+	p.loseHeadLocked(gone)
 	p.log.WithFields(logrus.Fields{
 		"page":     string(gone.Kind),
 		"incident": gone.Incident,
+		"title":    pageTitle(gone),
 		"dropped":  p.st.Dropped,
 		"queued":   len(p.st.Outbox),
-	}).Warn("alerts: outbox full, dropped a page")
+	}).Error("alerts: outbox full, dropped a page")
 	return dropNew
+}
+
+// loseHeadLocked remembers a head that will never be posted, so that the
+// incident's next page carries it: a thread's first page is what tells
+// the operator what happened, and must not vanish with only a log line.
+func (p *Pager) loseHeadLocked(m Message) {
+	if m.Kind != KindHead || m.Incident == "" {
+		return
+	}
+	if _, posted := p.st.Heads[m.Incident]; posted {
+		return
+	}
+	p.st.Lost[m.Incident] = lostHead{Title: m.Title, Text: m.Text, At: m.At}
+}
+
+// carryLostHead puts a lost head's text in front of m, the first page of
+// its incident that gets delivered. m is posted to the channel on its own
+// (it has no thread to go to), and becomes the thread's head.
+func carryLostHead(m Message, h lostHead) Message {
+	intro := "First page of this incident (it could not be posted on its own, " + clock(h.At) + "): " + h.Text
+	body := m.Body
+	if body == "" {
+		body = m.Text
+	}
+	m.Text = intro + "\n" + m.Text
+	m.Body = intro + "\n\n" + body
+	if m.Title == "" {
+		m.Title = h.Title
+	}
+	return m
+}
+
+// pageTitle names a page in a log line: its title, else the start of its
+// text.
+func pageTitle(m Message) string {
+	if m.Title != "" {
+		return m.Title
+	}
+	return truncate(m.Text, 120)
 }
 
 // notifyLocked tells Flush the outbox changed.
@@ -406,6 +510,7 @@ func (p *Pager) save() {
 	for k, v := range p.st.Heads {
 		snap.Heads[k] = v
 	}
+	snap.Lost = maps.Clone(p.st.Lost)
 	p.mu.Unlock()
 	if err := p.store.Save(stateSection, snap); err != nil {
 		p.log.WithError(p.redact.Error(err)).Warn("alerts: save outbox to the state file")
@@ -417,6 +522,8 @@ func (p *Pager) save() {
 type pending struct {
 	msg  Message
 	note int
+	// carries: msg carries its incident's lost head.
+	carries bool
 }
 
 // next picks what to deliver: the note about dropped pages first, then
@@ -435,6 +542,9 @@ func (p *Pager) next() (pending, bool) {
 	if m.Incident != "" && m.Kind != KindHead {
 		m.ThreadTS = p.st.Heads[m.Incident].TS
 	}
+	if lost, ok := p.st.Lost[m.Incident]; ok && m.Reply() && m.ThreadTS == "" {
+		return pending{msg: carryLostHead(m, lost), carries: true}, true
+	}
 	return pending{msg: m}, true
 }
 
@@ -447,9 +557,15 @@ func (p *Pager) done(pg pending, ts string, delivered bool) {
 		p.st.Dropped = max(0, p.st.Dropped-pg.note)
 	} else {
 		p.st.Outbox = slices.DeleteFunc(p.st.Outbox, func(q Message) bool { return q.Seq == pg.msg.Seq })
-		if delivered && pg.msg.Kind == KindHead && ts != "" {
-			p.st.Heads[pg.msg.Incident] = headRef{TS: ts, At: now}
-			p.pruneHeadsLocked(now)
+		switch {
+		case delivered && (pg.msg.Kind == KindHead || pg.carries):
+			if ts != "" {
+				p.st.Heads[pg.msg.Incident] = headRef{TS: ts, At: now}
+				p.pruneHeadsLocked(now)
+			}
+			delete(p.st.Lost, pg.msg.Incident)
+		case !delivered:
+			p.loseHeadLocked(pg.msg)
 		}
 	}
 	p.inflight = 0
@@ -466,6 +582,11 @@ func (p *Pager) pruneHeadsLocked(now time.Time) {
 	for id, h := range p.st.Heads {
 		if now.Sub(h.At) > headTTL {
 			delete(p.st.Heads, id)
+		}
+	}
+	for id, h := range p.st.Lost {
+		if now.Sub(h.At) > headTTL {
+			delete(p.st.Lost, id)
 		}
 	}
 	for len(p.st.Heads) > maxHeads {
@@ -501,7 +622,10 @@ func (p *Pager) Run(ctx context.Context) error {
 		stopSaver()
 		<-saved // the last word goes to disk before Run returns
 	}()
-	backoff := p.retryMin
+	// After a Slack outage every vigil of the fleet retries: jitter keeps
+	// them from doing it in lockstep.
+	policy := backoff.Policy{Min: p.retryMin, Max: p.retryMax, Rand: p.jitter}
+	failures := 0
 	attempt := 0
 	for {
 		pg, ok := p.next()
@@ -527,7 +651,7 @@ func (p *Pager) Run(ctx context.Context) error {
 				p.log.WithFields(logrus.Fields{"page": string(m.Kind), "attempts": attempt}).Info("alerts: page delivered after retries")
 			}
 			p.done(pg, ts, true)
-			backoff, attempt = p.retryMin, 0
+			failures, attempt = 0, 0
 			continue
 		}
 		if ctx.Err() != nil {
@@ -541,16 +665,18 @@ func (p *Pager) Run(ctx context.Context) error {
 			"attempts": attempt,
 		})
 		if !retry {
-			entry.Error("alerts: page not delivered, and retrying cannot help; skipping it")
+			p.metrics.failed.WithLabelValues(failRejected).Inc()
+			entry.WithField("title", pageTitle(m)).Error("alerts: page not delivered, and retrying cannot help; skipping it")
 			p.done(pg, "", false)
-			backoff, attempt = p.retryMin, 0
+			failures, attempt = 0, 0
 			continue
 		}
-		wait := backoff
+		var wait time.Duration
 		if ra := retryAfter(err); ra > 0 {
-			wait = ra
+			wait = ra // Slack said when: no jitter, no doubling
 		} else {
-			backoff = min(2*backoff, p.retryMax)
+			failures++
+			wait = policy.Delay(failures)
 		}
 		// Log the first failure and then at powers of two: an outage of
 		// hours must not flood the log.

@@ -35,6 +35,7 @@ func testOptions(clk *fakeClock, sl *sleeps) Options {
 	o := OptionsFromConfig(demoConfig())
 	o.Secrets = []configs.Secret{testToken, testAPIKey}
 	o.Now, o.Sleep = clk.Now, sl.Sleep
+	o.Jitter = func() float64 { return 1 } // the top of each step: exact waits
 	return o
 }
 
@@ -155,7 +156,7 @@ var hangPages = []string{
 	":white_check_mark: node1: engine ready",
 	":arrow_up: node1: restoring traffic",
 	":white_check_mark: node1: recovery finished",
-	":large_green_circle: RESOLVED on node1 (http://127.0.0.1:8000): was HUNG for 2m; 2 waiting",
+	":large_green_circle: RESOLVED on node1 (http://127.0.0.1:8000): was HUNG for 3m50s; recovery took 75s; 2 waiting",
 }
 
 func checkThread(t *testing.T, posts []fakeReq, ts string) {
@@ -245,6 +246,28 @@ func (f *flaky) Notify(ctx context.Context, m Message) (bool, error) {
 	return f.memNotifier.Notify(ctx, m)
 }
 
+// With jitter drawn at random, every wait is in the upper half of its
+// step: two vigils that failed together drift apart.
+func TestRetryWaitsAreJittered(t *testing.T) {
+	n, sl := &flaky{n: 7}, &sleeps{}
+	o := testOptions(newClock(), sl)
+	o.RetryInitial, o.RetryMax, o.Jitter = time.Second, 10*time.Second, nil
+	p := newTestPager(t, n, o)
+	runPager(t, p)
+	p.Notice("override", "x")
+	flush(t, p)
+	steps := []time.Duration{1, 2, 4, 8, 10, 10, 10}
+	got := sl.All()
+	if len(got) != len(steps) {
+		t.Fatalf("waits %v", got)
+	}
+	for i, w := range got {
+		if lo, hi := steps[i]*time.Second/2, steps[i]*time.Second; w < lo || w > hi {
+			t.Errorf("jittered wait %d = %v, want within [%v, %v]", i, w, lo, hi)
+		}
+	}
+}
+
 func TestRetriesBackOffExponentiallyWithinBounds(t *testing.T) {
 	n := &flaky{n: 7}
 	clk, sl := newClock(), &sleeps{}
@@ -257,6 +280,7 @@ func TestRetriesBackOffExponentiallyWithinBounds(t *testing.T) {
 
 	want := []time.Duration{1, 2, 4, 8, 10, 10, 10}
 	got := sl.All()
+
 	if len(got) != len(want) {
 		t.Fatalf("waits %v, want %v seconds", got, want)
 	}

@@ -3,7 +3,9 @@ package alerts
 import (
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
 )
 
@@ -11,16 +13,13 @@ import (
 // a hung or down engine with this config, for the pages: "Will drain
 // vllm/node1 at HAProxy, restart container vllm, restore traffic gradually
 // (10% → 100% over 2m)." It names what vigil will not do as plainly:
-// restart.kind none means a human restarts the engine.
+// restart.kind none means a human restarts the engine, and without a load
+// balancer (load_balancer.kind none) it says nothing of draining, only
+// that requests in flight are lost or that the host keeps taking traffic.
 func DescribeRecovery(cfg configs.Config) string {
 	lb, rs := cfg.LoadBalancer, cfg.Restart
-	var drain, restart, restore string
-	switch lb.Kind {
-	case "haproxy":
-		drain = fmt.Sprintf("drain %s/%s at HAProxy", lb.HAProxy.Backend, lb.HAProxy.Server)
-	case "http":
-		drain = "drain at the load balancer (HTTP hook)"
-	}
+	drain := drainTarget(lb)
+	var restart, restore string
 	switch rs.Kind {
 	case "docker":
 		restart = "restart container " + rs.Docker.Container
@@ -29,7 +28,7 @@ func DescribeRecovery(cfg configs.Config) string {
 	case "command":
 		restart = "run the restart command"
 	}
-	if lb.Kind == "haproxy" || lb.Kind == "http" {
+	if drain != "" {
 		restore = "restore traffic gradually"
 		if n := len(lb.RampWeights); n > 0 && lb.RampDuration > 0 {
 			restore += fmt.Sprintf(" (%d%% → %d%% over %s)", lb.RampWeights[0], lb.RampWeights[n-1], roughDuration(lb.RampDuration))
@@ -37,15 +36,65 @@ func DescribeRecovery(cfg configs.Config) string {
 	}
 	var s string
 	switch {
+	case restart == "" && drain == "":
+		s = "Will not restart: restart.kind is none, so a human must restart the engine. No load balancer is configured (load_balancer.kind none), so the host still takes traffic."
 	case restart == "":
-		s = "Will not restart: restart.kind is none, so a human must restart the engine."
+		s = "Will drain " + drain + " and keep it out of rotation, then " + restore + " once the engine serves again. Will not restart: restart.kind is none, so a human must restart the engine."
 	case drain == "":
-		s = "Will " + restart + " (no load balancer drain configured: in-flight requests are lost)."
+		s = "Will " + restart + ". No load balancer is configured (load_balancer.kind none), so requests in flight are lost."
 	default:
-		s = "Will " + strings.Join([]string{drain, restart, restore}, ", ") + "."
+		s = "Will " + strings.Join([]string{"drain " + drain, restart, restore}, ", ") + "."
 	}
 	if cfg.Watchdog.DryRun {
 		s = "Dry run, nothing is changed: " + strings.Replace(s, "Will ", "would ", 1)
+	}
+	return s
+}
+
+// drainTarget names what a drain takes out of rotation ("vllm/node1 at
+// HAProxy"), or "" when there is no load balancer.
+func drainTarget(lb configs.LoadBalancer) string {
+	switch lb.Kind {
+	case "haproxy":
+		return fmt.Sprintf("%s/%s at HAProxy", lb.HAProxy.Backend, lb.HAProxy.Server)
+	case "http":
+		return "the host at the load balancer (HTTP hook)"
+	}
+	return ""
+}
+
+// guardWords says why a guard refuses a restart, for the intent of a page.
+var guardWords = map[actions.Guard]string{
+	actions.GuardStartupGrace: "the engine started recently and is within its startup grace",
+	actions.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
+	actions.GuardBudget:       "the restart budget is spent (restart.budget)",
+	actions.GuardPoolLock:     "another member of the pool is out of rotation",
+}
+
+// refusedIntent is what vigil will do about a hung or down engine while a
+// guard refuses the restart: the guard, when it lifts, and whether the
+// host is held out of rotation or still takes traffic. drain is the drain
+// target ("" without a load balancer); serving says the drain was not
+// possible (pool guard, load balancer unreadable).
+func refusedIntent(g refusalNote, drain string, now time.Time) string {
+	why, ok := guardWords[g.Guard]
+	if !ok {
+		why = "a recovery guard refuses it"
+	}
+	s := "Not restarting: " + why
+	if !g.Until.IsZero() && g.Until.After(now) {
+		s += fmt.Sprintf(" until %s (in %s)", clock(g.Until), roughDuration(g.Until.Sub(now)))
+	}
+	s += "."
+	switch {
+	case drain == "":
+		s += " No load balancer is configured, so the host still takes traffic."
+	case g.Serving:
+		s += " It cannot be taken out of rotation either: the host still takes traffic."
+	case g.Dry:
+		s += " Dry run: would hold " + drain + " out of rotation."
+	default:
+		s += " Holding " + drain + " out of rotation until the engine recovers or a restart is allowed."
 	}
 	return s
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/vigil-dev/vigil/actions"
@@ -34,6 +35,78 @@ type thread struct {
 	Resolved bool      `json:"resolved,omitempty"`
 	// Guards are the refused-guard reasons already paged.
 	Guards []string `json:"guards,omitempty"`
+	// Refused is the guard refusing the restart now (from the recovery's
+	// steps), so later pages say what will really happen.
+	Refused *refusalNote `json:"refused,omitempty"`
+	// Restarting: vigil is restarting the engine (from the "restarting"
+	// step until it is ready or the step failed); a DOWN verdict then is
+	// the restart, not a new failure.
+	Restarting bool `json:"restarting,omitempty"`
+	// TroubleSince..TroubleUntil is the current stretch of the engine
+	// hung or down, measured from the evidence (the stall's start, not the
+	// incident's opening) to the first verdict out of it or vigil's
+	// restart; TroubleTotal sums earlier stretches of the incident.
+	TroubleSince time.Time     `json:"trouble_since,omitzero"`
+	TroubleUntil time.Time     `json:"trouble_until,omitzero"`
+	TroubleTotal time.Duration `json:"trouble_total,omitempty"`
+	// RecoveryFrom is the recovery's first action (drain or restart),
+	// RecoveryTo its end.
+	RecoveryFrom time.Time `json:"recovery_from,omitzero"`
+	RecoveryTo   time.Time `json:"recovery_to,omitzero"`
+}
+
+// refusalNote is a guard's refusal as the pages need it.
+type refusalNote struct {
+	Guard actions.Guard `json:"guard"`
+	Until time.Time     `json:"until,omitzero"`
+	// Serving: the host could not be taken out of rotation either.
+	Serving bool `json:"serving,omitempty"`
+	// Dry: a dry run's refusal.
+	Dry bool `json:"dry,omitempty"`
+}
+
+// trouble tracks how long the engine was hung or down, from the evidence.
+func (t *thread) trouble(v watchdog.Verdict) {
+	if !v.State.NeedsRecovery() {
+		if !t.TroubleSince.IsZero() && t.TroubleUntil.IsZero() {
+			t.TroubleUntil = v.At
+		}
+		return
+	}
+	if t.Restarting || (v.Recovering && v.State == watchdog.StateDown) {
+		return // the restart vigil is doing, not the engine failing
+	}
+	since := v.At
+	if v.State == watchdog.StateHung {
+		// The stall began before the hang was called: hang_after earlier.
+		stalled := v.Evidence.Stalled
+		if stalled <= 0 {
+			stalled = v.Evidence.SinceProgress
+		}
+		since = v.At.Add(-stalled)
+	}
+	switch {
+	case t.TroubleSince.IsZero():
+		t.TroubleSince = since
+	case !t.TroubleUntil.IsZero():
+		// A relapse: bank the last stretch, start a new one.
+		t.TroubleTotal += t.TroubleUntil.Sub(t.TroubleSince)
+		t.TroubleSince, t.TroubleUntil = since, time.Time{}
+	case since.Before(t.TroubleSince):
+		t.TroubleSince = since
+	}
+}
+
+// troubleFor is how long the engine was hung or down by closed.
+func (t thread) troubleFor(closed time.Time) time.Duration {
+	if t.TroubleSince.IsZero() {
+		return 0
+	}
+	until := t.TroubleUntil
+	if until.IsZero() {
+		until = closed
+	}
+	return t.TroubleTotal + max(until.Sub(t.TroubleSince), 0)
 }
 
 // decision is one page the policy asks for.
@@ -87,8 +160,15 @@ func (p policy) observe(t thread, v watchdog.Verdict, inc *watchdog.Incident, no
 	if inc.ID != t.Incident {
 		t = thread{Incident: inc.ID, Opened: inc.Opened}
 	}
+	if v.Recovering && (v.State == watchdog.StateDown || v.State == watchdog.StateLoading) {
+		// vigil's own restart of the engine: the recovery's steps say it.
+		return t, nil
+	}
 	if v.State != t.Seen {
 		t.Seen, t.SeenSince = v.State, now
+	}
+	if !v.At.IsZero() {
+		t.trouble(v)
 	}
 	if !inc.Open() {
 		if t.Headed && !t.Resolved {
@@ -102,7 +182,9 @@ func (p policy) observe(t thread, v watchdog.Verdict, inc *watchdog.Incident, no
 		// Reopened under the same ID: whatever comes next is a relapse.
 		t.Resolved, t.Quiet = false, true
 	}
-	if !loud(v.State) {
+	if !loud(v.State) || (v.State == watchdog.StateDown && (t.Restarting || v.Recovering)) {
+		// Down while vigil restarts the engine is expected: the
+		// "restarting" step said so, or the watchdog marked the verdict.
 		if t.Headed {
 			t.Quiet = true
 		}
@@ -140,6 +222,9 @@ func (p policy) observe(t thread, v watchdog.Verdict, inc *watchdog.Incident, no
 // except a refused guard already paged for this incident with the same
 // reason (the recoverer may be asked again every cycle).
 func (p policy) step(t thread, s actions.Step) (thread, bool) {
+	if s.Incident == t.Incident {
+		t = t.followStep(s)
+	}
 	if s.Name != actions.StepGuardRefused || s.Incident != t.Incident {
 		return t, true
 	}
@@ -149,6 +234,45 @@ func (p policy) step(t thread, s actions.Step) (thread, bool) {
 	}
 	t.Guards = append(slices.Clip(t.Guards), key)
 	return t, true
+}
+
+// followStep keeps what later pages must know of the recovery: the guard
+// refusing the restart, a restart in progress, and when recovery began
+// and ended.
+func (t thread) followStep(s actions.Step) thread {
+	if s.DryRun && s.Name != actions.StepGuardRefused {
+		return t // a dry run changes nothing the pages must follow
+	}
+	begin := func() {
+		if t.RecoveryFrom.IsZero() {
+			t.RecoveryFrom = s.At
+		}
+	}
+	switch s.Name {
+	case actions.StepGuardRefused:
+		t.Refused = &refusalNote{Guard: s.Guard, Until: s.Until, Dry: s.DryRun,
+			Serving: strings.Contains(s.Detail, "still takes traffic") || strings.Contains(s.Detail, "keep reaching")}
+	case actions.StepDrain:
+		if s.OK {
+			begin()
+		}
+	case actions.StepRestarting:
+		begin()
+		t.Restarting, t.Refused = true, nil
+		if !t.TroubleSince.IsZero() && t.TroubleUntil.IsZero() {
+			t.TroubleUntil = s.At // the hang ends where vigil restarts the engine
+		}
+	case actions.StepRestart, actions.StepRestartSkipped:
+		begin()
+		t.Refused = nil
+	case actions.StepWaitReady, actions.StepFailed:
+		t.Restarting = false
+	case actions.StepRestore:
+		t.Refused = nil
+	case actions.StepResolved:
+		t.Restarting, t.Refused, t.RecoveryTo = false, nil, s.At
+	}
+	return t
 }
 
 // fingerprint is the evidence as far as a human would call it a change:

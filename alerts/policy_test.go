@@ -17,8 +17,10 @@ type obs struct {
 	incident string // "" = no incident
 	resolved bool
 	waiting  float64
-	n        int           // repeat this many cycles (default 1)
-	every    time.Duration // cycle length (default 15s)
+	// recovering: vigil's own recovery is under way (Verdict.Recovering).
+	recovering bool
+	n          int           // repeat this many cycles (default 1)
+	every      time.Duration // cycle length (default 15s)
 }
 
 // play feeds a sequence of cycles to the policy and names the pages it
@@ -36,7 +38,7 @@ func play(p policy, seq []obs) []string {
 		}
 		for range n {
 			v := saturated(now, o.waiting)
-			v.State = o.state
+			v.State, v.Recovering = o.state, o.recovering
 			var inc *watchdog.Incident
 			if o.incident != "" {
 				inc = &watchdog.Incident{ID: o.incident, Opened: t0, State: o.state}
@@ -103,6 +105,10 @@ func TestPagingPolicy(t *testing.T) {
 		{"saturated turning hung pages the change at once",
 			[]obs{{state: sat, incident: "a", waiting: 99, n: 3}, {state: hungS, incident: "a", waiting: 99}},
 			[]string{"head", "change saturated→hung"}},
+		{"vigil's own restart of a hung engine (down, then loading, while recovering) is no new failure",
+			[]obs{{state: hungS, incident: "h", waiting: 40, n: 2}, {state: down, incident: "h", recovering: true, n: 3},
+				{state: load, incident: "h", recovering: true, n: 4}, {state: ok, incident: "h", n: 2}, {state: ok, incident: "h", resolved: true}},
+			[]string{"head", "resolve"}},
 		{"hung again after the restart is paged as a relapse",
 			[]obs{{state: hungS, incident: "h", waiting: 40, n: 2}, {state: load, incident: "h", n: 4}, {state: hungS, incident: "h", waiting: 40, n: 2}},
 			[]string{"head", "hung again"}},

@@ -17,6 +17,7 @@ type renderer struct {
 	node      string
 	engineURL string // display form, no credentials
 	plan      string // what vigil does for hung or down
+	drain     string // what a drain takes out of rotation ("" : no load balancer)
 	limiter   bool   // the admission limiter is in front of the engine
 	pool      func() string
 }
@@ -55,7 +56,11 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	switch v.State {
 	case watchdog.StateHung:
-		if e.SinceProgress > 0 {
+		if e.Hang != "" && e.Hang != watchdog.HangEngine && v.Reason != "" {
+			// A rank, a decode stall or a wedge: the reason names it (the
+			// summed counters still move, so "no progress" would be false).
+			add("%s", v.Reason)
+		} else if e.SinceProgress > 0 {
 			add("no progress for %s with %s waiting, %s running", exactDuration(e.SinceProgress), count(e.Waiting), count(e.Running))
 		} else if v.Reason != "" {
 			add("%s", v.Reason)
@@ -97,16 +102,24 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 			add("probe %s", e.Probe)
 		}
 	}
+	if e.ProbeFailing != "" && !strings.Contains(strings.Join(parts, "; "), "probe failing") {
+		add("probe failing: %s (not load: check engine.model)", e.ProbeFailing)
+	}
 	if len(parts) == 0 {
 		return "no evidence recorded"
 	}
 	return strings.Join(parts, "; ")
 }
 
-// intent is what vigil will and will not do about a state.
-func (r renderer) intent(s watchdog.State) string {
+// intent is what vigil will and will not do about a state. For hung and
+// down it is the configured plan, unless a guard refuses the restart (g):
+// then it says that, and whether the host is out of rotation.
+func (r renderer) intent(s watchdog.State, g *refusalNote, at time.Time) string {
 	switch s {
 	case watchdog.StateHung, watchdog.StateDown:
+		if g != nil {
+			return refusedIntent(*g, r.drain, at)
+		}
 		return r.plan
 	case watchdog.StateSaturated:
 		if r.limiter {
@@ -131,10 +144,11 @@ func (r renderer) sentence(title, evidence, intent string) string {
 	return s
 }
 
-// incidentPage builds a page about a verdict under a title.
-func (r renderer) incidentPage(kind Kind, title string, v watchdog.Verdict, inc *watchdog.Incident) Message {
+// incidentPage builds a page about a verdict under a title; g is the guard
+// refusing the restart, if any.
+func (r renderer) incidentPage(kind Kind, title string, v watchdog.Verdict, inc *watchdog.Incident, g *refusalNote) Message {
 	ev := r.evidence(v)
-	in := r.intent(v.State)
+	in := r.intent(v.State, g, v.At)
 	body := ev + "."
 	if in != "" {
 		body += "\n" + in
@@ -155,20 +169,20 @@ func (r renderer) incidentPage(kind Kind, title string, v watchdog.Verdict, inc 
 	return m
 }
 
-func (r renderer) head(v watchdog.Verdict, inc *watchdog.Incident) Message {
-	return r.incidentPage(KindHead, fmt.Sprintf("%s %s on %s", stateEmoji[v.State], label(v.State), r.node), v, inc)
+func (r renderer) head(v watchdog.Verdict, inc *watchdog.Incident, g *refusalNote) Message {
+	return r.incidentPage(KindHead, fmt.Sprintf("%s %s on %s", stateEmoji[v.State], label(v.State), r.node), v, inc, g)
 }
 
-func (r renderer) change(v watchdog.Verdict, inc *watchdog.Incident, d decision) Message {
+func (r renderer) change(v watchdog.Verdict, inc *watchdog.Incident, d decision, g *refusalNote) Message {
 	title := fmt.Sprintf("%s %s → %s on %s", stateEmoji[v.State], label(d.From), label(v.State), r.node)
 	if d.Again {
 		title = fmt.Sprintf("%s %s again on %s", stateEmoji[v.State], label(v.State), r.node)
 	}
-	return r.incidentPage(KindChange, title, v, inc)
+	return r.incidentPage(KindChange, title, v, inc, g)
 }
 
-func (r renderer) update(v watchdog.Verdict, inc *watchdog.Incident, held time.Duration) Message {
-	m := r.incidentPage(KindUpdate, fmt.Sprintf("%s Still %s on %s", stateEmoji[v.State], label(v.State), r.node), v, inc)
+func (r renderer) update(v watchdog.Verdict, inc *watchdog.Incident, held time.Duration, g *refusalNote) Message {
+	m := r.incidentPage(KindUpdate, fmt.Sprintf("%s Still %s on %s", stateEmoji[v.State], label(v.State), r.node), v, inc, g)
 	m.Title = "" // a reply, not a new headline
 	m.Text = strings.Replace(m.Text, r.where()+": ", r.where()+" after "+roughDuration(held)+": ", 1)
 	m.Body = "After " + roughDuration(held) + ": " + m.Body
@@ -194,8 +208,23 @@ func (r renderer) resolve(v watchdog.Verdict, inc *watchdog.Incident, t thread, 
 	if was != "" {
 		story = append(story, "was "+label(was))
 	}
-	if !opened.IsZero() && closed.After(opened) {
+	switch d := t.troubleFor(closed); {
+	case was.NeedsRecovery() && d > 0:
+		// How long the engine was hung or down, from the evidence (the
+		// stall's start), not from when the incident opened.
+		story = append(story, "for "+exactDuration(d))
+	case !opened.IsZero() && closed.After(opened):
 		story = append(story, "for "+roughDuration(closed.Sub(opened)))
+	}
+	if !t.RecoveryFrom.IsZero() {
+		to := t.RecoveryTo
+		if to.IsZero() {
+			to = closed
+		}
+		if to.After(t.RecoveryFrom) {
+			story[len(story)-1] += ";"
+			story = append(story, "recovery took "+exactDuration(to.Sub(t.RecoveryFrom)))
+		}
 	}
 	ev := r.evidence(v)
 	if v.State != watchdog.StateHealthy {
@@ -250,6 +279,25 @@ func (r renderer) fields(v watchdog.Verdict) []Field {
 	add("/v1/models", e.Models)
 	add("/health", e.Health)
 	add("Probe", e.Probe)
+	add("Probe failing", e.ProbeFailing)
+	if len(e.Ranks) > 1 {
+		var rs []string
+		for _, r := range e.Ranks {
+			st := "moving"
+			switch {
+			case r.Hung:
+				st = "HUNG " + exactDuration(r.Stalled)
+			case r.Waiting+r.Running == 0:
+				st = "idle"
+			}
+			rs = append(rs, fmt.Sprintf("%s: %s/%s %s", r.Rank, count(r.Waiting), count(r.Running), st))
+		}
+		add("Ranks (waiting/running)", strings.Join(rs, ", "))
+	}
+	if e.DecodeStalled > 0 {
+		add("Decode stalled", exactDuration(e.DecodeStalled))
+	}
+	add("Odd", strings.Join(e.Odd, "; "))
 	if e.DrainEstimate > 0 {
 		add("Est. drain", roughDuration(e.DrainEstimate))
 	}
@@ -297,6 +345,8 @@ var stepText = map[actions.StepName]struct{ emoji, done string }{
 	actions.StepGuardRefused:   {":no_entry:", "not restarting"},
 	actions.StepDrain:          {":arrow_down:", "drained at the load balancer"},
 	actions.StepDrainWait:      {":hourglass_flowing_sand:", "drain wait over"},
+	actions.StepRestarting:     {":arrows_counterclockwise:", "restarting the engine"},
+	actions.StepHeld:           {":pause_button:", "held out of rotation"},
 	actions.StepRestart:        {":arrows_counterclockwise:", "restarted the engine"},
 	actions.StepRestartSkipped: {":fast_forward:", "restart skipped: the engine already restarted itself"},
 	actions.StepWaitReady:      {":white_check_mark:", "engine ready"},

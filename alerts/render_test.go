@@ -72,7 +72,7 @@ func demoConfig() configs.Config {
 
 func demoRenderer() renderer {
 	cfg := demoConfig()
-	return renderer{node: cfg.Node, engineURL: displayURL(cfg.Engine.URL), plan: DescribeRecovery(cfg), limiter: true}
+	return renderer{node: cfg.Node, engineURL: displayURL(cfg.Engine.URL), plan: DescribeRecovery(cfg), drain: drainTarget(cfg.LoadBalancer), limiter: true}
 }
 
 // The two pages the README and doc.go show, byte for byte.
@@ -91,7 +91,7 @@ func TestHeadPagesRenderAsDocumented(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m := r.head(tc.v, inc)
+			m := r.head(tc.v, inc, nil)
 			if m.Text != tc.want {
 				t.Errorf("plain text\n got: %s\nwant: %s", m.Text, tc.want)
 			}
@@ -112,7 +112,7 @@ func docComment(t *testing.T) string {
 }
 
 func TestHeadPageBlocksCarryHeaderEvidenceAndContext(t *testing.T) {
-	m := demoRenderer().head(hung(t0), &watchdog.Incident{ID: "inc-7", Opened: t0})
+	m := demoRenderer().head(hung(t0), &watchdog.Incident{ID: "inc-7", Opened: t0}, nil)
 	blocks := m.Blocks()
 	if len(blocks) != 4 {
 		t.Fatalf("want header, section, fields, context; got %d blocks", len(blocks))
@@ -149,7 +149,7 @@ func TestMrkdwnControlCharactersAreEscaped(t *testing.T) {
 	v := hung(t0)
 	v.State = watchdog.StateDown
 	v.Reason = "connect <refused> & reset"
-	m := demoRenderer().head(v, &watchdog.Incident{ID: "x"})
+	m := demoRenderer().head(v, &watchdog.Incident{ID: "x"}, nil)
 	sec := m.Blocks()[1].(*slack.SectionBlock)
 	if strings.Contains(sec.Text.Text, "<refused>") || !strings.Contains(sec.Text.Text, "&lt;refused&gt; &amp; reset") {
 		t.Errorf("section not escaped: %q", sec.Text.Text)
@@ -184,7 +184,7 @@ func TestEveryStateSaysWhatVigilWillAndWillNotDo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			v := hung(t0)
 			v.State = tc.state
-			if m := r.head(v, &watchdog.Incident{ID: "i"}); !strings.Contains(m.Text, tc.want) {
+			if m := r.head(v, &watchdog.Incident{ID: "i"}, nil); !strings.Contains(m.Text, tc.want) {
 				t.Errorf("%s page lacks %q:\n%s", tc.state, tc.want, m.Text)
 			}
 		})
@@ -230,11 +230,13 @@ func TestDescribeRecoveryNamesWhatVigilWillAndWillNotDo(t *testing.T) {
 		{"haproxy and docker", func(*configs.Config) {},
 			"Will drain vllm/node1 at HAProxy, restart container vllm, restore traffic gradually (10% → 100% over 2m)."},
 		{"no restarter means a human restarts", func(c *configs.Config) { c.Restart.Kind = "none" },
-			"Will not restart: restart.kind is none, so a human must restart the engine."},
+			"Will drain vllm/node1 at HAProxy and keep it out of rotation, then restore traffic gradually (10% → 100% over 2m) once the engine serves again. Will not restart: restart.kind is none, so a human must restart the engine."},
+		{"neither restarter nor load balancer", func(c *configs.Config) { c.Restart.Kind, c.LoadBalancer.Kind = "none", "none" },
+			"Will not restart: restart.kind is none, so a human must restart the engine. No load balancer is configured (load_balancer.kind none), so the host still takes traffic."},
 		{"no drainer says requests are lost", func(c *configs.Config) {
 			c.LoadBalancer.Kind = "none"
 			c.Restart.Kind, c.Restart.Systemd.Unit = "systemd", "vllm.service"
-		}, "Will restart unit vllm.service (no load balancer drain configured: in-flight requests are lost)."},
+		}, "Will restart unit vllm.service. No load balancer is configured (load_balancer.kind none), so requests in flight are lost."},
 		{"a dry run changes nothing", func(c *configs.Config) { c.Watchdog.DryRun = true },
 			"Dry run, nothing is changed: would drain vllm/node1 at HAProxy, restart container vllm, restore traffic gradually (10% → 100% over 2m)."},
 	}
@@ -280,7 +282,7 @@ func TestIncidentPagesShowThePool(t *testing.T) {
 	r.pool = func() string {
 		return "pool: 3 members — node1 SATURATED 99 waiting, node2 healthy 2 waiting, node3 unreachable"
 	}
-	m := r.head(saturated(t0, 99), &watchdog.Incident{ID: "inc-1", Opened: t0})
+	m := r.head(saturated(t0, 99), &watchdog.Incident{ID: "inc-1", Opened: t0}, nil)
 	if !slices.Contains(m.Context, "pool: 3 members — node1 SATURATED 99 waiting, node2 healthy 2 waiting, node3 unreachable") {
 		t.Fatalf("head context %q lacks the pool line", m.Context)
 	}

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/slack-go/slack"
 
 	"github.com/vigil-dev/vigil/configs"
@@ -21,6 +23,10 @@ type Slack struct {
 	channel    string
 	updateHead bool
 	redact     redactor
+	// source says where the token was read from ("file /run/...",
+	// "environment variable SLACK_BOT_TOKEN"), for errors that must point
+	// at it without showing it.
+	source string
 }
 
 // NewSlack returns a Slack bot notifier. cfg.Token must be resolved;
@@ -50,7 +56,83 @@ func NewSlack(cfg configs.SlackAlerts, client *http.Client) (*Slack, error) {
 		channel:    cfg.Channel,
 		updateHead: cfg.UpdateHead,
 		redact:     newRedactor(cfg.Token),
+		source:     tokenSource(cfg.TokenSource),
 	}, nil
+}
+
+// tokenSource names where alerts.slack.token was read from.
+func tokenSource(src configs.SecretSource) string {
+	switch {
+	case src.File != "":
+		return "alerts.slack.token (file " + src.File + ")"
+	case src.Env != "":
+		return "alerts.slack.token (environment variable " + src.Env + ")"
+	}
+	return "alerts.slack.token"
+}
+
+// ErrUnreachable marks a start check that could not get an answer from
+// the notifier's service (network, 5xx, 429, Slack's own errors). That is
+// a warning, not a reason to refuse to start: pages queue in the outbox
+// until the service answers.
+var ErrUnreachable = errors.New("notifier unreachable")
+
+// Checker is a notifier that can check its credentials before the first
+// page, so a wrong token stops vigil at start instead of silently losing
+// every page of the first incident.
+type Checker interface {
+	// Check returns nil when the credentials work, an error wrapping
+	// ErrUnreachable when the service could not be asked, and any other
+	// error when the service refused them.
+	Check(ctx context.Context) error
+}
+
+// Check calls auth.test with the bot token. An answer that rejects the
+// token (invalid_auth, not_authed, account_inactive, token_revoked, ...)
+// is an error naming where the token came from, never the token.
+func (s *Slack) Check(ctx context.Context) error {
+	_, err := s.api.AuthTestContext(ctx)
+	if err == nil {
+		return nil
+	}
+	if api, ok := errors.AsType[slack.SlackErrorResponse](err); ok && !slackTransient[api.Err] {
+		hint, ok := slackHints[api.Err]
+		if !ok {
+			hint = "Slack refused the bot token"
+		}
+		hint = strings.TrimSuffix(hint, "; check alerts.slack.token")
+		return fmt.Errorf("alerts: slack: auth.test with the bot token from %s failed: %s: %s", s.source, api.Err, hint)
+	}
+	if sc, ok := errors.AsType[slack.StatusCodeError](err); ok && !sc.Retryable() {
+		// A 4xx other than 429 comes from the URL, not from Slack's mood.
+		return s.redact.Error(fmt.Errorf("alerts: slack: auth.test: %w (check alerts.slack.api_url)", err))
+	}
+	// Scrubbed first, then wrapped: the scrubbed error keeps no chain.
+	return fmt.Errorf("%w: %w", ErrUnreachable, s.redact.Error(fmt.Errorf("alerts: slack: auth.test: %w", err)))
+}
+
+// CheckNotifier checks n's credentials at start when n can (a Slack bot
+// token): a refused credential is returned, to stop vigil with the reason;
+// a service that cannot be reached is logged as a warning and nil is
+// returned, since pages queue until it answers. It waits at most timeout.
+func CheckNotifier(ctx context.Context, n Notifier, log *logrus.Entry, timeout time.Duration) error {
+	c, ok := n.(Checker)
+	if !ok {
+		return nil
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	err := c.Check(ctx)
+	if errors.Is(err, ErrUnreachable) {
+		if log != nil {
+			log.WithError(err).Warn("alerts: cannot check the notifier's credentials at start; pages will queue until it answers")
+		}
+		return nil
+	}
+	return err
 }
 
 // Notify delivers m; see Post.
@@ -128,6 +210,7 @@ func (s *Slack) classify(what string, err error) (bool, error) {
 	}
 	if api, ok := errors.AsType[slack.SlackErrorResponse](err); ok {
 		if hint, ok := slackHints[api.Err]; ok {
+			hint = strings.Replace(hint, "alerts.slack.token", s.source, 1)
 			return false, s.redact.Error(fmt.Errorf("%s: %s: %s", prefix, api.Err, hint))
 		}
 		return slackTransient[api.Err], s.redact.Error(fmt.Errorf("%s: %w", prefix, err))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# footprint: vigil's idle cost (DESIGN.md section 9: under 40 MB RSS and 1%
+# footprint: vigil's idle cost (docs/design.md section 10: under 40 MB RSS and 1%
 # of a core). Starts vllm-sim and `vigil run` with the default interval on
 # loopback, lets them settle, then reads vigil's RSS and CPU time over a
 # window from /proc. Usage: bench/footprint.sh [window_seconds]

@@ -7,7 +7,7 @@ import (
 )
 
 // LoadBalancer says how to drain this host before a restart and restore it
-// afterwards (DESIGN.md section 4).
+// afterwards (docs/design.md section 5).
 type LoadBalancer struct {
 	// Kind: haproxy, http or none.
 	Kind    string      `yaml:"kind"`

@@ -3,7 +3,7 @@ package configs
 import "time"
 
 // Admission configures the embedded limiter, a reverse proxy in front of
-// the engine's OpenAI API (DESIGN.md section 6).
+// the engine's OpenAI API (docs/design.md section 6).
 type Admission struct {
 	Enabled bool   `yaml:"enabled"`
 	Listen  string `yaml:"listen"`

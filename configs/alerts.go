@@ -2,7 +2,7 @@ package configs
 
 import "time"
 
-// Alerts says where pages go and how often (DESIGN.md section 5).
+// Alerts says where pages go and how often (docs/design.md section 4).
 type Alerts struct {
 	// Kind: slack (bot token), webhook (Slack incoming webhook) or log.
 	Kind    string       `yaml:"kind"`

@@ -35,6 +35,28 @@ type MetricNames struct {
 	// any of them moving is progress too (a long prefill moves no token
 	// counter for a while, but steps still happen).
 	Heartbeats []string `yaml:"heartbeats"`
+	// Decode tells first tokens from decode tokens, so that a decode stall
+	// (first tokens keep coming, nobody gets a second) is seen although the
+	// token counters move. Empty names switch the decode rule off.
+	Decode DecodeMetrics `yaml:"decode"`
+	// RankLabel is the label that names a data-parallel rank ("engine" in
+	// vLLM). A scrape with several values of it is judged per rank as well
+	// as in sum. Empty: ranks are not told apart.
+	RankLabel string `yaml:"rank_label"`
+}
+
+// DecodeMetrics are the counters the decode-stall rule reads.
+type DecodeMetrics struct {
+	// FirstTokens counts first tokens: one per request that finished its
+	// prefill (vLLM: the count of its time-to-first-token histogram).
+	FirstTokens string `yaml:"first_tokens"`
+	// GenerationTokens counts every output token, first tokens included;
+	// less FirstTokens it is the decode tokens.
+	GenerationTokens string `yaml:"generation_tokens"`
+	// Finished counts requests that finished; series labelled
+	// finished_reason="abort" are left out (a client that left needs no
+	// decode).
+	Finished string `yaml:"finished"`
 }
 
 func defaultEngine() Engine {
@@ -50,6 +72,12 @@ func defaultEngine() Engine {
 				"vllm:prefix_cache_queries_total",
 				"vllm:request_success_total",
 			},
+			Decode: DecodeMetrics{
+				FirstTokens:      "vllm:time_to_first_token_seconds_count",
+				GenerationTokens: "vllm:generation_tokens_total",
+				Finished:         "vllm:request_success_total",
+			},
+			RankLabel: "engine",
 		},
 	}
 }

@@ -28,7 +28,7 @@ type Pool struct {
 }
 
 // Override is a temporary change with a mandatory expiry and reason; vigil
-// restores the replaced value when it expires (DESIGN.md section 7).
+// restores the replaced value when it expires (docs/design.md section 8).
 type Override struct {
 	// Key is the config path changed, e.g. admission.max_in_flight.
 	Key   string `yaml:"key"`

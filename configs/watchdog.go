@@ -3,7 +3,7 @@ package configs
 import "time"
 
 // Watchdog tunes sampling and the saturated-versus-hung classifier
-// (DESIGN.md sections 2 and 3).
+// (docs/design.md sections 2 and 3).
 type Watchdog struct {
 	// Interval between samples.
 	Interval time.Duration `yaml:"interval"`
@@ -11,7 +11,7 @@ type Watchdog struct {
 	// pending means hung. It must exceed the longest legitimate gap between
 	// counter moves (the longest prefill); `vigil diagnose` reports that gap.
 	HangAfter time.Duration `yaml:"hang_after"`
-	// ProbeTimeout bounds the 1-token completion probe.
+	// ProbeTimeout bounds the two-token completion probe.
 	ProbeTimeout time.Duration `yaml:"probe_timeout"`
 	// ProbeSLO: a probe slower than this counts as a saturation sign.
 	ProbeSLO time.Duration `yaml:"probe_slo"`
@@ -29,7 +29,7 @@ type Watchdog struct {
 	StateFile string `yaml:"state_file"`
 	// DryRun runs the whole loop but only logs and pages what it would do.
 	DryRun bool `yaml:"dry_run"`
-	// RetryStorm configures the retry-storm alarm (DESIGN.md section 7).
+	// RetryStorm configures the retry-storm alarm (docs/design.md section 2).
 	RetryStorm RetryStorm `yaml:"retry_storm"`
 }
 

@@ -8,7 +8,7 @@ import (
 
 // TestBadInfrastructureGivesAClearErrorAndNeverRestartsAnUndrainedHost
 // hangs the engine under load with one piece of vigil's infrastructure
-// wrong (DESIGN.md section 10): vigil says clearly what is wrong, never
+// wrong (docs/design.md section 11): vigil says clearly what is wrong, never
 // restarts a host it could not drain, keeps a host it did drain out of
 // rotation, and leaves the incident open.
 func TestBadInfrastructureGivesAClearErrorAndNeverRestartsAnUndrainedHost(t *testing.T) {

@@ -133,16 +133,20 @@ func (e *engine) waitPastGrace(t *testing.T) {
 
 // hang injects a hang: the engine core stops stepping while /v1/models,
 // /health and /metrics keep answering (with frozen metrics).
-func (e *engine) hang(t *testing.T) {
+func (e *engine) hang(t *testing.T) { e.fault(t, "/fault/hang", `"fault":"hang"`) }
+
+// fault posts one fault-control request (e.g. "/fault/hang?rank=1") and
+// checks the answer names the fault.
+func (e *engine) fault(t *testing.T, path, want string) {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Post("http://"+e.control+"/fault/hang", "", nil)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Post("http://"+e.control+path, "", nil)
 	if err != nil {
-		t.Fatalf("inject hang: %v", err)
+		t.Fatalf("inject %s: %v", path, err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"fault":"hang"`) {
-		t.Fatalf("inject hang: %d %s", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+		t.Fatalf("inject %s: %d %s", path, resp.StatusCode, body)
 	}
 }
 
@@ -590,7 +594,10 @@ type obs struct {
 	// for the server ("" when unreadable).
 	HAStatus, HAWeight string
 	// Verdict is vigil's verdict state, "" while vigil does not answer.
-	Verdict        string
+	Verdict string
+	// Reason is the verdict's reason (not part of key: it changes with
+	// every figure).
+	Reason         string
 	Step           string
 	Drained        bool
 	RecoveryActive bool
@@ -638,6 +645,7 @@ func startMonitor(t *testing.T, h *testinfra.HAProxy, statusURL string) *monitor
 			o.HAStatus, o.HAWeight, _ = haproxyServer(h.Socket, backend, serverName)
 			if doc, err := fetchStatus(statusURL); err == nil {
 				o.Verdict, o.Step, o.Drained, o.RecoveryActive = doc.Verdict.State, doc.Recovery.Step, doc.Recovery.Drained, doc.Recovery.Active
+				o.Reason = doc.Verdict.Reason
 				o.IncidentOpen = doc.Incident != nil && doc.Incident.Resolved.IsZero()
 			}
 			m.mu.Lock()

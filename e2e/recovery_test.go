@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// The figure DESIGN.md section 9 sets: from the hang to traffic restored
+// The figure docs/design.md section 10 sets: from the hang to traffic restored
 // within the engine's load time plus a minute.
 const restoreBudget = engineLoadWall + 60*time.Second
 
 // TestHungEngineUnderLoadIsDrainedRestartedOnceAndRestoredGradually is the
-// whole story of DESIGN.md section 4 on real parts: an engine hangs under
+// whole story of docs/design.md section 5 on real parts: an engine hangs under
 // load behind HAProxy; vigil calls it hung, drains it at HAProxy, restarts
 // its container once, waits through the load time, brings it back through
 // the weight ramp, and the same load succeeds again.

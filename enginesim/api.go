@@ -23,7 +23,8 @@ const fillerToken = " word"
 // has no use for more.
 const maxBody = 16 << 20
 
-// Handler serves the OpenAI-compatible API plus /metrics, /health, /version.
+// Handler serves the OpenAI-compatible API plus /metrics, /health, /version,
+// behind the API-server faults (Wedge, FailEndpoint).
 func (e *Engine) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", e.health)
@@ -41,7 +42,46 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("/v1/", e.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NotFoundError", "Not Found")
 	})))
-	return mux
+	return e.apiFaults(mux)
+}
+
+// apiFaults puts the API server's own faults in front of every endpoint. A
+// wedged server holds each request, answering nothing, until its client
+// gives up or the wedge is cleared (then serves it); a failing endpoint
+// answers its status code with an OpenAI-shaped error, before any key check.
+func (e *Engine) apiFaults(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wedge, code := e.apiFault(r.URL.Path)
+		for wedge != nil {
+			select {
+			case <-wedge: // cleared: serve as things are now
+				wedge, code = e.apiFault(r.URL.Path)
+			case <-r.Context().Done():
+				return
+			case <-e.deadCh:
+				panic(http.ErrAbortHandler)
+			}
+		}
+		if code != 0 {
+			writeError(w, code, errorType(code), fmt.Sprintf("%s failed (simulated fault): %d %s",
+				r.URL.Path, code, http.StatusText(code)))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// errorType names a status the way vLLM's error bodies do ("NotFoundError",
+// "ServiceUnavailableError", "InternalServerError").
+func errorType(code int) string {
+	t := strings.ReplaceAll(http.StatusText(code), " ", "")
+	if t == "" {
+		return "Error"
+	}
+	if !strings.HasSuffix(t, "Error") {
+		t += "Error"
+	}
+	return t
 }
 
 func (e *Engine) health(w http.ResponseWriter, _ *http.Request) {
@@ -57,7 +97,7 @@ func (e *Engine) health(w http.ResponseWriter, _ *http.Request) {
 func (e *Engine) metrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	created := float64(e.wallStart.UnixMilli()) / 1000
-	_ = e.m.writeText(w, created)
+	_ = e.expo.writeText(w, created)
 }
 
 func (e *Engine) auth(next http.Handler) http.Handler {

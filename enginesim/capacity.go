@@ -14,7 +14,8 @@ type Workload struct {
 // drives the scheduler offline (no sleeping, no HTTP), so it is exact and
 // fast; it is how the default cost model was calibrated. The figure is in
 // engine time, like every figure the engine reports: multiply by Scale for
-// wall-clock calls/s.
+// wall-clock calls/s. It measures one rank: with DataParallel N the engine
+// serves N times as much (each rank has its own seats, budget and KV cache).
 func MeasureCapacity(cfg Config, w Workload) float64 {
 	s := newSched(cfg, newMetrics(cfg))
 	var now time.Duration

@@ -14,6 +14,13 @@ type Config struct {
 	// APIKey, when not empty, is required as "Authorization: Bearer <key>" on /v1/*.
 	APIKey string
 
+	// DataParallel is the number of engine cores (vLLM --data-parallel-size):
+	// each rank has its own scheduler, KV cache, step loop and series
+	// (engine="<rank>"), and requests go to the ranks round-robin. 0 or 1:
+	// one rank. MaxNumSeqs, StepTokens, KVCacheTokens and PrefixCacheSize
+	// are per rank.
+	DataParallel int
+
 	// MaxNumSeqs caps the sequences in the running batch (vLLM --max-num-seqs).
 	MaxNumSeqs int
 	// StepTokens is the per-step token budget (vLLM --max-num-batched-tokens).
@@ -71,6 +78,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Model == "":
 		return errors.New("enginesim: Model is empty")
+	case c.DataParallel < 0 || c.DataParallel > maxDataParallel:
+		return fmt.Errorf("enginesim: DataParallel %d out of range 0..%d", c.DataParallel, maxDataParallel)
 	case c.MaxNumSeqs < 1:
 		return fmt.Errorf("enginesim: MaxNumSeqs %d < 1", c.MaxNumSeqs)
 	case c.StepTokens < 1:
@@ -93,6 +102,13 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// maxDataParallel bounds DataParallel: far above any real deployment on one
+// node, low enough that a typo does not start a million goroutines.
+const maxDataParallel = 64
+
+// ranks is the number of engine cores DataParallel asks for.
+func (c Config) ranks() int { return max(1, c.DataParallel) }
 
 // wall converts an engine duration into the wall duration it takes.
 func (c Config) wall(d time.Duration) time.Duration {

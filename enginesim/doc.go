@@ -13,6 +13,18 @@
 // its output at admission; when that does not fit, it and everything behind
 // it wait, so the engine never preempts).
 //
+// With DataParallel N > 1 there are N such cores (ranks), each with its own
+// scheduler, KV cache, step loop and series, as vLLM data parallel: every
+// per-engine series carries engine="0".."N-1", all in the one exposition
+// (each family once, in vLLM's order, with every rank's series under its
+// HELP/TYPE header). Requests are dealt to the ranks round-robin. vLLM's DP
+// coordinator balances by load instead; round-robin keeps sending a hung
+// rank its share, which then waits forever, and that stuck share is the
+// partial failure a watchdog has to see. MaxNumSeqs, StepTokens, the KV
+// cache and the prefix cache are per rank; Stats sums the ranks and lists
+// each in Ranks. With one rank the exposition is byte for byte what it was
+// before ranks existed.
+//
 // Metrics carry vLLM v1's names, HELP texts, labels (engine="0",
 // model_name) and recording rules, which is what a watchdog depends on: the
 // whole prompt enters vllm:prompt_tokens_total only when the request
@@ -53,9 +65,27 @@
 //
 // # Faults
 //
-// Hang (the core stops stepping, the step in flight never completes), Slow
-// (steps cost N times more), Clear, and Crash (the core dies: /health 503,
-// Server closes its ports, vllm-sim exits 1), as methods and on
-// ControlHandler. Server honours LoadTime: the API port refuses connections
-// until the engine has "loaded".
+// As methods and on ControlHandler:
+//
+//   - Hang: every core stops stepping (the step in flight never completes);
+//     HangRank(n): rank n alone does, the others keep serving.
+//   - StallDecode: a stuck decode (pipeline stage, KV transfer): admission
+//     and prefill go on, so every new request gets its first token, counted
+//     by vLLM's rules (its prompt in prompt_tokens_total, one token in
+//     generation_tokens_total, one time_to_first_token_seconds observation),
+//     but none gets a second; max_tokens 1 still completes. Once every seat
+//     waits on decode the core sleeps until something changes: the
+//     iteration heartbeat moves only while something prefills.
+//   - Wedge: the API server accepts connections and answers nothing, on any
+//     endpoint, until the client gives up or the wedge is cleared (held
+//     requests are then served). The cores go on; the control port answers.
+//   - FailEndpoint(path, code): that endpoint answers code with an
+//     OpenAI-shaped error while the rest serve; several may fail at once.
+//   - Slow (steps cost N times more), Clear (lifts all of the above), and
+//     Crash (the cores die: /health 503, Server closes its ports, vllm-sim
+//     exits 1).
+//
+// Stats.Fault names the faults in force, joined by "+" (e.g.
+// "hang-rank-1+error /v1/models 503"). Server honours LoadTime: the API port
+// refuses connections until the engine has "loaded".
 package enginesim

@@ -36,6 +36,9 @@ func (m *metrics) writeText(out io.Writer, created float64) error {
 		}
 		typ := strings.ToLower(f.GetType().String())
 		header(w, name, f.GetHelp(), typ)
+		// Gather sorts series by label text; put ranks in numeric order
+		// (engine="2" before engine="10"), as vLLM creates them.
+		slices.SortStableFunc(f.Metric, func(a, b *dto.Metric) int { return engineRank(a) - engineRank(b) })
 		for _, s := range f.GetMetric() {
 			switch f.GetType() {
 			case dto.MetricType_COUNTER:
@@ -61,6 +64,17 @@ func (m *metrics) writeText(out io.Writer, created float64) error {
 		}
 	}
 	return w.Flush()
+}
+
+// engineRank is a series' engine label as a number (0 without one).
+func engineRank(m *dto.Metric) int {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == "engine" {
+			n, _ := strconv.Atoi(l.GetValue())
+			return n
+		}
+	}
+	return 0
 }
 
 func header(w *bufio.Writer, name, help, typ string) {

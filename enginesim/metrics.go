@@ -23,8 +23,10 @@ const (
 	reasonError  = "error"
 )
 
-// metrics holds the vLLM v1 series. Only the engine core writes them, so a
-// hung core freezes every one of them.
+// metrics holds one engine rank's vLLM v1 series. Only that rank's core
+// writes them, so a hung core freezes every one of them. All ranks of an
+// engine register into one registry, so the exposition shows each family
+// once with one series per engine="<rank>", as vLLM data parallel does.
 type metrics struct {
 	reg   *prometheus.Registry
 	order []string // family names in vLLM's exposition order
@@ -39,13 +41,43 @@ type metrics struct {
 	e2e, queue                prometheus.Histogram
 }
 
-func newMetrics(cfg Config) *metrics {
+// newMetrics builds the series of a one-rank engine (engine="0").
+func newMetrics(cfg Config) *metrics { return newRankMetrics(cfg, 1)[0] }
+
+// newRankMetrics builds the series of n ranks in one shared registry.
+func newRankMetrics(cfg Config, n int) []*metrics {
 	reg := prometheus.NewRegistry()
-	cl := prometheus.Labels{"engine": "0", "model_name": cfg.Model}
-	m := &metrics{reg: reg}
+	var order []string
+	ms := make([]*metrics, n)
+	for rank := range n {
+		ms[rank] = rankSeries(cfg, reg, rank, &order)
+	}
+	// cache_config_info carries engine as a plain label: one family, one
+	// series per rank.
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
+	}, []string{"block_size", "cache_dtype", "enable_prefix_caching", "engine", "gpu_memory_utilization", "num_gpu_blocks"})
+	reg.MustRegister(info)
+	order = append(order, "vllm:cache_config_info")
+	for rank := range n {
+		info.WithLabelValues("16", "auto", "True", strconv.Itoa(rank), "0.9", strconv.Itoa(cfg.KVCacheTokens/16)).Set(1)
+	}
+	for _, m := range ms {
+		m.reg, m.order = reg, order
+	}
+	return ms
+}
+
+// rankSeries registers one rank's series; the first rank also records the
+// family order (every rank registers the same families in the same order).
+func rankSeries(cfg Config, reg *prometheus.Registry, rank int, order *[]string) *metrics {
+	cl := prometheus.Labels{"engine": strconv.Itoa(rank), "model_name": cfg.Model}
+	m := &metrics{}
 	register := func(name string, c prometheus.Collector) {
 		reg.MustRegister(c)
-		m.order = append(m.order, name)
+		if rank == 0 {
+			*order = append(*order, name)
+		}
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: cl})
@@ -88,10 +120,5 @@ func newMetrics(cfg Config) *metrics {
 	m.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", latencyBuckets)
 	m.queue = hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", latencyBuckets)
 
-	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
-	}, []string{"block_size", "cache_dtype", "enable_prefix_caching", "engine", "gpu_memory_utilization", "num_gpu_blocks"})
-	register("vllm:cache_config_info", info)
-	info.WithLabelValues("16", "auto", "True", "0", "0.9", strconv.Itoa(cfg.KVCacheTokens/16)).Set(1)
 	return m
 }

@@ -26,6 +26,7 @@ type request struct {
 	target       int    // output tokens to produce
 	reason       string // finish reason when target is reached
 	arrival      time.Duration
+	rank         int // the data-parallel rank it was dispatched to
 
 	state      reqState
 	computed   int // prompt tokens in the KV cache (cached + prefilled)
@@ -103,6 +104,9 @@ type sched struct {
 	kvUsed  int // reserved tokens
 	prefix  *lru
 	c       counters
+	// stallDecode models a stuck decode (pipeline stage, KV transfer):
+	// prefills and admissions go on, no running request gets a decode step.
+	stallDecode bool
 }
 
 func newSched(cfg Config, m *metrics) *sched {
@@ -140,13 +144,21 @@ func (s *sched) abort(r *request, now time.Duration) {
 // each, unfinished prefills take what budget is left, in admission order),
 // then admissions from the head of the waiting queue while there are seats,
 // budget and KV room. A prompt longer than the remaining budget is prefilled
-// in chunks over several steps.
+// in chunks over several steps. While decode is stalled, requests past
+// their prefill are skipped (they keep their seats and KV), and those whose
+// client left are dropped at once: no step will ever carry them again.
 func (s *sched) schedule(now time.Duration) batch {
 	var b batch
 	budget := s.cfg.StepTokens
+	if s.stallDecode {
+		s.dropStalledAborts(now)
+	}
 	for _, r := range s.running {
 		if budget == 0 {
 			break
+		}
+		if s.stallDecode && r.computed >= r.prompt {
+			continue
 		}
 		if r.computed < r.prompt {
 			n := min(r.prompt-r.computed, budget)
@@ -197,6 +209,26 @@ func (s *sched) schedule(now time.Duration) batch {
 		s.setGauges()
 	}
 	return b
+}
+
+// dropStalledAborts finishes the aborted requests that wait on a stalled
+// decode. Without a step to ride in, vLLM's scheduler frees them when it
+// processes the abort; so does this.
+func (s *sched) dropStalledAborts(now time.Duration) {
+	kept := s.running[:0]
+	for _, r := range s.running {
+		if r.aborted && r.computed >= r.prompt {
+			s.finish(r, reasonAbort, now)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	if len(kept) == len(s.running) {
+		return
+	}
+	clear(s.running[len(kept):])
+	s.running = kept
+	s.setGauges()
 }
 
 // cost prices a step in engine time.

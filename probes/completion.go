@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// EndpointCompletions is where the one-token completion probe goes.
+// EndpointCompletions is where the two-token completion probe (a prefill and one decode step) goes.
 const EndpointCompletions = "/v1/completions"
 
 // ProbeState is where the asynchronous completion probe stands.
@@ -78,7 +78,7 @@ func (s CompletionStatus) String() string {
 	return "not started"
 }
 
-// CompletionProber runs the one-token completion probe in the background,
+// CompletionProber runs the two-token completion probe (a prefill and one decode step) in the background,
 // one at a time, so a probe that takes 90 s never stalls the sampling
 // cycle: each cycle Polls the last outcome and Starts the next. It is safe
 // for concurrent use.
@@ -163,8 +163,17 @@ func (p *CompletionProber) Close() {
 	p.wg.Wait()
 }
 
+// probeTokens is how many tokens the probe asks for. Two, not one: the
+// first token comes out of the prefill step, the second needs a decode
+// step, so a decode stall (a stuck pipeline stage or KV transfer, where
+// new requests still get their first token) leaves the probe outstanding
+// instead of letting it pass. ignore_eos (vLLM and SGLang accept it; other
+// servers ignore an unknown field) keeps a model whose first token is EOS
+// from ending the probe before its decode step.
+const probeTokens = 2
+
 func (p *CompletionProber) probe(model string) Observation {
-	body := map[string]any{"prompt": "ping", "max_tokens": 1, "temperature": 0, "stream": false}
+	body := map[string]any{"prompt": "ping", "max_tokens": probeTokens, "ignore_eos": true, "temperature": 0, "stream": false}
 	if model != "" {
 		body["model"] = model
 	}

@@ -140,7 +140,7 @@ func TestASlowProbeNeverBlocksTheCycle(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen) != 1 || seen[0]["model"] != "llama" || seen[0]["max_tokens"] != float64(1) {
+	if len(seen) != 1 || seen[0]["model"] != "llama" || seen[0]["max_tokens"] != float64(2) || seen[0]["ignore_eos"] != true {
 		t.Fatalf("probe bodies %v", seen)
 	}
 	if auth[0] != "Bearer k" {

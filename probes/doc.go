@@ -1,5 +1,5 @@
 // Package probes takes one observation of an inference engine per call:
-// /v1/models, /health, a /metrics scrape, or an asynchronous one-token
+// /v1/models, /health, a /metrics scrape, or an asynchronous two-token
 // completion, each typed, timed and with its failure classified.
 //
 // A probe never decides anything. It says what it saw (a status code, a

@@ -9,6 +9,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
@@ -53,6 +54,36 @@ type Metrics struct {
 	Heartbeats map[string]float64 `json:"heartbeats,omitempty"`
 	// Extra holds the Metric* names above that the scrape had.
 	Extra map[string]float64 `json:"extra,omitempty"`
+	// Decode holds the decode-stall rule's counters; nil when the engine
+	// does not export all three (the rule is then off).
+	Decode *DecodeCounters `json:"decode,omitempty"`
+	// Ranks holds each data-parallel rank's own values, by the value of
+	// the rank label, when the scrape has more than one rank (nil
+	// otherwise): summed counters hide one hung rank behind the others.
+	Ranks map[string]*Rank `json:"ranks,omitempty"`
+}
+
+// DecodeCounters tell first tokens from decode tokens.
+type DecodeCounters struct {
+	// FirstTokens: requests that got their first token (prefill done).
+	FirstTokens float64 `json:"first_tokens"`
+	// Generation: every output token, first tokens included.
+	Generation float64 `json:"generation_tokens"`
+	// Finished: requests finished other than by abort.
+	Finished float64 `json:"finished"`
+}
+
+// DecodeTokens are the output tokens after the first: the work a decode
+// step does.
+func (d *DecodeCounters) DecodeTokens() float64 { return d.Generation - d.FirstTokens }
+
+// Rank is one data-parallel rank's share of a scrape.
+type Rank struct {
+	Waiting float64 `json:"waiting"`
+	Running float64 `json:"running"`
+	// Counters holds the rank's series of every progress and heartbeat
+	// counter, by name.
+	Counters map[string]float64 `json:"counters"`
 }
 
 // ProgressTotal is the sum of the progress counters (prompt + generation
@@ -174,6 +205,32 @@ func ParseMetrics(r io.Reader, names configs.MetricNames) (m Metrics, missing []
 			m.Extra[n] = v
 		}
 	}
+	if d := names.Decode; d.FirstTokens != "" && d.GenerationTokens != "" && d.Finished != "" {
+		first, ok1, err1 := lookup(fams, d.FirstTokens)
+		gen, ok2, err2 := lookup(fams, d.GenerationTokens)
+		fin, ok3, err3 := lookupWhere(fams, d.Finished, notAborted)
+		if err == nil {
+			err = errors.Join(err1, err2, err3)
+		}
+		if ok1 && ok2 && ok3 {
+			m.Decode = &DecodeCounters{FirstTokens: first, Generation: gen, Finished: fin}
+		}
+		for _, x := range []struct {
+			name string
+			ok   bool
+		}{{d.FirstTokens, ok1}, {d.GenerationTokens, ok2}, {d.Finished, ok3}} {
+			if !x.ok && !slices.Contains(missing, x.name) {
+				missing = append(missing, x.name)
+			}
+		}
+	}
+	if names.RankLabel != "" {
+		ranks, rerr := perRank(fams, names)
+		if err == nil {
+			err = rerr
+		}
+		m.Ranks = ranks
+	}
 	if err != nil {
 		return Metrics{}, missing, err
 	}
@@ -216,20 +273,42 @@ func parseFamilies(r io.Reader) (fams map[string]*dto.MetricFamily, err error) {
 // lookup sums every series of name. ok is false when the scrape has no
 // such series.
 func lookup(fams map[string]*dto.MetricFamily, name string) (sum float64, ok bool, err error) {
-	if name == "" {
-		return 0, false, nil
+	return lookupWhere(fams, name, nil)
+}
+
+// lookupWhere sums the series of name that keep accepts (all when keep is
+// nil).
+func lookupWhere(fams map[string]*dto.MetricFamily, name string, keep func(*dto.Metric) bool) (sum float64, ok bool, err error) {
+	err = eachSeries(fams, name, func(mt *dto.Metric, v float64) {
+		if keep == nil || keep(mt) {
+			sum += v
+			ok = true
+		}
+	})
+	if err != nil {
+		return 0, false, err
 	}
-	pick := func(mt *dto.Metric) float64 { return plainValue(mt) }
+	return sum, ok, nil
+}
+
+// eachSeries calls fn with every series of name and its value: a plain
+// sample, or a histogram's or summary's count or sum when name ends in
+// _count or _sum. A non-finite value is an error.
+func eachSeries(fams map[string]*dto.MetricFamily, name string, fn func(mt *dto.Metric, v float64)) error {
+	if name == "" {
+		return nil
+	}
+	pick := plainValue
 	mf := fams[name]
 	if mf == nil {
 		base, suffix, cut := cutSuffix(name)
 		if !cut {
-			return 0, false, nil
+			return nil
 		}
 		mf = fams[base]
 		if mf == nil || (mf.GetType() != dto.MetricType_HISTOGRAM && mf.GetType() != dto.MetricType_SUMMARY &&
 			mf.GetType() != dto.MetricType_GAUGE_HISTOGRAM) {
-			return 0, false, nil
+			return nil
 		}
 		if suffix == "_count" {
 			pick = sampleCount
@@ -240,12 +319,71 @@ func lookup(fams map[string]*dto.MetricFamily, name string) (sum float64, ok boo
 	for _, mt := range mf.GetMetric() {
 		v := pick(mt)
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return 0, false, fmt.Errorf("metrics: %s has a non-finite value (%v)", name, v)
+			return fmt.Errorf("metrics: %s has a non-finite value (%v)", name, v)
 		}
-		sum += v
-		ok = true
+		fn(mt, v)
 	}
-	return sum, ok, nil
+	return nil
+}
+
+// notAborted keeps the series of a finished-requests counter whose
+// finished_reason is not "abort".
+func notAborted(mt *dto.Metric) bool { return labelValue(mt, "finished_reason") != "abort" }
+
+func labelValue(mt *dto.Metric, name string) string {
+	for _, l := range mt.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// perRank splits waiting, running and every progress and heartbeat
+// counter by the rank label. It returns nil unless the waiting gauge has
+// at least two ranks: one engine is judged by the sums alone.
+func perRank(fams map[string]*dto.MetricFamily, names configs.MetricNames) (map[string]*Rank, error) {
+	ranks := map[string]*Rank{}
+	rank := func(mt *dto.Metric) *Rank {
+		id := labelValue(mt, names.RankLabel)
+		if id == "" {
+			return nil
+		}
+		r := ranks[id]
+		if r == nil {
+			r = &Rank{Counters: map[string]float64{}}
+			ranks[id] = r
+		}
+		return r
+	}
+	err := eachSeries(fams, names.Waiting, func(mt *dto.Metric, v float64) {
+		if r := rank(mt); r != nil {
+			r.Waiting += v
+		}
+	})
+	if err != nil || len(ranks) < 2 {
+		return nil, err
+	}
+	known := func(mt *dto.Metric) *Rank { return ranks[labelValue(mt, names.RankLabel)] }
+	err = eachSeries(fams, names.Running, func(mt *dto.Metric, v float64) {
+		if r := known(mt); r != nil {
+			r.Running += v
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range append(slices.Clone(names.Progress), names.Heartbeats...) {
+		err := eachSeries(fams, name, func(mt *dto.Metric, v float64) {
+			if r := known(mt); r != nil {
+				r.Counters[name] += v
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ranks, nil
 }
 
 func cutSuffix(name string) (base, suffix string, ok bool) {

@@ -91,12 +91,12 @@ func TestParseMetrics(t *testing.T) {
 		{
 			name: "data-parallel engines are summed, by-reason and _created are ignored",
 			body: twoEngines, waiting: 7, running: 16, progress: 3030,
-			missing: []string{"vllm:iteration_tokens_total_count", "vllm:prefix_cache_queries_total", "vllm:request_success_total"},
+			missing: []string{"vllm:iteration_tokens_total_count", "vllm:prefix_cache_queries_total", "vllm:request_success_total", "vllm:time_to_first_token_seconds_count"},
 		},
 		{
 			name: "a missing heartbeat is reported but the scrape is readable",
 			body: twoEngines, names: func(n *configs.MetricNames) { n.Heartbeats = []string{"vllm:nope_total"} },
-			waiting: 7, running: 16, progress: 3030, missing: []string{"vllm:nope_total"},
+			waiting: 7, running: 16, progress: 3030, missing: []string{"vllm:nope_total", "vllm:time_to_first_token_seconds_count", "vllm:request_success_total"},
 		},
 		{
 			name:    "a missing waiting gauge makes the scrape unreadable",
@@ -124,7 +124,7 @@ func TestParseMetrics(t *testing.T) {
 			name:    "untyped samples are read too",
 			body:    "vllm:num_requests_waiting 2\nvllm:num_requests_running 1\nvllm:prompt_tokens_total 5\nvllm:generation_tokens_total 6\n",
 			waiting: 2, running: 1, progress: 11,
-			missing: []string{"vllm:iteration_tokens_total_count", "vllm:prefix_cache_queries_total", "vllm:request_success_total"},
+			missing: []string{"vllm:iteration_tokens_total_count", "vllm:prefix_cache_queries_total", "vllm:request_success_total", "vllm:time_to_first_token_seconds_count"},
 		},
 	}
 	for _, tc := range cases {
@@ -154,6 +154,73 @@ func TestParseMetrics(t *testing.T) {
 				t.Errorf("missing %v, want %v", missing, tc.missing)
 			}
 		})
+	}
+}
+
+const twoRanksWithDecode = twoEngines + `# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{engine="0",le="+Inf",model_name="m"} 50
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 50
+vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 1010
+vllm:iteration_tokens_total_bucket{engine="1",le="+Inf",model_name="m"} 70
+vllm:iteration_tokens_total_count{engine="1",model_name="m"} 70
+vllm:iteration_tokens_total_sum{engine="1",model_name="m"} 2020
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4
+vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 4
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 1.5
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf",model_name="m"} 6
+vllm:time_to_first_token_seconds_count{engine="1",model_name="m"} 6
+vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"} 2.5
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 2
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="m"} 5
+vllm:request_success_total{engine="1",finished_reason="length",model_name="m"} 3
+`
+
+// The per-rank split and the decode counters: what the watchdog needs to
+// see one hung rank behind a moving sum, and a decode stall behind moving
+// token counters.
+func TestParseMetricsRanksAndDecode(t *testing.T) {
+	t.Parallel()
+	m, _, err := ParseMetrics(strings.NewReader(twoRanksWithDecode), vllmNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Decode == nil {
+		t.Fatal("no decode counters")
+	}
+	if got := *m.Decode; got.FirstTokens != 10 || got.Generation != 30 || got.Finished != 5 {
+		t.Errorf("decode %+v, want first 10, generation 30, finished 5 (the 5 aborted left out)", got)
+	}
+	if got := m.Decode.DecodeTokens(); got != 20 {
+		t.Errorf("decode tokens %v, want 20", got)
+	}
+	if len(m.Ranks) != 2 {
+		t.Fatalf("ranks %v, want 2", m.Ranks)
+	}
+	r1 := m.Ranks["1"]
+	if r1.Waiting != 4 || r1.Running != 8 || r1.Counters["vllm:prompt_tokens_total"] != 2000 ||
+		r1.Counters["vllm:iteration_tokens_total_count"] != 70 || r1.Counters["vllm:request_success_total"] != 3 {
+		t.Errorf("rank 1 %+v", r1)
+	}
+	if r0 := m.Ranks["0"]; r0.Counters["vllm:request_success_total"] != 7 {
+		t.Errorf("rank 0 request_success %v, want 7 (every reason, as the heartbeat reads it)", r0.Counters["vllm:request_success_total"])
+	}
+
+	one, _, err := ParseMetrics(bytes.NewReader(fixture(t)), vllmNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Ranks != nil {
+		t.Errorf("one engine has no per-rank split, got %v", one.Ranks)
+	}
+	if one.Decode == nil || one.Decode.FirstTokens != 201 {
+		t.Errorf("fixture decode %+v, want 201 first tokens", one.Decode)
+	}
+	names := vllmNames()
+	names.RankLabel = ""
+	if off, _, _ := ParseMetrics(strings.NewReader(twoRanksWithDecode), names); off.Ranks != nil {
+		t.Error("rank_label empty still split ranks")
 	}
 }
 

@@ -246,14 +246,7 @@ func TestHangUnderLoadIsCaughtWithinHangAfterPlusTwoIntervals(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	hungAt := time.Now()
 	e.Hang()
-	deadline := hungAt.Add(hangAfter + 10*interval)
-	for time.Now().Before(deadline) && rec.first(watchdog.StateHung, hungAt) == nil {
-		time.Sleep(interval / 2)
-	}
-	v := rec.first(watchdog.StateHung, hungAt)
-	if v == nil {
-		t.Fatalf("hang not caught; last verdict: %s", rec.last().Reason)
-	}
+	v := waitHung(t, rec, hungAt, hangAfter+10*interval)
 	took := v.At.Sub(hungAt)
 	t.Logf("hang under load caught after %s (bound %s): %s", took.Round(time.Millisecond), hangAfter+2*interval, v.Reason)
 	if took > hangAfter+2*interval {
@@ -283,14 +276,7 @@ func TestHangWhileIdleIsCaughtThroughTheProbe(t *testing.T) {
 	}
 	hungAt := time.Now()
 	e.Hang()
-	deadline := hungAt.Add(hangAfter + 10*interval)
-	for time.Now().Before(deadline) && rec.first(watchdog.StateHung, hungAt) == nil {
-		time.Sleep(interval / 2)
-	}
-	v := rec.first(watchdog.StateHung, hungAt)
-	if v == nil {
-		t.Fatalf("idle hang not caught; last verdict: %s", rec.last().Reason)
-	}
+	v := waitHung(t, rec, hungAt, hangAfter+10*interval)
 	took := v.At.Sub(hungAt)
 	t.Logf("idle hang caught after %s: %s", took.Round(time.Millisecond), v.Reason)
 	if took > hangAfter+3*interval {

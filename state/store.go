@@ -129,5 +129,15 @@ func (s *Store) writeLocked() error {
 	if err := os.Rename(tmp.Name(), s.path); err != nil {
 		return fmt.Errorf("state: replace %s: %w", s.path, err)
 	}
+	// fsync the directory too: the rename lives in it, and without this a
+	// power cut can bring back the old state after vigil acted on the new.
+	dir, err := os.Open(filepath.Dir(s.path))
+	if err != nil {
+		return fmt.Errorf("state: sync directory of %s: %w", s.path, err)
+	}
+	defer dir.Close()
+	if err := dir.Sync(); err != nil {
+		return fmt.Errorf("state: sync directory of %s: %w", s.path, err)
+	}
 	return nil
 }

@@ -111,6 +111,7 @@ func New(o Options) *Server {
 			ErrorHandling: promhttp.ContinueOnError,
 		}))
 	}
+	mux.HandleFunc("GET /{$}", s.page) // the status page (page.go)
 	mux.HandleFunc("GET /status", s.status)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /overrides", s.listOverrides)

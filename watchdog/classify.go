@@ -2,29 +2,42 @@ package watchdog
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/vigil-dev/vigil/probes"
 )
 
-// Classify turns the recent samples into a verdict, by DESIGN.md section
-// 3, first match wins:
+// Classify turns the recent samples into a verdict, first match wins:
 //
 //   - loading: within StartupGrace after LastStart, never ready since;
-//   - down: refused, reset/empty reply or 5xx from /health or /v1/models on
-//     DownAfter consecutive samples, outside grace;
+//   - down: the engine itself is down on DownAfter consecutive samples,
+//     outside grace: /health refused, reset or 5xx, or /v1/models and
+//     /metrics both failing so (engineDown), and no positive evidence of
+//     serving in those samples (counters rising, a probe completing). One
+//     endpoint's 5xx on a serving engine is odd, never down;
 //   - misconfigured: a 401/403 from any endpoint;
-//   - hung: /v1/models OK or timing out, and no progress signal moved for
-//     HangAfter while work was pending (waiting + running > 0, or our
-//     probe unanswered);
+//   - hung (wedged): /v1/models, /health and /metrics all timing out, no
+//     answer at all, for HangAfter, and no probe answer in that time;
+//   - hung (engine): /v1/models answering or timing out, and no progress
+//     signal moved for HangAfter while work was pending (waiting + running
+//     > 0, or our probe unanswered), unless a probe completed meanwhile;
+//   - hung (rank): with several data-parallel ranks, one rank's counters
+//     frozen for HangAfter while its own queues hold work, whatever the
+//     others do (an idle rank is never hung);
+//   - hung (decode): first tokens keep coming but no decode token for
+//     HangAfter while requests that got a first token wait for a second;
 //   - saturated: progress moving, and waiting >= SaturatedWaiting or the
 //     probe timed out or exceeded ProbeSLO;
-//   - healthy: progress moving or idle, and the probe OK;
+//   - healthy: progress moving or idle, and the probe OK; after a hang in
+//     the open incident (ProofSince), only on positive evidence;
 //   - unknown: anything else: the scrape is unreadable (never taken as
-//     frozen), no earlier sample to compare with, the probe failing, or
-//     progress stalled for less than HangAfter.
+//     frozen), no earlier sample to compare with, a slow server that still
+//     answers, or progress stalled for less than HangAfter.
 //
+// A probe that keeps failing for a reason other than load (e.g. a 404 for
+// a model the engine does not serve) is named in every verdict's reason.
 // A counter that goes down means the engine restarted: it counts as a move
 // and rates restart from there. Classify is pure: history (oldest first),
 // p and now are all it reads.
@@ -38,42 +51,76 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	v.Evidence = evidence(history, &sc, p, now)
 	last := sc.last
 	ev := &v.Evidence
+	probeSlow, probeFailed := probeVerdict(history, p)
+	if probeFailed {
+		// The body says why (e.g. "The model `x` does not exist"), and
+		// stays the same from one failure to the next.
+		o := lastFinishedProbe(history).Observation
+		ev.ProbeFailing = outcome(o)
+		if o.Error != "" && o.Class != probes.ClassTimeout {
+			ev.ProbeFailing = o.Error
+		}
+	}
+	// tail is said after every reason: the probe failing for a reason
+	// other than load, and what is odd about a serving engine.
+	tail := func() string {
+		var b strings.Builder
+		if ev.ProbeFailing != "" {
+			fmt.Fprintf(&b, "; probe failing: %s (not load: check engine.model and the engine's log)", ev.ProbeFailing)
+		}
+		for _, o := range ev.Odd {
+			b.WriteString("; odd: " + o)
+		}
+		return b.String()
+	}
+	say := func(state State, format string, a ...any) Verdict {
+		v.State = state
+		v.Reason = fmt.Sprintf(format, a...) + tail()
+		return v
+	}
 
 	// loading
 	grace := graceEnd(history, p)
 	if now.Before(grace) {
-		v.State = StateLoading
-		v.Reason = fmt.Sprintf("LOADING: engine (re)started %s ago, not serving yet (/v1/models %s); grace ends in %s; not restarting",
+		return say(StateLoading, "LOADING: engine (re)started %s ago, not serving yet (/v1/models %s); grace ends in %s; not restarting",
 			human(now.Sub(p.LastStart)), ev.Models, human(p.LastStart.Add(p.StartupGrace).Sub(now)))
-		return v
 	}
 
 	// down: only samples taken outside the grace count, so an engine
 	// refusing while it loads, then failing once as it comes up, is not
-	// down.
+	// down. Any sign of serving in those samples vetoes it.
 	if n := max(p.DownAfter, 1); len(history) >= n {
-		down := true
-		for i := len(history) - n; i < len(history); i++ {
-			s := &history[i]
-			if s.At.Before(grace) || (!s.Health.Unreachable() && !s.Models.Unreachable()) {
-				down = false
-				break
-			}
+		first := &history[len(history)-n]
+		down := !first.At.Before(grace)
+		for i := len(history) - n; i < len(history) && down; i++ {
+			down = engineDown(&history[i])
 		}
 		if down {
-			v.State = StateDown
-			v.Reason = fmt.Sprintf("DOWN: /health %s, /v1/models %s on %d consecutive samples; will drain and restart",
-				ev.Health, ev.Models, n)
-			return v
+			proof := servedSince(history, &sc, first.At)
+			if proof == "" {
+				return say(StateDown, "DOWN: /health %s, /v1/models %s on %d consecutive samples",
+					ev.Health, ev.Models, n)
+			}
+			ev.Odd = append(ev.Odd, fmt.Sprintf("looks down (/health %s, /v1/models %s) but %s: not down",
+				outcome(last.Health), outcome(last.Models.Observation), proof))
 		}
+	}
+	if len(ev.Odd) == 0 {
+		ev.Odd = oddEndpoints(last)
 	}
 
 	// misconfigured
 	if o := last.unauthorized(); o != nil {
-		v.State = StateMisconfigured
-		v.Reason = fmt.Sprintf("MISCONFIGURED: %s answered %d: the engine API key is wrong or missing (engine.api_key); paging, never restarting",
+		return say(StateMisconfigured, "MISCONFIGURED: %s answered %d: the engine API key is wrong or missing (engine.api_key); paging, never restarting",
 			o.Endpoint, o.Code)
-		return v
+	}
+
+	// hung: a wedged API server answers nothing, so its /metrics is
+	// unreadable; this comes before the unreadable-scrape rule.
+	if p.HangAfter > 0 && sc.wedge.For >= p.HangAfter {
+		ev.Hang, ev.Unanswered = HangWedged, sc.wedge.For
+		return say(StateHung, "HUNG (wedged API server): no answer at all from /v1/models, /health or /metrics for %s (timeouts, not refusals); probe %s",
+			human(sc.wedge.For), ev.Probe)
 	}
 
 	if !last.readable() {
@@ -81,27 +128,56 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 		if why == "" {
 			why = last.Metrics.Observation.String()
 		}
-		v.Reason = fmt.Sprintf("UNKNOWN: /metrics unreadable (%s); progress cannot be judged; probe %s; not restarting",
+		if sc.wedge.For > 0 {
+			return say(StateUnknown, "UNKNOWN: no endpoint has answered for %s (timeouts; hung as a wedged API server at %s); probe %s; not restarting",
+				human(sc.wedge.For), human(p.HangAfter), ev.Probe)
+		}
+		return say(StateUnknown, "UNKNOWN: /metrics unreadable (%s); progress cannot be judged; probe %s; not restarting",
 			why, ev.Probe)
-		return v
 	}
 
 	m := last.Metrics.Metrics
-	modelsAlive := last.Models.OK() || last.Models.Class == probes.ClassTimeout
-	probeSlow, probeFailed := probeVerdict(history, p)
+	modelsAlive := last.Models.Class != probes.ClassRefused && last.Models.Class != probes.ClassReset
 
-	// hung
+	// hung: the whole engine.
 	if sc.pending && modelsAlive && p.HangAfter > 0 && sc.stall >= p.HangAfter {
-		v.State = StateHung
-		v.Reason = fmt.Sprintf("HUNG: no progress for %s with %s waiting, %s running; /v1/models %s; probe %s; will drain and restart",
-			human(sc.stall), count(m.Waiting), count(m.Running), ev.Models, ev.Probe)
-		return v
+		if proof := probeServedSince(history, now.Add(-sc.stall)); proof != "" {
+			ev.Odd = append(ev.Odd, fmt.Sprintf("counters frozen with work pending, but %s: /metrics may be stale", proof))
+		} else {
+			ev.Hang = HangEngine
+			ranks := ""
+			if hung := hungRanks(ev.Ranks); len(hung) > 0 && len(hung) < len(ev.Ranks) {
+				// The others went idle: every client ended up waiting on
+				// the frozen rank, so the sums froze too.
+				ranks = fmt.Sprintf(" (data-parallel rank %s of %d frozen with work, the others idle)", rankList(hung), len(ev.Ranks))
+			}
+			return say(StateHung, "HUNG: no progress for %s with %s waiting, %s running%s; /v1/models %s; probe %s",
+				human(sc.stall), count(m.Waiting), count(m.Running), ranks, ev.Models, ev.Probe)
+		}
+	}
+
+	// hung: one data-parallel rank.
+	if hung := hungRanks(ev.Ranks); len(hung) > 0 && p.HangAfter > 0 {
+		ev.Hang = HangRank
+		var parts []string
+		for _, r := range hung {
+			parts = append(parts, fmt.Sprintf("rank %s of %d: no progress for %s with %s pending",
+				r.Rank, len(ev.Ranks), human(r.Stalled), count(r.Waiting+r.Running)))
+		}
+		return say(StateHung, "HUNG (data-parallel rank): %s; the other ranks %s; probe %s",
+			strings.Join(parts, "; "), othersDoing(ev.Ranks), ev.Probe)
+	}
+
+	// hung: decode stalled while prefill goes on.
+	if sc.decode.Stalled(p.HangAfter) {
+		ev.Hang = HangDecode
+		return say(StateHung, "HUNG (decode stalled): no decode token for %s while %s requests got their first token since (prefill goes on, nobody gets a second token); %s running, %s waiting; probe %s",
+			human(sc.decode.Stall), count(sc.decode.FirstTokens), count(m.Running), count(m.Waiting), ev.Probe)
 	}
 
 	// saturated
 	deep := p.SaturatedWaiting > 0 && m.Waiting >= float64(p.SaturatedWaiting)
 	if sc.prevReadable != nil && sc.moving && (deep || probeSlow) {
-		v.State = StateSaturated
 		var b strings.Builder
 		fmt.Fprintf(&b, "SATURATED: %s waiting, %s running, %s tok/s, counters +%s in %s",
 			count(m.Waiting), count(m.Running), count(ev.TokensPerSec), count(ev.ProgressDelta), human(ev.Window))
@@ -112,42 +188,149 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 			fmt.Fprintf(&b, "; probe %s (SLO %s)", ev.Probe, human(p.ProbeSLO))
 		}
 		b.WriteString("; not restarting")
-		v.Reason = b.String()
-		return v
+		return say(StateSaturated, "%s", b.String())
 	}
 
 	// healthy
 	idle := sc.pendingKnown && !sc.pending
 	if (idle || (sc.prevReadable != nil && sc.moving)) && !probeSlow && !probeFailed {
-		v.State = StateHealthy
+		if !p.ProofSince.IsZero() && servedSince(history, &sc, p.ProofSince) == "" {
+			return say(StateUnknown, "UNKNOWN: %s waiting, %s running, but the engine was hung or down %s ago and has shown no sign of serving since (no counter rising, no probe completed); waiting for one before resolving; probe %s",
+				count(m.Waiting), count(m.Running), human(now.Sub(p.ProofSince)), ev.Probe)
+		}
+		var reason string
 		if idle {
-			v.Reason = fmt.Sprintf("HEALTHY: idle (0 waiting, 0 running); /v1/models %s; probe %s", ev.Models, ev.Probe)
+			reason = fmt.Sprintf("HEALTHY: idle (0 waiting, 0 running); /v1/models %s; probe %s", ev.Models, ev.Probe)
 		} else {
-			v.Reason = fmt.Sprintf("HEALTHY: %s waiting, %s running, %s tok/s; probe %s",
+			reason = fmt.Sprintf("HEALTHY: %s waiting, %s running, %s tok/s; probe %s",
 				count(m.Waiting), count(m.Running), count(ev.TokensPerSec), ev.Probe)
 		}
 		if sc.reset {
-			v.Reason += "; counters reset (engine restarted), re-baselined"
+			reason += "; counters reset (engine restarted), re-baselined"
 		}
-		return v
+		return say(StateHealthy, "%s", reason)
 	}
 
 	// unknown
 	switch {
 	case sc.prevReadable == nil:
-		v.Reason = fmt.Sprintf("UNKNOWN: first readable scrape, progress cannot be judged yet; %s waiting, %s running; probe %s",
+		return say(StateUnknown, "UNKNOWN: first readable scrape, progress cannot be judged yet; %s waiting, %s running; probe %s",
 			count(m.Waiting), count(m.Running), ev.Probe)
-	case !sc.moving && sc.pending:
-		v.Reason = fmt.Sprintf("UNKNOWN: no progress for %s with %s waiting, %s running (hung at %s); /v1/models %s; probe %s; not restarting",
+	case !sc.moving && sc.pending && sc.stall < p.HangAfter:
+		return say(StateUnknown, "UNKNOWN: no progress for %s with %s waiting, %s running (hung at %s); /v1/models %s; probe %s; not restarting",
 			human(sc.stall), count(m.Waiting), count(m.Running), human(p.HangAfter), ev.Models, ev.Probe)
 	case probeFailed:
-		v.Reason = fmt.Sprintf("UNKNOWN: probe %s while counters move (%s tok/s); check engine.model; not restarting",
-			ev.Probe, count(ev.TokensPerSec))
-	default:
-		v.Reason = fmt.Sprintf("UNKNOWN: %s waiting, %s running, %s tok/s; probe %s; not restarting",
-			count(m.Waiting), count(m.Running), count(ev.TokensPerSec), ev.Probe)
+		return say(StateUnknown, "UNKNOWN: %s waiting, %s running, counters moving (%s tok/s); not restarting",
+			count(m.Waiting), count(m.Running), count(ev.TokensPerSec))
 	}
-	return v
+	return say(StateUnknown, "UNKNOWN: %s waiting, %s running, %s tok/s; probe %s; not restarting",
+		count(m.Waiting), count(m.Running), count(ev.TokensPerSec), ev.Probe)
+}
+
+// engineDown: the engine itself is down at this sample, not one endpoint:
+// /health refused, reset or 5xx (vLLM answers 503 once its engine core is
+// dead), or /v1/models and /metrics both refused, reset or 5xx.
+func engineDown(s *Sample) bool {
+	if s.Health.Taken() && s.Health.Unreachable() {
+		return true
+	}
+	return s.Models.Unreachable() && s.Metrics.Unreachable()
+}
+
+// oddEndpoints names the endpoints answering 5xx or refusing on an engine
+// that is not down: worth a word in the page, never a restart.
+func oddEndpoints(s *Sample) []string {
+	var odd []string
+	for _, o := range []probes.Observation{s.Models.Observation, s.Health, s.Metrics.Observation} {
+		if o.Taken() && o.Unreachable() {
+			odd = append(odd, fmt.Sprintf("%s answers %s while the engine is not down", o.Endpoint, outcome(o)))
+		}
+	}
+	return odd
+}
+
+// outcome is an observation's result without its latency, so that the
+// same fault reads the same from one sample to the next (pages about it
+// are sent once, not every cycle).
+func outcome(o probes.Observation) string {
+	switch o.Class {
+	case probes.ClassNone, probes.ClassHTTPStatus:
+		if !o.Taken() {
+			return "not probed"
+		}
+		return strings.TrimSpace(fmt.Sprint(o.Code, " ", http.StatusText(o.Code)))
+	case probes.ClassTimeout:
+		return "timeout"
+	case probes.ClassRefused:
+		return "refused"
+	case probes.ClassReset:
+		return "reset (empty reply)"
+	}
+	return "failed: " + o.Error
+}
+
+// servedSince names positive evidence that the engine served at or after
+// t: counters rising (a reset is a restart, not service), or a probe
+// sent at or after t completing. "" when there is none.
+func servedSince(history []Sample, sc *scan, t time.Time) string {
+	if !sc.lastGrowth.IsZero() && !sc.lastGrowth.Before(t) {
+		return "counters rise"
+	}
+	return probeServedSince(history, t)
+}
+
+// probeServedSince names a completion probe sent at or after t that
+// completed, or "".
+func probeServedSince(history []Sample, t time.Time) string {
+	for i := len(history) - 1; i >= 0; i-- {
+		if pr := history[i].Probe; pr.State == probes.ProbeOK && !pr.Started.Before(t) {
+			return "probes complete"
+		}
+	}
+	return ""
+}
+
+// lastFinishedProbe is the most recent probe that finished.
+func lastFinishedProbe(history []Sample) probes.CompletionStatus {
+	for i := len(history) - 1; i >= 0; i-- {
+		if s := history[i].Probe; s.State != probes.ProbeOutstanding && s.State != probes.ProbeIdle {
+			return s
+		}
+	}
+	return history[len(history)-1].Probe
+}
+
+func hungRanks(ranks []RankEvidence) []RankEvidence {
+	var hung []RankEvidence
+	for _, r := range ranks {
+		if r.Hung {
+			hung = append(hung, r)
+		}
+	}
+	return hung
+}
+
+func rankList(ranks []RankEvidence) string {
+	ids := make([]string, len(ranks))
+	for i, r := range ranks {
+		ids[i] = r.Rank
+	}
+	return strings.Join(ids, ", ")
+}
+
+// othersDoing says what the ranks that are not hung do.
+func othersDoing(ranks []RankEvidence) string {
+	moving, idle := 0, 0
+	for _, r := range ranks {
+		switch {
+		case r.Hung:
+		case r.Waiting+r.Running == 0:
+			idle++
+		default:
+			moving++
+		}
+	}
+	return fmt.Sprintf("serve (%d moving, %d idle)", moving, idle)
 }
 
 // graceEnd is when the startup grace ended or ends: StartupGrace after
@@ -212,8 +395,9 @@ func probeVerdict(history []Sample, p Params) (slow, failed bool) {
 	}
 	for i := len(history) - 2; i >= 0; i-- {
 		if s := history[i].Probe; s.State != probes.ProbeOutstanding && s.State != probes.ProbeIdle {
-			slow, _ = judge(s)
-			return slow, false
+			// A probe that failed (not by load) stays failing while its
+			// successor runs: the fault is the configuration, not this try.
+			return judge(s)
 		}
 	}
 	return false, false
@@ -251,6 +435,15 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 	if len(r.heartbeats) > 0 {
 		ev.HeartbeatDeltas = r.heartbeats
 	}
+	for _, rk := range sc.ranks {
+		ev.Ranks = append(ev.Ranks, RankEvidence{Rank: rk.ID, Waiting: rk.Waiting, Running: rk.Running,
+			Stalled: rk.Stall, Hung: rk.Pending() && p.HangAfter > 0 && rk.Stall >= p.HangAfter})
+	}
+	if sc.decode.FirstTokens > 0 {
+		ev.DecodeStalled = sc.decode.Stall
+	}
+	ev.Unanswered = sc.wedge.For
+	ev.Serving = (sc.moving && !sc.reset) || last.Probe.State == probes.ProbeOK
 	if d, ok := r.extra[probes.MetricRequestSuccess]; ok {
 		ev.CompletionsPerSec = r.perSecond(d)
 		if ev.CompletionsPerSec > 0 && ev.Waiting > 0 {

@@ -102,6 +102,18 @@ func (s *sim) tick(n int, each ...func(*sim)) *sim {
 		} else {
 			m := s.m
 			m.Progress, m.Heartbeats, m.Extra = clone(s.m.Progress), clone(s.m.Heartbeats), clone(s.m.Extra)
+			if s.m.Decode != nil {
+				d := *s.m.Decode
+				m.Decode = &d
+			}
+			if s.m.Ranks != nil {
+				m.Ranks = map[string]*probes.Rank{}
+				for id, r := range s.m.Ranks {
+					c := *r
+					c.Counters = clone(r.Counters)
+					m.Ranks[id] = &c
+				}
+			}
 			sm.Metrics = probes.MetricsObservation{Observation: ok(probes.EndpointMetrics), Metrics: &m}
 		}
 		s.samples = append(s.samples, sm)
@@ -135,6 +147,23 @@ func unreadable(why string) func(*sim) {
 		s.scrape = &probes.MetricsObservation{Observation: probes.Observation{
 			Endpoint: probes.EndpointMetrics, Class: probes.ClassOther, Code: 200, Error: why}}
 	}
+}
+
+// classifyEach classifies every prefix of the history from two samples on
+// (one alone cannot show progress), failing on any state in never, and
+// returns the verdict on the whole history.
+func classifyEach(t *testing.T, s *sim, p Params, never []State) Verdict {
+	t.Helper()
+	for i := 2; i < len(s.samples); i++ {
+		prefix := s.samples[:i]
+		v := Classify(prefix, p, prefix[i-1].At)
+		for _, bad := range never {
+			if v.State == bad {
+				t.Fatalf("after %d samples: %s (%s)", i, v.State, v.Reason)
+			}
+		}
+	}
+	return Classify(s.samples, p, s.at)
 }
 
 func TestClassify(t *testing.T) {
@@ -175,7 +204,7 @@ func TestClassify(t *testing.T) {
 				return s.probeOut(s.at.Add(time.Millisecond)).tick(13)
 			},
 			want:   StateHung,
-			reason: "HUNG: no progress for 3m15s with 0 waiting, 0 running; /v1/models 200 in 3ms (llama); probe outstanding for 3m15s; will drain and restart",
+			reason: "HUNG: no progress for 3m15s with 0 waiting, 0 running; /v1/models 200 in 3ms (llama); probe outstanding for 3m15s",
 		},
 		{
 			name: "idle engine whose probes keep timing out is hung",
@@ -350,7 +379,7 @@ func TestClassify(t *testing.T) {
 					unreadable("refused")(s)
 				})
 			},
-			want: StateDown, reason: "DOWN: /health refused, /v1/models refused on 2 consecutive samples; will drain and restart",
+			want: StateDown, reason: "DOWN: /health refused, /v1/models refused on 2 consecutive samples",
 		},
 		{
 			name: "503 from /health on two samples is down",
@@ -362,13 +391,22 @@ func TestClassify(t *testing.T) {
 			want: StateDown,
 		},
 		{
-			name: "an empty reply from /v1/models on two samples is down",
+			name: "an empty reply from /health on two samples is down",
+			hist: func() *sim {
+				return newSim().tick(2).tick(2, func(s *sim) {
+					s.health = failed(probes.EndpointHealth, probes.ClassReset, 0)
+				})
+			},
+			want: StateDown,
+		},
+		{
+			name: "an empty reply from /v1/models alone, /health and /metrics fine, is odd, not down",
 			hist: func() *sim {
 				return newSim().tick(2).tick(2, func(s *sim) {
 					s.models = probes.ModelsObservation{Observation: failed(probes.EndpointModels, probes.ClassReset, 0)}
 				})
 			},
-			want: StateDown,
+			want: StateHealthy, reason: "odd: /v1/models answers reset (empty reply) while the engine is not down",
 		},
 		{
 			name: "within startup grace is loading",
@@ -433,6 +471,7 @@ func TestClassify(t *testing.T) {
 			hist: func() *sim {
 				return newSim().tick(2, func(s *sim) {
 					s.models = probes.ModelsObservation{Observation: failed(probes.EndpointModels, probes.ClassRefused, 0)}
+					s.health = failed(probes.EndpointHealth, probes.ClassRefused, 0)
 				})
 			},
 			params: func(p *Params, s *sim) { p.LastStart = t0; p.LastReady = t0.Add(time.Second) },
@@ -462,17 +501,7 @@ func TestClassify(t *testing.T) {
 			if c.params != nil {
 				c.params(&p, s)
 			}
-			// From two samples on: one alone cannot show progress.
-			for i := 2; i < len(s.samples); i++ {
-				prefix := s.samples[:i]
-				v := Classify(prefix, p, prefix[i-1].At)
-				for _, bad := range c.never {
-					if v.State == bad {
-						t.Fatalf("after %d samples: %s (%s)", i, v.State, v.Reason)
-					}
-				}
-			}
-			v := Classify(s.samples, p, s.at)
+			v := classifyEach(t, s, p, c.never)
 			if v.State != c.want {
 				t.Fatalf("got %s (%s), want %s", v.State, v.Reason, c.want)
 			}

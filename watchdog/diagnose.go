@@ -46,6 +46,9 @@ type Report struct {
 	RetryStorm RetryStormCheck `json:"retry_storm"`
 	// Missing lists configured metrics the engine does not export.
 	Missing []string `json:"missing_metrics,omitempty"`
+	// Notes are hints for the operator beside the verdict, e.g. that an
+	// engine refusing connections may still be loading.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // MarshalJSON writes durations as seconds.
@@ -95,9 +98,18 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		p = c
 	}
 	n := max(int(window/interval)+1, 2)
-	history := make([]Sample, 0, n)
+	history := make([]Sample, n)
+	// Samples are taken on schedule, each in its own goroutine: a server
+	// that answers nothing must not stretch a 30 s window into minutes of
+	// timeouts. Each sample's requests are bounded by the interval too, so
+	// the whole run takes about window + interval.
+	timeout := opts.Engine.RequestTimeout
+	if timeout <= 0 || timeout > interval {
+		timeout = interval
+	}
 	begin := time.Now()
-	var model string
+	done := make(chan int, n)
+	models := make([]string, n)
 	for i := range n {
 		if i > 0 {
 			wait := time.Until(begin.Add(time.Duration(i) * interval))
@@ -109,12 +121,30 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 			case <-t.C:
 			}
 		}
-		s := sampleOnce(ctx, p, now(), opts.Engine.RequestTimeout)
-		history = append(history, s)
-		if model = opts.Engine.Model; model == "" {
-			model = s.Models.First()
+		at := now()
+		go func() {
+			s := sampleOnce(ctx, p, at, timeout)
+			m := opts.Engine.Model
+			if m == "" {
+				m = s.Models.First()
+			}
+			p.StartCompletion(m)
+			history[i], models[i] = s, m
+			done <- i
+		}()
+	}
+	for range n {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return Report{}, fmt.Errorf("diagnose: interrupted while the last samples ran: %w", ctx.Err())
 		}
-		p.StartCompletion(model)
+	}
+	var model string
+	for _, m := range models {
+		if m != "" {
+			model = m
+		}
 	}
 	last := history[len(history)-1]
 	params := ParamsFrom(opts.Watchdog)
@@ -135,6 +165,9 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
 	}
 	r.Action = actionFor(v.State, true, opts.Watchdog.DryRun)
+	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
+		r.Notes = append(r.Notes, "the port refuses connections: the engine may still be loading its model (vLLM opens its port only once loaded, and diagnose cannot know when it started); run again in a few minutes or read the engine's log before restarting it")
+	}
 	for i := len(history) - 1; i >= 0; i-- {
 		if m := history[i].Metrics; m.Readable() || len(m.Missing) > 0 {
 			r.Missing = m.Missing
@@ -161,6 +194,9 @@ func (r Report) WriteText(w io.Writer) error {
 	line("%s (exit %d)", strings.ToUpper(string(r.State)), ExitCode(r.State))
 	line("  %s", r.Reason)
 	line("  vigil run would: %s", r.Action)
+	for _, n := range r.Notes {
+		line("  note: %s", n)
+	}
 	if r.State == StateUnknown && ev.Stalled > 0 && ev.Stalled < r.HangAfter {
 		line("  counters were frozen for %s of the %s hang_after: run again with --window longer than %s to tell hung from slow",
 			human(ev.Stalled), human(r.HangAfter), human(r.HangAfter))
@@ -172,6 +208,15 @@ func (r Report) WriteText(w io.Writer) error {
 	row("completion probe", "%s", ev.Probe)
 	if ev.MetricsError != "" {
 		row("/metrics", "unreadable: %s", ev.MetricsError)
+	}
+	if ev.Unanswered > 0 {
+		row("no answer", "for %s from any endpoint (hung as a wedged API server at %s)", human(ev.Unanswered), human(r.HangAfter))
+	}
+	if ev.ProbeFailing != "" {
+		row("probe failing", "%s (not load: check engine.model)", ev.ProbeFailing)
+	}
+	for _, o := range ev.Odd {
+		row("odd", "%s", o)
 	}
 	line("")
 	line("Queue")
@@ -195,6 +240,25 @@ func (r Report) WriteText(w io.Writer) error {
 		human(ev.LongestGap), human(r.HangAfter))
 	if ev.CounterReset {
 		row("counters", "reset during the window (engine restarted); re-baselined")
+	}
+	if ev.DecodeStalled > 0 {
+		row("decode", "no decode token for %s while requests got first tokens (hung at %s)", human(ev.DecodeStalled), human(r.HangAfter))
+	}
+	if len(ev.Ranks) > 1 {
+		line("")
+		line("Data-parallel ranks (%d)", len(ev.Ranks))
+		for _, rk := range ev.Ranks {
+			st := "moving"
+			switch {
+			case rk.Hung:
+				st = fmt.Sprintf("HUNG: no progress for %s with work pending", human(rk.Stalled))
+			case rk.Waiting+rk.Running == 0:
+				st = "idle"
+			case rk.Stalled > 0:
+				st = fmt.Sprintf("frozen for %s with work pending (hung at %s)", human(rk.Stalled), human(r.HangAfter))
+			}
+			row("rank "+rk.Rank, "%s waiting, %s running; %s", count(rk.Waiting), count(rk.Running), st)
+		}
 	}
 	line("")
 	line("Capacity")

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -144,5 +147,59 @@ func TestEvidenceJSONRoundTripsInSeconds(t *testing.T) {
 	}
 	if back.Evidence.SinceProgress != ev.SinceProgress || back.Evidence.DrainEstimate != ev.DrainEstimate || !back.Evidence.CounterReset {
 		t.Fatalf("round trip: %+v", back.Evidence)
+	}
+}
+
+// Issue #12: a wedged API server (accepts, never answers) must not
+// stretch the window: samples are taken on schedule, each bounded, so
+// `diagnose --window 1s` with a 10 s request timeout still ends in about
+// window + interval, and says nothing has answered.
+func TestDiagnoseOfAWedgedServerSamplesOnSchedule(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	cfg := configs.Default()
+	cfg.Engine.URL = srv.URL
+	cfg.Engine.RequestTimeout = 10 * time.Second
+	start := time.Now()
+	r, err := Diagnose(context.Background(), Options{Engine: cfg.Engine, Watchdog: cfg.Watchdog}, time.Second, 250*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("diagnose over a 1s window took %s: the timeouts stretched it", took)
+	}
+	if r.State != StateUnknown || r.Evidence.Unanswered <= 0 || !strings.Contains(r.Reason, "no endpoint has answered") {
+		t.Fatalf("%s %s (unanswered %s)", r.State, r.Reason, r.Evidence.Unanswered)
+	}
+}
+
+// An engine that refuses connections may be loading: diagnose cannot know
+// when it started, so it says so beside DOWN.
+func TestDiagnoseOfARefusingEngineSaysItMayBeLoading(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := configs.Default()
+	cfg.Engine.URL = "http://" + addr
+	r, err := Diagnose(context.Background(), Options{Engine: cfg.Engine, Watchdog: cfg.Watchdog}, 200*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	_ = r.WriteText(&text)
+	if r.State != StateDown || len(r.Notes) == 0 || !strings.Contains(text.String(), "may still be loading") {
+		t.Fatalf("%s: %s\n%s", r.State, r.Reason, text.String())
 	}
 }

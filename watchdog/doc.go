@@ -3,7 +3,7 @@
 //
 // Classify is a pure function of the recent samples, the guard state and
 // the time: the same history always gives the same verdict, so its rules
-// (DESIGN.md section 3) are tested by tables without a clock or a network.
+// (docs/design.md section 3) are tested by tables without a clock or a network.
 // Watchdog is the cycle loop around it: sample every interval, classify,
 // keep the incident state machine, tell the pager and the limiter, ask the
 // recoverer, and persist what it needs to survive vigil's own restart.

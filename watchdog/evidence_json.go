@@ -27,6 +27,21 @@ type evidenceJSON struct {
 	MetricsError      string             `json:"metrics_error,omitempty"`
 	CompletionsPerSec float64            `json:"completions_per_second"`
 	DrainEstimate     float64            `json:"drain_estimate_seconds"`
+	Hang              HangKind           `json:"hang,omitempty"`
+	Ranks             []rankJSON         `json:"ranks,omitempty"`
+	DecodeStalled     float64            `json:"decode_stalled_seconds,omitempty"`
+	Unanswered        float64            `json:"unanswered_seconds,omitempty"`
+	ProbeFailing      string             `json:"probe_failing,omitempty"`
+	Odd               []string           `json:"odd,omitempty"`
+	Serving           bool               `json:"serving,omitempty"`
+}
+
+type rankJSON struct {
+	Rank    string  `json:"rank"`
+	Waiting float64 `json:"waiting"`
+	Running float64 `json:"running"`
+	Stalled float64 `json:"stalled_seconds"`
+	Hung    bool    `json:"hung,omitempty"`
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
@@ -45,7 +60,20 @@ func (e Evidence) MarshalJSON() ([]byte, error) {
 		Models: e.Models, Health: e.Health, Probe: e.Probe,
 		ProbeLatency: seconds(e.ProbeLatency), MetricsError: e.MetricsError,
 		CompletionsPerSec: e.CompletionsPerSec, DrainEstimate: seconds(e.DrainEstimate),
+		Hang: e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
+		Unanswered: seconds(e.Unanswered), ProbeFailing: e.ProbeFailing, Odd: e.Odd, Serving: e.Serving,
 	})
+}
+
+func ranksJSON(rs []RankEvidence) []rankJSON {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]rankJSON, len(rs))
+	for i, r := range rs {
+		out[i] = rankJSON{Rank: r.Rank, Waiting: r.Waiting, Running: r.Running, Stalled: seconds(r.Stalled), Hung: r.Hung}
+	}
+	return out
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -64,6 +92,11 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		Models: j.Models, Health: j.Health, Probe: j.Probe,
 		ProbeLatency: duration(j.ProbeLatency), MetricsError: j.MetricsError,
 		CompletionsPerSec: j.CompletionsPerSec, DrainEstimate: duration(j.DrainEstimate),
+		Hang: j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
+		ProbeFailing: j.ProbeFailing, Odd: j.Odd, Serving: j.Serving,
+	}
+	for _, r := range j.Ranks {
+		e.Ranks = append(e.Ranks, RankEvidence{Rank: r.Rank, Waiting: r.Waiting, Running: r.Running, Stalled: duration(r.Stalled), Hung: r.Hung})
 	}
 	return nil
 }

@@ -31,6 +31,11 @@ type tracker struct {
 	Seq int `json:"incident_seq"`
 	// UnknownSince is the first of the current run of unknown verdicts.
 	UnknownSince time.Time `json:"unknown_since,omitzero"`
+	// ProofSince is the last hung or down verdict of the open incident:
+	// resolving it needs positive evidence after this (Params.ProofSince).
+	// Persisted, so a vigil restarted on a hung idle engine does not take
+	// its frozen gauges for health.
+	ProofSince time.Time `json:"proof_since,omitzero"`
 }
 
 // counts reports whether v opens (or keeps) an incident on its own: every
@@ -58,6 +63,19 @@ func (t *tracker) observe(v Verdict, busy bool, unknownAfter time.Duration, node
 	} else {
 		t.UnknownSince = time.Time{}
 	}
+	if busy && v.Recovering && (v.State == StateDown || v.State == StateLoading) && t.Open != nil {
+		// vigil's own restart of the engine: expected, not a new state.
+		c := *t.Open
+		return &c, false, false
+	}
+	defer func() {
+		switch {
+		case t.Open == nil:
+			t.ProofSince = time.Time{}
+		case v.State.NeedsRecovery():
+			t.ProofSince = v.At
+		}
+	}()
 	switch {
 	case t.Open == nil && t.counts(v, unknownAfter):
 		t.Seq++

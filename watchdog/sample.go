@@ -95,6 +95,12 @@ type Params struct {
 	// RateWindow: deltas and rates span the readable samples within this
 	// window before the last one (0: the last two readable samples).
 	RateWindow time.Duration
+	// ProofSince, when set, is when the engine was last judged hung or
+	// down in the open incident: a healthy verdict then needs positive
+	// evidence after it (counters rising, or a probe sent after it
+	// completing). Frozen idle gauges are no proof: a hung idle engine
+	// shows them too, e.g. to a vigil that has just restarted.
+	ProofSince time.Time
 }
 
 // ParamsFrom takes the thresholds from the watchdog config. LastStart and

@@ -35,6 +35,15 @@ type scan struct {
 	stall time.Duration
 	// longestGap is the longest such stall seen anywhere in the history.
 	longestGap time.Duration
+	// lastGrowth is when a counter last rose with none going down: proof
+	// that the engine serves, which a reset (a restart) is not.
+	lastGrowth time.Time
+
+	// The partial failures (partial.go): per data-parallel rank, decode,
+	// and a wedged API server.
+	ranks  []rankScan
+	decode decodeScan
+	wedge  wedgeScan
 }
 
 // span is one unreadable sample's share of time: the interval it covers.
@@ -58,25 +67,13 @@ func scanHistory(history []Sample, now time.Time) scan {
 	}
 	var (
 		pendingSince time.Time
-		unreadable   []span
-		prev         *Sample
 	)
+	unreadable := unreadableSpans(history)
 	stallAt := func(at time.Time) time.Duration {
 		if pendingSince.IsZero() || sc.lastMove.IsZero() {
 			return 0
 		}
-		start := sc.lastMove
-		if pendingSince.After(start) {
-			start = pendingSince
-		}
-		d := at.Sub(start)
-		for _, u := range unreadable {
-			if !u.end.After(start) {
-				continue
-			}
-			d -= min(u.d, u.end.Sub(start))
-		}
-		return max(d, 0)
+		return frozenFor(latest(sc.lastMove, pendingSince), at, unreadable)
 	}
 	for i := range history {
 		s := &history[i]
@@ -89,13 +86,14 @@ func scanHistory(history []Sample, now time.Time) scan {
 				if moved || reset {
 					sc.lastMove, sc.lastMoveIdx = s.At, i
 				}
+				if moved && !reset {
+					sc.lastGrowth = s.At
+				}
 				if reset {
 					sc.resetIdx = i
 				}
 			}
 			sc.prevReadable, sc.lastReadable = sc.lastReadable, s
-		} else if prev != nil {
-			unreadable = append(unreadable, span{end: s.At, d: s.At.Sub(prev.At)})
 		}
 		p, ok := s.pending()
 		if ok {
@@ -108,7 +106,6 @@ func scanHistory(history []Sample, now time.Time) scan {
 		if s.readable() && !pendingSince.IsZero() {
 			sc.longestGap = max(sc.longestGap, stallAt(s.At))
 		}
-		prev = s
 	}
 	sc.last = &history[len(history)-1]
 	sc.pending, sc.pendingKnown = sc.last.pending()
@@ -119,29 +116,18 @@ func scanHistory(history []Sample, now time.Time) scan {
 	if sc.pending {
 		sc.stall = stallAt(now)
 	}
+	sc.ranks = scanRanks(history, unreadable, now)
+	sc.decode = scanDecode(history, unreadable, now)
+	sc.wedge = scanWedge(history, now)
 	return sc
 }
 
 // compare reports whether any progress or heartbeat counter present in
 // both scrapes moved, and whether any went down (an engine restart).
 func compare(a, b *probes.Metrics) (moved, reset bool) {
-	check := func(x, y map[string]float64) {
-		for name, va := range x {
-			vb, ok := y[name]
-			if !ok {
-				continue
-			}
-			if vb != va {
-				moved = true
-			}
-			if vb < va {
-				reset = true
-			}
-		}
-	}
-	check(a.Progress, b.Progress)
-	check(a.Heartbeats, b.Heartbeats)
-	return moved, reset
+	m1, r1 := compareCounters(a.Progress, b.Progress)
+	m2, r2 := compareCounters(a.Heartbeats, b.Heartbeats)
+	return m1 || m2, r1 || r2
 }
 
 // rates are the deltas between two readable samples.

@@ -9,7 +9,7 @@ import (
 )
 
 // RetryStormCheck compares, over a window, how fast prompt tokens rise
-// with how fast prefix-cache queries rise (DESIGN.md section 7). Queries
+// with how fast prefix-cache queries rise (docs/design.md section 2). Queries
 // count at admission, prompt tokens only at a prefill's first output
 // token: when clients give up and retry, the engine admits and prefills
 // for callers that already left, and prompt tokens fall far behind.

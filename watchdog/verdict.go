@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// State is the classifier's answer (DESIGN.md section 3).
+// State is the classifier's answer (docs/design.md section 3).
 type State string
 
 // The states, in the order Classify tries them (first match wins).
@@ -64,6 +64,48 @@ type Evidence struct {
 	// time to clear the waiting queue at that rate (0 if unknown).
 	CompletionsPerSec float64       `json:"completions_per_second"`
 	DrainEstimate     time.Duration `json:"drain_estimate_seconds"`
+
+	// Hang says which kind of hang a hung verdict found: HangEngine (no
+	// counter moved), HangRank (a data-parallel rank frozen while others
+	// move), HangDecode (first tokens, no decode) or HangWedged (nothing
+	// answers). Empty for other states.
+	Hang HangKind `json:"hang,omitempty"`
+	// Ranks lists each data-parallel rank when the engine has several.
+	Ranks []RankEvidence `json:"ranks,omitempty"`
+	// DecodeStalled is how long requests have had a first token and no
+	// decode token (0 when decode moves or the engine lacks the counters).
+	DecodeStalled time.Duration `json:"decode_stalled_seconds"`
+	// Unanswered is how long every endpoint has timed out with no answer.
+	Unanswered time.Duration `json:"unanswered_seconds"`
+	// ProbeFailing says why the completion probe keeps failing for a
+	// reason other than load ("" when it does not).
+	ProbeFailing string `json:"probe_failing,omitempty"`
+	// Odd lists what does not fit a serving engine but is no reason to
+	// restart it, e.g. "/v1/models answers 503 while counters move".
+	Odd []string `json:"odd,omitempty"`
+	// Serving: positive evidence that the engine serves, at the last
+	// sample: counters rose, or the last probe completed.
+	Serving bool `json:"serving,omitempty"`
+}
+
+// HangKind names the kind of hang a hung verdict found.
+type HangKind string
+
+// The kinds of hang.
+const (
+	HangEngine HangKind = "engine"
+	HangRank   HangKind = "rank"
+	HangDecode HangKind = "decode"
+	HangWedged HangKind = "wedged"
+)
+
+// RankEvidence is one data-parallel rank as the verdict saw it.
+type RankEvidence struct {
+	Rank    string        `json:"rank"`
+	Waiting float64       `json:"waiting"`
+	Running float64       `json:"running"`
+	Stalled time.Duration `json:"stalled_seconds"`
+	Hung    bool          `json:"hung,omitempty"`
 }
 
 // Verdict is one classification: the state, a one-line reason an operator
@@ -73,6 +115,9 @@ type Verdict struct {
 	Reason   string    `json:"reason"`
 	At       time.Time `json:"at"`
 	Evidence Evidence  `json:"evidence"`
+	// Recovering: vigil's own recovery is under way, so a DOWN or LOADING
+	// verdict is the restart vigil performs, not a new failure to page.
+	Recovering bool `json:"recovering,omitempty"`
 }
 
 // Incident is one stretch of trouble, from the first non-healthy verdict

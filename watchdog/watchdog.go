@@ -109,6 +109,8 @@ type Watchdog struct {
 	cycled    bool // a cycle has run
 
 	// Used by the cycle only (under cycleMu).
+	probeFailing  string // the probe failure last told (noticeOdd)
+	odd           string // the oddities last told (noticeOdd)
 	missing       string
 	lastCompleted time.Time
 	saveErr       string
@@ -223,6 +225,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	v := Classify(w.history, params, now)
 	w.history = trim(w.history, now, w.retention())
 	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
+	v.Recovering = busy
 	inc, opened, resolved := w.tracker.observe(v, busy, w.opts.UnknownAfter, w.opts.Node)
 	prev, first := w.current, !w.cycled
 	w.current, w.cycled = v, true
@@ -242,6 +245,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	if w.opts.Watchdog.RetryStorm.Enabled {
 		w.checkStorm()
 	}
+	w.noticeOdd(v)
 
 	if w.opts.Pager != nil {
 		w.opts.Pager.Observe(v, inc)
@@ -344,6 +348,9 @@ func (w *Watchdog) params(now time.Time) Params {
 		if t := w.opts.Recoverer.LastRestart(); t.After(p.LastStart) {
 			p.LastStart = t
 		}
+	}
+	if w.tracker.Open != nil {
+		p.ProofSince = w.tracker.ProofSince
 	}
 	// Never seen ready, by this vigil or a previous one: the engine most
 	// likely booted with us, and restarting it mid-load would only start
@@ -538,6 +545,29 @@ func (w *Watchdog) checkStorm() {
 		l.Info("retry storm over")
 		w.notice("retry_storm", fmt.Sprintf("retry storm over: prompt tokens +%s vs prefix-cache queries +%s over %s",
 			count(c.PromptTokens), count(c.PrefixCacheQueries), human(c.Window)))
+	}
+}
+
+// noticeOdd pages, once each time it starts or changes, a probe that
+// fails for a reason other than load (a configuration problem) and an
+// endpoint that misbehaves on an engine that serves: neither is a reason
+// to restart, both are worth a human's look.
+func (w *Watchdog) noticeOdd(v Verdict) {
+	if pf := v.Evidence.ProbeFailing; pf != w.probeFailing {
+		w.probeFailing = pf
+		if pf != "" {
+			w.log.WithField("probe", pf).Warn("watchdog: the completion probe fails, not from load: check engine.model and the engine's API key and log")
+			w.notice("probe_failing", "PROBE FAILING: the completion probe gets "+pf+
+				"; not from load, so likely configuration (engine.model names a model the engine does not serve?); verdicts go on from the counters")
+		}
+	}
+	odd := strings.Join(v.Evidence.Odd, "; ")
+	if odd != w.odd {
+		w.odd = odd
+		if odd != "" {
+			w.log.WithField("odd", odd).Warn("watchdog: the engine serves but something is odd; not restarting")
+			w.notice("engine_odd", "ODD, NOT RESTARTING: "+odd)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/state"
 )
 
@@ -556,6 +557,74 @@ func TestCapacityAndTheRetryStormNotice(t *testing.T) {
 		}
 		if len(notices["metrics_missing"]) != 1 || !strings.Contains(notices["metrics_missing"][0], "vllm:prefix_cache_queries_total") {
 			t.Fatalf("missing-metrics notices %q", notices["metrics_missing"])
+		}
+	})
+}
+
+// Issue #16: vigil restarted while the engine is still hung and idle. The
+// new vigil's first sample has no probe yet and the frozen gauges read
+// 0/0, which looks idle; that is no evidence of health, so the incident
+// stays open (no RESOLVED, no new incident) until the engine shows it
+// serves, and the hang is found again.
+func TestVigilRestartedOnAHungIdleEngineDoesNotResolveFromFrozenGauges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	synctest.Test(t, func(t *testing.T) {
+		store, err := state.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := newRig(t, store, nil)
+		first.rec.busyFor = 0 // the recoverer never restarts this engine
+		first.start()
+		time.Sleep(time.Minute) // idle and serving: probes complete
+		first.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(4 * time.Minute)
+		first.stop()
+		if first.firstAt(StateHung).IsZero() {
+			t.Fatal("the first vigil never saw the idle hang")
+		}
+		ids := first.incidentIDs()
+
+		// A fresh vigil has no probe in flight.
+		first.engine.set(func(f *fakeEngine) {
+			f.probeRunning = false
+			f.probe = probes.CompletionStatus{State: probes.ProbeIdle}
+		})
+		reopened, err := state.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := newRig(t, reopened, nil)
+		second.rec.busyFor = 0
+		second.engine = first.engine
+		second.w.probes = first.engine
+		second.start()
+		time.Sleep(4 * time.Minute)
+		second.stop()
+
+		for _, p := range second.pager.all() {
+			if p.v.State == StateHealthy || (p.inc != nil && !p.inc.Open()) {
+				t.Fatalf("resolved from a frozen idle sample at %s: %s (%s)", p.v.At.Format(time.TimeOnly), p.v.State, p.v.Reason)
+			}
+		}
+		if got := second.incidentIDs(); len(got) != 1 || got[0] != ids[0] {
+			t.Fatalf("incidents after the restart %v, want the same one %v", got, ids)
+		}
+		if second.firstAt(StateHung).IsZero() {
+			t.Fatal("the restarted vigil never found the hang again")
+		}
+
+		// The engine comes back: a probe completes, the incident resolves.
+		first.engine.set(func(f *fakeEngine) { f.mode = "serving" })
+		second.start()
+		time.Sleep(3 * time.Minute)
+		second.stop()
+		resolved := false
+		for _, p := range second.pager.all() {
+			resolved = resolved || (p.inc != nil && !p.inc.Open())
+		}
+		if !resolved {
+			t.Fatal("the incident never resolved once the engine served again")
 		}
 	})
 }

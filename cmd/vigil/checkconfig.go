@@ -41,7 +41,7 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	for _, w := range cfg.Warnings {
+	for _, w := range append(cfg.Warnings, unitWarnings(cfg, "/")...) { // unitcheck.go: what the installed unit forbids
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(stdout, "%s: ok (engine %s, load balancer %s, restart %s, alerts %s, limiter %s)\n",

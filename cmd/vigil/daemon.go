@@ -165,10 +165,15 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 		if notifier, err = alerts.NewNotifier(cfg.Alerts, log.WithField("part", "alerts"), nil); err != nil {
 			return nil, fmt.Errorf("alerts (kind %s): %w", cfg.Alerts.Kind, err)
 		}
+		// A rejected Slack token stops the start; Slack unreachable only warns.
+		if err = alerts.CheckNotifier(ctx, notifier, log.WithField("part", "alerts"), 20*time.Second); err != nil {
+			return nil, err
+		}
 	}
 	po := alerts.OptionsFromConfig(*cfg)
 	po.Store, po.Log, po.Registerer = d.store, log.WithField("part", "alerts"), d.registry
 	po.Pool = d.poolLine
+	po.Outlook = func() *actions.Refusal { return d.recovery.Outlook() } // nil-safe; built below
 	if d.pager, err = alerts.NewPager(notifier, po); err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	window := fs.Duration("window", 30*time.Second, "how long to sample; hung needs a window longer than hang_after")
 	interval := fs.Duration("interval", 5*time.Second, "time between samples")
 	hangAfter := fs.Duration("hang-after", 0, "override watchdog.hang_after for this run")
+	model := fs.String("model", "", "the model the completion probe asks for (default: engine.model, else the first /v1/models lists)")
 	asJSON := fs.Bool("json", false, "print one JSON object (state, reason, evidence, ...)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: vigil diagnose --engine URL [--api-key-file F] [--window 30s] [--interval 5s] [--json]")
@@ -59,6 +60,9 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	}
 	if *hangAfter > 0 {
 		cfg.Watchdog.HangAfter = *hangAfter
+	}
+	if *model != "" {
+		cfg.Engine.Model = *model
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

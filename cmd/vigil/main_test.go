@@ -164,6 +164,41 @@ func TestDiagnoseJSONGivesTheRightStateForEachFault(t *testing.T) {
 			s := startEngine(t, func(c *enginesim.Config) { c.APIKey = "right-key" })
 			return s.URL(), []string{"--api-key-file", keyFile}
 		}, "healthy", 0},
+		// The partial failures of issue #12.
+		{"one data-parallel rank hung under load is hung", func(t *testing.T) (string, []string) {
+			s := startEngine(t, func(c *enginesim.Config) { c.DataParallel = 2 })
+			loadEngine(t, s.URL(), 8)
+			time.Sleep(300 * time.Millisecond)
+			if err := s.Engine.HangRank(1); err != nil {
+				t.Fatal(err)
+			}
+			return s.URL(), nil
+		}, "hung", 2},
+		{"a decode stall while prefill goes on is hung", func(t *testing.T) (string, []string) {
+			s := startEngine(t, func(c *enginesim.Config) { c.MaxNumSeqs = 64 })
+			loadEngine(t, s.URL(), 8)
+			time.Sleep(300 * time.Millisecond)
+			s.Engine.StallDecode()
+			loadEngine(t, s.URL(), 16)
+			return s.URL(), nil
+		}, "hung", 2},
+		{"a wedged API server is hung", func(t *testing.T) (string, []string) {
+			s := startEngine(t, nil)
+			s.Engine.Wedge()
+			return s.URL(), nil
+		}, "hung", 2},
+		{"/v1/models answering 503 on a serving engine is not down", func(t *testing.T) (string, []string) {
+			s := startEngine(t, nil)
+			if err := s.Engine.FailEndpoint("/v1/models", 503); err != nil {
+				t.Fatal(err)
+			}
+			return s.URL(), nil
+		}, "healthy", 0},
+		{"a probe failing (wrong model) on a saturated engine is saturated and says so", func(t *testing.T) (string, []string) {
+			s := startEngine(t, nil)
+			loadEngine(t, s.URL(), 40)
+			return s.URL(), []string{"--model", "no-such-model"}
+		}, "saturated", 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -178,6 +213,9 @@ func TestDiagnoseJSONGivesTheRightStateForEachFault(t *testing.T) {
 			}
 			if err := json.Unmarshal([]byte(out), &got); err != nil {
 				t.Fatalf("not one JSON object: %v\n%s\n%s", err, out, errOut)
+			}
+			if strings.Contains(tc.name, "probe failing") && !strings.Contains(got.Reason, "probe failing: 404") {
+				t.Errorf("reason %q does not name the failing probe", got.Reason)
 			}
 			if got.State != tc.state || code != tc.code || got.Reason == "" || len(got.Evidence) < 10 {
 				t.Fatalf("state %q exit %d (want %q, %d); reason %q", got.State, code, tc.state, tc.code, got.Reason)

@@ -33,11 +33,13 @@ func runWith(ctx context.Context, args []string, stderr io.Writer, started func(
 	fs.StringVar(&cfg.ControlAddr, "control", "127.0.0.1:8100", "fault-control listen address")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "served model name")
 	keyFile := fs.String("api-key-file", "", "file holding the API key required on /v1/* (empty: no key)")
-	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "max sequences in the running batch")
-	fs.IntVar(&cfg.StepTokens, "step-tokens", cfg.StepTokens, "per-step token budget (max-num-batched-tokens)")
+	fs.IntVar(&cfg.DataParallel, "data-parallel", 1,
+		"data-parallel engine ranks, each with its own scheduler, KV cache and engine=\"N\" series; requests go round-robin")
+	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "max sequences in the running batch, per rank")
+	fs.IntVar(&cfg.StepTokens, "step-tokens", cfg.StepTokens, "per-step token budget (max-num-batched-tokens), per rank")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt+output tokens per request")
-	fs.IntVar(&cfg.KVCacheTokens, "kv-cache-tokens", cfg.KVCacheTokens, "KV-cache capacity in tokens")
-	fs.IntVar(&cfg.PrefixCacheSize, "prefix-cache-size", cfg.PrefixCacheSize, "shared prefixes remembered (LRU)")
+	fs.IntVar(&cfg.KVCacheTokens, "kv-cache-tokens", cfg.KVCacheTokens, "KV-cache capacity in tokens, per rank")
+	fs.IntVar(&cfg.PrefixCacheSize, "prefix-cache-size", cfg.PrefixCacheSize, "shared prefixes remembered (LRU), per rank")
 	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "engine time runs this many times faster than wall time")
 	fs.DurationVar(&cfg.LoadTime, "load-time", cfg.LoadTime, "engine time before the API port opens")
 	fs.BoolVar(&cfg.AbortOnDisconnect, "abort-on-disconnect", cfg.AbortOnDisconnect,
@@ -85,6 +87,7 @@ func runWith(ctx context.Context, args []string, stderr io.Writer, started func(
 	}
 	defer srv.Close()
 	log.Info("loading", "api", srv.URL(), "control", srv.ControlURL(), "model", cfg.Model,
+		"data_parallel", srv.Engine.Ranks(),
 		"load_time", cfg.LoadTime, "scale", cfg.Scale, "abort_on_disconnect", cfg.AbortOnDisconnect,
 		"api_key", cfg.APIKey != "")
 	if started != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,6 +28,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"bad scale", []string{"-scale", "0"}},
 		{"bad duration", []string{"-load-time", "soon"}},
 		{"zero seats", []string{"-max-num-seqs", "0"}},
+		{"negative data parallel", []string{"--data-parallel", "-1"}},
+		{"data parallel not a number", []string{"--data-parallel", "two"}},
 		{"stray argument", []string{"extra"}},
 		{"missing key file", []string{"-api-key-file", filepath.Join(dir, "missing")}},
 		{"empty key file", []string{"-api-key-file", empty}},
@@ -70,8 +73,13 @@ func TestSignalExits0(t *testing.T) {
 		t.Fatalf("models: %v", err)
 	}
 	resp.Body.Close()
-	if !strings.Contains(out.String(), "msg=loaded") {
-		t.Fatalf("no loaded line in %q", out.String())
+	// runWith logs "loaded" once it sees Ready too, so not necessarily
+	// before this goroutine does.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), "msg=loaded"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no loaded line in %q", out.String())
+		}
+		time.Sleep(time.Millisecond)
 	}
 	cancel() // what SIGTERM does through signal.NotifyContext
 	if c := <-code; c != 0 {
@@ -103,5 +111,39 @@ func TestCrashExitsNonZero(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("no exit after crash")
+	}
+}
+
+// --data-parallel 2 serves two ranks: each rank's series in the one
+// /metrics, and a hang of rank 1 on the control port named as such.
+func TestDataParallelFlag(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code, s, out := start(t, ctx, "--data-parallel", "2")
+	if !strings.Contains(out.String(), "data_parallel=2") {
+		t.Errorf("start-up line does not say data_parallel=2: %q", out.String())
+	}
+	resp, err := http.Get(s.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, rank := range []string{"0", "1"} {
+		if !strings.Contains(string(body), `vllm:num_requests_running{engine="`+rank+`",model_name=`) {
+			t.Errorf("/metrics has no running gauge for rank %s", rank)
+		}
+	}
+	resp, err = http.Post(s.ControlURL()+"/fault/hang?rank=1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if st := s.Engine.Stats(); st.Fault != "hang-rank-1" || len(st.Ranks) != 2 {
+		t.Fatalf("after hang of rank 1: fault %q, %d ranks", st.Fault, len(st.Ranks))
+	}
+	cancel()
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d, want 0", c)
 	}
 }

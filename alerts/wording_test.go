@@ -1,0 +1,254 @@
+package alerts
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/state"
+	"github.com/vigil-dev/vigil/watchdog"
+)
+
+// countingRestarter restarts nothing and counts the calls; the engine is
+// "started" at each.
+type countingRestarter struct {
+	mu      sync.Mutex
+	n       int
+	started time.Time
+}
+
+func (c *countingRestarter) Restart(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	c.started = time.Now()
+	return nil
+}
+
+func (c *countingRestarter) Status(context.Context) (actions.EngineStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return actions.EngineStatus{Known: true, StartedAt: c.started, StartID: c.started.String(), Running: true}, nil
+}
+
+func (c *countingRestarter) String() string { return "docker container vllm" }
+
+// A hang thread rendered for a node without a load balancer and without
+// the limiter, with the steps the real recovery reports for that config:
+// no page speaks of draining or of the limiter's slow start.
+func TestPagesFollowTheConfiguration(t *testing.T) {
+	cases := []struct {
+		name    string
+		edit    func(*configs.Config)
+		limiter bool
+		absent  []string
+		present []string
+	}{
+		{name: "load_balancer.kind none, admission.enabled false",
+			edit:    func(c *configs.Config) { c.LoadBalancer.Kind, c.Admission.Enabled = "none", false },
+			absent:  []string{"drain", "limiter", "slow start", "rotation"},
+			present: []string{"No load balancer is configured", "restarting the engine: restarting docker container vllm (expected DOWN while it restarts)"}},
+		{name: "HAProxy, admission.enabled false",
+			edit:    func(c *configs.Config) { c.Admission.Enabled = false },
+			absent:  []string{"limiter", "slow start"},
+			present: []string{"Will drain vllm/node1 at HAProxy", "haproxy"}},
+		{name: "load_balancer.kind none, the limiter on",
+			edit:    func(c *configs.Config) { c.LoadBalancer.Kind = "none" },
+			limiter: true,
+			absent:  []string{"drain"},
+			present: []string{"admission limiter slow start"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := demoConfig()
+			tc.edit(&cfg)
+			n := &memNotifier{}
+			o := OptionsFromConfig(cfg)
+			p := newTestPager(t, n, o)
+
+			drainer, err := actions.NewDrainer(cfg.LoadBalancer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := drainer.(*actions.HAProxy); ok {
+				drainer = fakeDrainer{}
+			}
+			ro := actions.RecoveryOptions{
+				LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
+				Drainer: drainer, Restarter: &countingRestarter{}, Ready: func(context.Context) error { return nil },
+				Store: state.Memory(), Reporter: p, ReadyPoll: time.Millisecond, DrainPoll: time.Millisecond,
+			}
+			ro.LoadBalancer.DrainTimeoutHung, ro.LoadBalancer.RampDuration = 0, 0
+			if tc.limiter {
+				ro.Limiter = nopLimiter{}
+			}
+			rec, err := actions.NewRecovery(ro)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			inc := &watchdog.Incident{ID: "inc-cfg", Opened: now, State: watchdog.StateHung, Peak: watchdog.StateHung}
+			p.Observe(hung(now), inc)
+			rec.Recover(context.Background(), *inc, hung(now))
+			rec.Wait()
+			resolved := *inc
+			resolved.Resolved = time.Now()
+			p.Observe(healthy(time.Now()), &resolved)
+			runPager(t, p)
+			flush(t, p)
+
+			var all []string
+			for _, m := range n.got() {
+				all = append(all, m.Text)
+			}
+			text := strings.Join(all, "\n")
+			for _, w := range tc.absent {
+				if strings.Contains(strings.ToLower(text), w) {
+					t.Errorf("pages say %q:\n%s", w, text)
+				}
+			}
+			for _, w := range tc.present {
+				if !strings.Contains(text, w) {
+					t.Errorf("pages lack %q:\n%s", w, text)
+				}
+			}
+		})
+	}
+}
+
+type nopLimiter struct{}
+
+func (nopLimiter) SetRecovering(bool) {}
+func (nopLimiter) SlowStart()         {}
+
+// fakeDrainer stands in for HAProxy where only the words matter.
+type fakeDrainer struct{}
+
+func (fakeDrainer) Drain(context.Context) error          { return nil }
+func (fakeDrainer) Ready(context.Context) error          { return nil }
+func (fakeDrainer) SetWeight(context.Context, int) error { return nil }
+func (fakeDrainer) State(context.Context) (actions.LBState, error) {
+	return actions.LBState{}, nil
+}
+func (fakeDrainer) String() string { return "haproxy vllm/node1" }
+
+// An incident hung ~25 s (the stall began 20 s before the first HUNG
+// verdict, vigil restarted it 5 s later) was resolved as "was HUNG for
+// 2m", counted from the incident's opening to its close; vigil's own
+// restart then read as a new "HUNG → DOWN".
+func TestResolvedSaysHowLongTheEngineWasHungAndHowLongRecoveryTook(t *testing.T) {
+	n := &memNotifier{}
+	clk, sl := newClock(), &sleeps{}
+	p := newTestPager(t, n, testOptions(clk, sl))
+	start := clk.Now()
+	inc := &watchdog.Incident{ID: "inc-25", Opened: start, State: watchdog.StateHung, Peak: watchdog.StateHung}
+	v := hung(start)
+	v.Evidence.Stalled, v.Evidence.SinceProgress = 20*time.Second, 20*time.Second
+	p.Observe(v, inc)
+	step := func(name actions.StepName, detail string) {
+		p.RecoveryStep(actions.Step{Incident: "inc-25", Name: name, OK: true, Detail: detail, At: clk.Now()})
+	}
+	clk.Advance(2 * time.Second)
+	step(actions.StepDrain, "haproxy vllm/node1 DRAIN")
+	clk.Advance(3 * time.Second)
+	step(actions.StepRestarting, "restarting docker container vllm (expected DOWN while it restarts)")
+	for range 3 { // the engine is down while it restarts
+		clk.Advance(5 * time.Second)
+		p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now()}, inc)
+	}
+	step(actions.StepRestart, "restarted docker container vllm in 4s")
+	for range 4 {
+		clk.Advance(15 * time.Second)
+		p.Observe(watchdog.Verdict{State: watchdog.StateLoading, At: clk.Now()}, inc)
+	}
+	step(actions.StepWaitReady, "engine ready 60s after the restart")
+	clk.Advance(10 * time.Second)
+	step(actions.StepRestore, "haproxy vllm/node1 READY")
+	step(actions.StepResolved, "recovery took 1m30s")
+	clk.Advance(15 * time.Second)
+	resolved := *inc
+	resolved.Resolved = clk.Now()
+	p.Observe(healthy(clk.Now()), &resolved)
+
+	runPager(t, p)
+	flush(t, p)
+	var resolve string
+	for _, m := range n.got() {
+		if m.Kind == KindChange {
+			t.Errorf("vigil's own restart paged as a change: %s", m.Text)
+		}
+		if m.Kind == KindResolve {
+			resolve = m.Text
+		}
+	}
+	// Stall from 11:59:40 to the restart at 12:00:05; recovery from the
+	// drain at 12:00:02 to 12:01:30.
+	if !strings.Contains(resolve, "was HUNG for 25s; recovery took 88s") {
+		t.Fatalf("resolve = %q, want it to say the engine was hung 25s and recovery took 88s", resolve)
+	}
+}
+
+// Every HUNG page says what will really happen given the guards: a
+// refused restart is never announced as "will drain … restart …".
+func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
+	clk, sl := newClock(), &sleeps{}
+	lifts := clk.Now().Add(20 * time.Minute)
+
+	t.Run("a new incident's head, with the cooldown running", func(t *testing.T) {
+		n := &memNotifier{}
+		o := testOptions(clk, sl)
+		o.Outlook = func() *actions.Refusal {
+			return &actions.Refusal{Guard: actions.GuardCooldown, Until: lifts, Reason: "cooldown"}
+		}
+		p := newTestPager(t, n, o)
+		p.Observe(hung(clk.Now()), &watchdog.Incident{ID: "inc-cd", Opened: clk.Now(), State: watchdog.StateHung})
+		runPager(t, p)
+		flush(t, p)
+		head := n.got()[0].Text
+		if strings.Contains(head, "Will drain") || !strings.Contains(head, "Not restarting: vigil restarted the engine recently (restart.cooldown) until 12:20 UTC (in 20m).") ||
+			!strings.Contains(head, "vllm/node1 at HAProxy out of rotation") {
+			t.Errorf("head = %s", head)
+		}
+	})
+
+	t.Run("after a refusal that could not drain, the next page says the host still takes traffic", func(t *testing.T) {
+		n := &memNotifier{}
+		p := newTestPager(t, n, testOptions(clk, sl))
+		inc := &watchdog.Incident{ID: "inc-pool", Opened: clk.Now(), State: watchdog.StateHung}
+		p.Observe(hung(clk.Now()), inc)
+		p.RecoveryStep(actions.Step{Incident: "inc-pool", Name: actions.StepGuardRefused, Guard: actions.GuardBudget, Until: lifts, At: clk.Now(),
+			Detail: "restart budget spent; cannot drain it either: another member is out of rotation; the host still takes traffic"})
+		clk.Advance(time.Minute)
+		down := watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused on every endpoint", At: clk.Now()}
+		p.Observe(down, inc)
+		runPager(t, p)
+		flush(t, p)
+		got := n.got()
+		last := got[len(got)-1]
+		if last.Kind != KindChange || strings.Contains(last.Text, "Will drain") ||
+			!strings.Contains(last.Text, "Not restarting: the restart budget is spent") || !strings.Contains(last.Text, "the host still takes traffic") {
+			t.Errorf("change page = %s", last.Text)
+		}
+	})
+}
+
+// The watchdog marks a DOWN caused by vigil's own restart (Recovering):
+// it is not paged, even before the "restarting" step arrives.
+func TestADownTheWatchdogMarksAsVigilsRestartIsNotPaged(t *testing.T) {
+	n := &memNotifier{}
+	clk, sl := newClock(), &sleeps{}
+	p := newTestPager(t, n, testOptions(clk, sl))
+	inc := &watchdog.Incident{ID: "inc-rec", Opened: clk.Now(), State: watchdog.StateHung}
+	p.Observe(hung(clk.Now()), inc)
+	clk.Advance(15 * time.Second)
+	p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now(), Recovering: true}, inc)
+	runPager(t, p)
+	flush(t, p)
+	if got := n.got(); len(got) != 1 || got[0].Kind != KindHead {
+		t.Fatalf("pages %+v, want only the head", got)
+	}
+}

@@ -1,0 +1,259 @@
+package watchdog
+
+import (
+	"sort"
+	"time"
+
+	"github.com/vigil-dev/vigil/probes"
+)
+
+// Partial failures: the engine keeps answering /health and its summed
+// token counters keep moving, yet part of it is stuck. Each scan below
+// looks for one kind in the history, so Classify can call it hung although
+// the whole-engine rules see progress. Every one of them measures time the
+// way scanHistory does: time under unreadable scrapes does not count.
+
+// rankScan is one data-parallel rank (a value of the rank label): how long
+// its own counters have been frozen while its own queues held work.
+type rankScan struct {
+	ID      string
+	Waiting float64
+	Running float64
+	// Stall is how long none of the rank's counters moved while it had
+	// work pending; zero when it is idle or moving.
+	Stall time.Duration
+}
+
+// Pending reports whether the rank had work at the last scrape.
+func (r rankScan) Pending() bool { return r.Waiting+r.Running > 0 }
+
+// scanRanks follows each rank across the readable samples that split by
+// rank. A rank is first seen as its own baseline; a counter of the rank
+// that goes down re-baselines it (the engine restarted). A readable scrape
+// with no split (one engine) forgets every rank.
+func scanRanks(history []Sample, spans []span, now time.Time) []rankScan {
+	type track struct {
+		lastMove, pendingSince time.Time
+		last                   *probes.Rank
+	}
+	tracks := map[string]*track{}
+	var lastRanks map[string]*probes.Rank
+	for i := range history {
+		s := &history[i]
+		if !s.readable() {
+			continue
+		}
+		ranks := s.Metrics.Metrics.Ranks
+		lastRanks = ranks
+		if ranks == nil {
+			clear(tracks)
+			continue
+		}
+		for id, r := range ranks {
+			t := tracks[id]
+			if t == nil {
+				t = &track{lastMove: s.At}
+				tracks[id] = t
+			} else if moved, reset := compareCounters(t.last.Counters, r.Counters); moved || reset {
+				t.lastMove = s.At
+			}
+			t.last = r
+			switch {
+			case r.Waiting+r.Running <= 0:
+				t.pendingSince = time.Time{}
+			case t.pendingSince.IsZero():
+				t.pendingSince = s.At
+			}
+		}
+	}
+	out := make([]rankScan, 0, len(lastRanks))
+	for id, r := range lastRanks {
+		t := tracks[id]
+		rs := rankScan{ID: id, Waiting: r.Waiting, Running: r.Running}
+		if !t.pendingSince.IsZero() {
+			rs.Stall = frozenFor(latest(t.lastMove, t.pendingSince), now, spans)
+		}
+		out = append(out, rs)
+	}
+	sort.Slice(out, func(i, j int) bool { return rankLess(out[i].ID, out[j].ID) })
+	return out
+}
+
+// rankLess sorts "2" before "10": rank labels are numbers in vLLM.
+func rankLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// decodeScan is the decode-stall rule's view: since decode tokens last
+// moved, have requests been given a first token and then left owing a
+// decode step?
+type decodeScan struct {
+	// Known: the engine exports the decode counters.
+	Known bool
+	// Stall is how long decode has been owed and frozen: from the first
+	// sample at which more requests had their first token than finished
+	// (aborts left out) since decode tokens last moved.
+	Stall time.Duration
+	// FirstTokens is how many first tokens were given after decode was
+	// first owed; a stall needs at least one (the engine admits and
+	// prefills, but nobody gets a second token).
+	FirstTokens float64
+	// Running is the running gauge at the last scrape.
+	Running float64
+}
+
+// Stalled reports a decode stall of at least hangAfter.
+func (d decodeScan) Stalled(hangAfter time.Duration) bool {
+	return d.Known && hangAfter > 0 && d.Stall >= hangAfter && d.FirstTokens > 0 && d.Running > 0
+}
+
+// scanDecode walks the readable samples once. A max_tokens=1 workload
+// gives first tokens and finishes in the same step, so it never owes
+// decode; a long chunked prefill gives no first token, so it never owes
+// decode either; an aborted request owes nothing but is not counted as
+// finished, which is why a stall also needs first tokens given after it
+// began and requests still running.
+func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
+	var (
+		base       *probes.DecodeCounters
+		owedSince  time.Time
+		owedFirsts float64
+		last       *probes.Metrics
+	)
+	for i := range history {
+		s := &history[i]
+		if !s.readable() {
+			continue
+		}
+		last = s.Metrics.Metrics
+		d := last.Decode
+		switch {
+		case d == nil:
+			base, owedSince = nil, time.Time{}
+			continue
+		case base == nil,
+			d.DecodeTokens() != base.DecodeTokens(),
+			d.FirstTokens < base.FirstTokens, d.Finished < base.Finished:
+			base, owedSince = d, time.Time{}
+			continue
+		}
+		owed := (d.FirstTokens - base.FirstTokens) - (d.Finished - base.Finished)
+		switch {
+		case owed <= 0:
+			owedSince = time.Time{}
+		case owedSince.IsZero():
+			owedSince, owedFirsts = s.At, d.FirstTokens
+		}
+	}
+	if last == nil || last.Decode == nil {
+		return decodeScan{}
+	}
+	ds := decodeScan{Known: true, Running: last.Running}
+	if !owedSince.IsZero() {
+		ds.Stall = frozenFor(owedSince, now, spans)
+		ds.FirstTokens = last.Decode.FirstTokens - owedFirsts
+	}
+	return ds
+}
+
+// wedgeScan: the API server accepts connections and answers nothing.
+type wedgeScan struct {
+	// For is how long every endpoint has timed out with no answer at all
+	// (counted from the first such sample); zero when something answered
+	// at the last sample.
+	For time.Duration
+}
+
+// answeredAny reports whether any endpoint gave an HTTP answer (any
+// status) at this sample, or failed in a way that is not a timeout.
+func answeredAny(s *Sample) bool {
+	for _, o := range []probes.Observation{s.Models.Observation, s.Health, s.Metrics.Observation} {
+		if !o.Taken() || o.Class != probes.ClassTimeout {
+			return true
+		}
+	}
+	return false
+}
+
+// scanWedge finds the current run of samples at which /v1/models, /health
+// and /metrics all timed out. A completion probe that got any HTTP answer
+// during the run ends it: a server that answers late is starved, not
+// wedged, and the probe's long timeout is what hears it.
+func scanWedge(history []Sample, now time.Time) wedgeScan {
+	since := time.Time{}
+	for i := range history {
+		s := &history[i]
+		if answeredAny(s) {
+			since = time.Time{}
+			continue
+		}
+		if since.IsZero() {
+			since = s.At
+		}
+	}
+	if since.IsZero() {
+		return wedgeScan{}
+	}
+	for i := range history {
+		p := history[i].Probe
+		if history[i].At.Before(since) || p.State == probes.ProbeOutstanding || p.State == probes.ProbeIdle {
+			continue
+		}
+		if p.Code != 0 && !p.Started.Add(p.Latency).Before(since) {
+			return wedgeScan{}
+		}
+	}
+	return wedgeScan{For: now.Sub(since)}
+}
+
+// compareCounters reports whether any counter present in both maps moved,
+// and whether any went down.
+func compareCounters(a, b map[string]float64) (moved, reset bool) {
+	for name, va := range a {
+		vb, ok := b[name]
+		if !ok {
+			continue
+		}
+		if vb != va {
+			moved = true
+		}
+		if vb < va {
+			reset = true
+		}
+	}
+	return moved, reset
+}
+
+// unreadableSpans lists the time each unreadable sample covers.
+func unreadableSpans(history []Sample) []span {
+	var spans []span
+	for i := 1; i < len(history); i++ {
+		if !history[i].readable() {
+			spans = append(spans, span{end: history[i].At, d: history[i].At.Sub(history[i-1].At)})
+		}
+	}
+	return spans
+}
+
+// frozenFor is at-start less the time under unreadable scrapes between
+// start and at.
+func frozenFor(start, at time.Time, spans []span) time.Duration {
+	d := at.Sub(start)
+	for _, u := range spans {
+		if !u.end.After(start) || u.end.After(at) {
+			continue
+		}
+		d -= min(u.d, u.end.Sub(start))
+	}
+	return max(d, 0)
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
