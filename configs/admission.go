@@ -1,15 +1,16 @@
 package configs
 
-import (
-	"net"
-	"time"
-)
+import "time"
 
 // Admission configures the embedded limiter, a reverse proxy in front of
 // the engine's OpenAI API (docs/design.md section 6).
 type Admission struct {
 	Enabled bool   `yaml:"enabled"`
 	Listen  string `yaml:"listen"`
+	// AllowRemote permits a non-loopback Listen (e.g. a load balancer on
+	// another host sends traffic here). The proxy injects the engine's API
+	// key, so opening it to other hosts must be a deliberate choice.
+	AllowRemote bool `yaml:"allow_remote"`
 	// MaxInFlight caps requests forwarded and unfinished. 0 = automatic:
 	// adapted to the most the engine runs without queueing (its own
 	// waiting gauge), to ttft_target for streamed answers and to the
@@ -113,9 +114,8 @@ func (a *Admission) validate(v *validator) {
 		return
 	}
 	if v.nonEmpty("admission.listen", a.Listen) {
-		if _, _, err := net.SplitHostPort(a.Listen); err != nil {
-			v.errorf("admission.listen", "must be host:port: %v", err)
-		}
+		v.listenAddr("admission.listen", a.Listen, a.AllowRemote, "admission.allow_remote",
+			"the proxy lets every client that reaches it use the engine (with its API key injected)")
 	}
 	if a.MaxInFlight < 0 {
 		v.errorf("admission.max_in_flight", "must be >= 0 (0 = automatic)")

@@ -60,7 +60,7 @@ func (c *Config) validate(v *validator) {
 	c.Alerts.validate(v)
 	c.Admission.validate(v)
 	c.Status.validate(v)
-	validateOverrides(v, c.Overrides)
+	validateOverrides(v, c.Overrides, c.Watchdog)
 	c.Pool.validate(v)
 }
 

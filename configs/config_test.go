@@ -42,31 +42,45 @@ func TestExampleSpellsOutTheDefaults(t *testing.T) {
 	}
 }
 
+// invalidCases: one testdata/invalid-NAME.yaml per rule, with the first
+// line of its error exactly.
+var invalidCases = []struct {
+	file string
+	want string
+}{
+	{"unknown-key", `watchdog.hang_afer (line 4): unknown key (did you mean "hang_after"?)`},
+	{"wrong-type", "watchdog.saturated_waiting (line 3): cannot unmarshal string `lots` into int"},
+	{"bare-duration", "watchdog.interval (line 2): 15 is a bare number; write a duration with a unit, e.g. 15s"},
+	{"hang-after", "watchdog.hang_after (line 3): must be > interval (15s)"},
+	{"engine-url", `engine.url (line 2): scheme must be http or https, got "ftp"`},
+	{"engine-url-missing", "engine.url: is required: the engine's base URL, e.g. http://127.0.0.1:8000"},
+	{"empty", "(file): is empty: at least engine.url is required"},
+	{"comments-only", "(file): is empty: at least engine.url is required"},
+	{"lb-kind", `load_balancer.kind (line 2): must be one of haproxy, http, none; got "nginx"`},
+	{"haproxy-server", "load_balancer.haproxy.server (line 3): is required"},
+	{"docker-container", "restart.docker.container (line 1): is required"},
+	{"ramp", "load_balancer.ramp_weights (line 2): must end at 100"},
+	{"slack-token", "alerts.slack.token (line 3): file or env is required when kind is slack"},
+	{"secret-both", "engine.api_key (line 2): set file or env, not both"},
+	{"admission-order", `admission.order (line 2): must be fifo or newest_first; got "lifo"`},
+	{"status-remote", "status.listen (line 4): 0.0.0.0:9108 is not a loopback address: " +
+		"the override API changes limits without authentication; bind it to 127.0.0.1 or set status.allow_remote: true"},
+	{"admission-remote", "admission.listen (line 4): :8001 is not a loopback address: " +
+		"the proxy lets every client that reaches it use the engine (with its API key injected); " +
+		"bind it to 127.0.0.1 or set admission.allow_remote: true"},
+	{"override-reason", "overrides[0].reason (line 2): reason is required: say why, so the next operator knows"},
+	{"override-value", `overrides[0].value (line 5): value "lots" for watchdog.hang_after: want a positive duration such as 90s or 5m`},
+	{"override-until", `overrides[0].until (line 6): "tomorrow" is not an RFC 3339 time such as 2026-12-01T09:00:00Z`},
+	{"override-hang-after", "overrides[0].value (line 5): watchdog.hang_after 10s must be > watchdog.interval (15s)"},
+	{"not-mapping", "watchdog (line 1): must be a mapping of keys"},
+	{"yaml-syntax", "(file) (line 3): found character that cannot start any token"},
+	{"digest", `alerts.digest (line 2): not a cron schedule: expected exactly 5 fields, found 2: [every day]`},
+	{"pool-coordination", `pool.coordination (line 3): must be none or etcd; got "zookeeper"`},
+	{"pool-lease", "pool.etcd.lease_ttl (line 5): must be >= 2s (etcd's minimum lease); got 1s"},
+}
+
 func TestInvalidConfigsNameKeyAndLine(t *testing.T) {
-	cases := []struct {
-		file string
-		want string
-	}{
-		{"unknown-key", `watchdog.hang_afer (line 4): unknown key (did you mean "hang_after"?)`},
-		{"wrong-type", "watchdog.saturated_waiting (line 3): cannot unmarshal string `lots` into int"},
-		{"bare-duration", "watchdog.interval (line 2): 15 is a bare number; write a duration with a unit, e.g. 15s"},
-		{"hang-after", "watchdog.hang_after (line 3): must be > interval (15s)"},
-		{"engine-url", `engine.url (line 2): scheme must be http or https, got "ftp"`},
-		{"lb-kind", `load_balancer.kind (line 2): must be one of haproxy, http, none; got "nginx"`},
-		{"haproxy-server", "load_balancer.haproxy.server (line 3): is required"},
-		{"docker-container", "restart.docker.container (line 1): is required"},
-		{"ramp", "load_balancer.ramp_weights (line 2): must end at 100"},
-		{"slack-token", "alerts.slack.token (line 3): file or env is required when kind is slack"},
-		{"secret-both", "engine.api_key (line 2): set file or env, not both"},
-		{"admission-order", `admission.order (line 2): must be fifo or newest_first; got "lifo"`},
-		{"override-reason", "overrides[0] (line 2): reason is required: say why, so the next operator knows"},
-		{"not-mapping", "watchdog (line 1): must be a mapping of keys"},
-		{"yaml-syntax", "(file) (line 3): found character that cannot start any token"},
-		{"digest", `alerts.digest (line 2): not a cron schedule: expected exactly 5 fields, found 2: [every day]`},
-		{"pool-coordination", `pool.coordination (line 3): must be none or etcd; got "zookeeper"`},
-		{"pool-lease", "pool.etcd.lease_ttl (line 5): must be >= 2s (etcd's minimum lease); got 1s"},
-	}
-	for _, tc := range cases {
+	for _, tc := range invalidCases {
 		t.Run(tc.file, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join("testdata", "invalid-"+tc.file+".yaml"))
 			if err != nil {
@@ -85,8 +99,82 @@ func TestInvalidConfigsNameKeyAndLine(t *testing.T) {
 
 func TestEveryInvalidFixtureHasACase(t *testing.T) {
 	files, _ := filepath.Glob("testdata/invalid-*.yaml")
-	if len(files) != 18 {
-		t.Errorf("found %d invalid fixtures; add a case to TestInvalidConfigsNameKeyAndLine for each", len(files))
+	if len(files) != len(invalidCases) {
+		t.Errorf("found %d invalid fixtures and %d cases; add a case to invalidCases for each", len(files), len(invalidCases))
+	}
+}
+
+func TestRemoteListenersNeedAllowRemote(t *testing.T) {
+	cases := []struct {
+		name string
+		yml  string
+		want string // "" = loads
+	}{
+		{"loopback IPv4", "status:\n  listen: 127.0.0.1:9108\n", ""},
+		{"loopback IPv6", "status:\n  listen: \"[::1]:9108\"\n", ""},
+		{"localhost", "admission:\n  listen: localhost:8001\n", ""},
+		{"status disabled", "status:\n  listen: \"\"\n", ""},
+		{"status on every interface, allowed", "status:\n  listen: 0.0.0.0:9108\n  allow_remote: true\n", ""},
+		{"admission on a LAN address, allowed", "admission:\n  listen: 10.0.0.5:8001\n  allow_remote: true\n", ""},
+		{"admission off: its listen is not checked", "admission:\n  enabled: false\n  listen: 0.0.0.0:8001\n", ""},
+		{"status on a LAN address", "status:\n  listen: 10.0.0.5:9108\n", "status.listen (line 4): 10.0.0.5:9108 is not a loopback address"},
+		{"status on a host name", "status:\n  listen: gpu-node-1:9108\n", "set status.allow_remote: true"},
+		{"allow_remote on the wrong section", "status:\n  allow_remote: true\nadmission:\n  listen: 0.0.0.0:8001\n",
+			"admission.listen (line 6): 0.0.0.0:8001 is not a loopback address"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte("engine:\n  url: http://127.0.0.1:8000\n"+tc.yml), now)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestOverrideValuesAreTypeChecked(t *testing.T) {
+	for _, key := range OverridableKeys {
+		if valueChecks[key] == nil {
+			t.Errorf("%s is overridable but has no value check", key)
+		}
+	}
+	ok := Override{Until: now.Add(time.Hour), Reason: "r"}
+	cases := []struct {
+		key, value string
+		valid      bool
+	}{
+		{"admission.max_in_flight", "64", true},
+		{"admission.max_in_flight", "0", true},
+		{"admission.max_in_flight", "-1", false},
+		{"admission.max_in_flight", "64x", false},
+		{"watchdog.hang_after", "5m", true},
+		{"watchdog.hang_after", "300", false},
+		{"watchdog.hang_after", "5 minutes", false},
+		{"watchdog.saturated_waiting", "16", true},
+		{"watchdog.saturated_waiting", "0", false},
+		{"watchdog.saturated_waiting", "true", false},
+	}
+	for _, tc := range cases {
+		o := ok
+		o.Key, o.Value = tc.key, tc.value
+		err := ValidateOverride(o, now)
+		if (err == nil) != tc.valid || err != nil && !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%s=%s: err = %v, want valid=%v (naming the key)", tc.key, tc.value, err, tc.valid)
+		}
+	}
+}
+
+func TestUnquotedTimestampUntilIsAccepted(t *testing.T) {
+	yml := "engine:\n  url: http://127.0.0.1:8000\noverrides:\n  - key: admission.max_in_flight\n    value: 64\n    until: 2026-12-01 09:00:00\n    reason: r\n"
+	cfg, err := Parse([]byte(yml), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Overrides[0]; got.Value != "64" || !got.Until.Equal(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) {
+		t.Fatalf("override = %+v", got)
 	}
 }
 
@@ -95,7 +183,7 @@ func TestSecretsComeFromFileOrEnvAndNeverPrint(t *testing.T) {
 	keyFile := filepath.Join(dir, "key")
 	os.WriteFile(keyFile, []byte("sk-engine-secret\n"), 0o600)
 	t.Setenv("VIGIL_TEST_SLACK", "xoxb-slack-secret")
-	yml := "engine:\n  api_key:\n    file: " + keyFile + "\nalerts:\n  kind: slack\n  slack:\n    channel: C1\n    token:\n      env: VIGIL_TEST_SLACK\n"
+	yml := "engine:\n  url: http://127.0.0.1:8000\n  api_key:\n    file: " + keyFile + "\nalerts:\n  kind: slack\n  slack:\n    channel: C1\n    token:\n      env: VIGIL_TEST_SLACK\n"
 	cfg, err := Parse([]byte(yml), now)
 	if err != nil {
 		t.Fatal(err)
@@ -112,19 +200,19 @@ func TestSecretsComeFromFileOrEnvAndNeverPrint(t *testing.T) {
 }
 
 func TestMissingSecretFileIsAConfigError(t *testing.T) {
-	_, err := Parse([]byte("engine:\n  api_key:\n    file: /nonexistent/key\n"), now)
-	if err == nil || !strings.HasPrefix(err.Error(), "engine.api_key (line 2): read secret file:") {
+	_, err := Parse([]byte("engine:\n  url: http://127.0.0.1:8000\n  api_key:\n    file: /nonexistent/key\n"), now)
+	if err == nil || !strings.HasPrefix(err.Error(), "engine.api_key (line 3): read secret file:") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestExpiredOverrideIsIgnoredWithAWarning(t *testing.T) {
-	yml := "overrides:\n  - key: admission.max_in_flight\n    value: \"64\"\n    until: 2026-01-01T00:00:00Z\n    reason: load test\n"
+	yml := "engine:\n  url: http://127.0.0.1:8000\noverrides:\n  - key: admission.max_in_flight\n    value: \"64\"\n    until: 2026-01-01T00:00:00Z\n    reason: load test\n"
 	cfg, err := Parse([]byte(yml), now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "overrides[0] (line 2): expired at 2026-01-01T00:00:00Z; ignored") {
+	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "overrides[0] (line 4): expired at 2026-01-01T00:00:00Z; ignored") {
 		t.Fatalf("warnings = %v", cfg.Warnings)
 	}
 }
@@ -157,9 +245,18 @@ func TestValidateOverride(t *testing.T) {
 func TestAllErrorsAreReportedInFileOrder(t *testing.T) {
 	_, err := Parse([]byte("watchdog:\n  saturated_waiting: 0\n  down_after: 0\n"), now)
 	es, ok := err.(Errors)
-	if !ok || len(es) != 2 || es[0].Line != 2 || es[1].Line != 3 {
+	// Keys absent from the file (engine.url here) come after the rest.
+	if !ok || len(es) != 3 || es[0].Line != 2 || es[1].Line != 3 || es[2].Path != "engine.url" {
 		t.Fatalf("err = %#v", err)
 	}
 }
 
 func fmtAll(v any) string { return fmt.Sprintf("%v %+v %#v %s", v, v, v, v) }
+
+func TestAnExpiredOverrideWithAWrongValueIsStillAnError(t *testing.T) {
+	yml := "engine:\n  url: http://127.0.0.1:8000\noverrides:\n  - key: watchdog.saturated_waiting\n    value: lots\n    until: 2026-01-01T00:00:00Z\n    reason: r\n"
+	_, err := Parse([]byte(yml), now)
+	if err == nil || !strings.HasPrefix(err.Error(), `overrides[0].value (line 5): value "lots" for watchdog.saturated_waiting`) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -67,21 +67,30 @@ func Parse(data []byte, now time.Time) (*Config, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, Errors{v.yamlError(err)}
 	}
-	if len(root.Content) > 0 {
-		v.walk(root.Content[0], reflect.TypeOf(cfg), "")
-		if len(v.errs) > 0 {
+	if len(root.Content) == 0 || root.Content[0].Kind == yaml.ScalarNode && root.Content[0].Tag == "!!null" {
+		// An empty file (or comments only) is almost always a mistake: a
+		// truncated copy, the wrong path. Running on bare defaults would
+		// watch an engine nobody named.
+		return nil, Errors{{Path: "(file)", Msg: "is empty: at least engine.url is required"}}
+	}
+	v.walk(root.Content[0], reflect.TypeOf(cfg), "")
+	if len(v.errs) > 0 {
+		return nil, v.sorted()
+	}
+	if err := root.Content[0].Decode(&cfg); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			for _, msg := range te.Errors {
+				v.errs = append(v.errs, v.yamlError(errors.New(msg)))
+			}
 			return nil, v.sorted()
 		}
-		if err := root.Content[0].Decode(&cfg); err != nil {
-			var te *yaml.TypeError
-			if errors.As(err, &te) {
-				for _, msg := range te.Errors {
-					v.errs = append(v.errs, v.yamlError(errors.New(msg)))
-				}
-				return nil, v.sorted()
-			}
-			return nil, Errors{v.yamlError(err)}
-		}
+		return nil, Errors{v.yamlError(err)}
+	}
+	if _, ok := v.lines["engine.url"]; !ok {
+		// The default points at the simulated engine on localhost; a real
+		// node must say which engine it watches.
+		v.errs = append(v.errs, &FieldError{Path: "engine.url", Msg: "is required: the engine's base URL, e.g. http://127.0.0.1:8000"})
 	}
 	cfg.validate(v)
 	if len(v.errs) == 0 {
@@ -124,8 +133,16 @@ func (v *validator) warnf(path, format string, args ...any) {
 	v.warnings = append(v.warnings, (&FieldError{Path: path, Line: v.line(path), Msg: fmt.Sprintf(format, args...)}).Error())
 }
 
+// sorted puts the errors in file order; keys absent from the file (line
+// 0) come last.
 func (v *validator) sorted() Errors {
-	sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].Line < v.errs[j].Line })
+	key := func(e *FieldError) int {
+		if e.Line == 0 {
+			return int(^uint(0) >> 1)
+		}
+		return e.Line
+	}
+	sort.SliceStable(v.errs, func(i, j int) bool { return key(v.errs[i]) < key(v.errs[j]) })
 	return v.errs
 }
 
@@ -201,6 +218,18 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string) {
 				Msg: fmt.Sprintf("%s is a bare number; write a duration with a unit, e.g. %ss", n.Value, n.Value)})
 		}
 	case t == timeType:
+		// The decoder's own error for a bad time names neither key nor
+		// line ("parsing time ..."), so check here. An unquoted YAML
+		// timestamp (!!timestamp) is what the decoder accepts besides RFC
+		// 3339 text.
+		if n.Kind != yaml.ScalarNode {
+			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line, Msg: "must be an RFC 3339 time such as 2026-12-01T09:00:00Z"})
+		} else if n.Tag != "!!null" && n.Tag != "!!timestamp" {
+			if _, err := time.Parse(time.RFC3339Nano, n.Value); err != nil {
+				v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line,
+					Msg: fmt.Sprintf("%q is not an RFC 3339 time such as 2026-12-01T09:00:00Z", n.Value)})
+			}
+		}
 	case t.Kind() == reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			if n.Tag != "!!null" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -13,6 +14,11 @@ import (
 // override API.
 type Status struct {
 	Listen string `yaml:"listen"`
+	// AllowRemote permits a non-loopback Listen. The override API changes
+	// limits without authentication, so reaching it from other hosts must
+	// be a deliberate choice (e.g. behind a firewall that admits only the
+	// pool's peers).
+	AllowRemote bool `yaml:"allow_remote"`
 }
 
 // Pool lists peer vigils, so pages and diagnose show the whole pool and
@@ -87,9 +93,41 @@ func (s *Status) validate(v *validator) {
 	if s.Listen == "" {
 		return // disabled
 	}
-	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
-		v.errorf("status.listen", "must be host:port: %v", err)
+	v.listenAddr("status.listen", s.Listen, s.AllowRemote, "status.allow_remote",
+		"the override API changes limits without authentication")
+}
+
+// listenAddr checks a listener address: host:port, and loopback unless
+// allowRemote (named by allowKey) is set. why says what a remote client
+// could do, for the error.
+func (v *validator) listenAddr(path, addr string, allowRemote bool, allowKey, why string) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		v.errorf(path, "must be host:port: %v", err)
+		return
 	}
+	if allowRemote {
+		return
+	}
+	if err := CheckLoopback(addr); err != nil {
+		v.errorf(path, "%v: %s; bind it to 127.0.0.1 or set %s: true", err, why, allowKey)
+	}
+}
+
+// CheckLoopback refuses a listen address other hosts can reach: an empty
+// host (every interface), a non-loopback IP, or a host name other than
+// localhost (which may resolve to anything).
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q must be host:port: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s is not a loopback address", addr)
 }
 
 func (p *Pool) validate(v *validator) {
@@ -143,41 +181,96 @@ func (p *Pool) validate(v *validator) {
 }
 
 // ValidateOverride checks one override against the rules every override
-// obeys; now is injected so tests need no clock.
+// obeys, its value's type included; now is injected so tests need no
+// clock. The same rules hold for the config file, the API and the CLI.
 func ValidateOverride(o Override, now time.Time) error {
-	known := false
-	for _, k := range OverridableKeys {
-		known = known || k == o.Key
+	if _, err := overrideProblem(o, now); err != nil {
+		return err
 	}
+	return nil
+}
+
+// overrideProblem returns the first broken rule and the field it is about
+// (key, value, reason or until), so a config error can name the field.
+func overrideProblem(o Override, now time.Time) (field string, err error) {
+	check, known := valueChecks[o.Key]
 	switch {
 	case !known:
-		return fmt.Errorf("key %q cannot be overridden (allowed: %v)", o.Key, OverridableKeys)
+		return "key", fmt.Errorf("key %q cannot be overridden (allowed: %v)", o.Key, OverridableKeys)
 	case o.Value == "":
-		return fmt.Errorf("value is required")
+		return "value", fmt.Errorf("value is required")
+	case check(o.Value) != nil:
+		return "value", fmt.Errorf("value %q for %s: %w", o.Value, o.Key, check(o.Value))
 	case o.Reason == "":
-		return fmt.Errorf("reason is required: say why, so the next operator knows")
+		return "reason", fmt.Errorf("reason is required: say why, so the next operator knows")
 	case o.Until.IsZero():
-		return fmt.Errorf("until is required: every override expires")
+		return "until", fmt.Errorf("until is required: every override expires")
 	case !o.Until.After(now):
-		return fmt.Errorf("until %s is in the past", o.Until.Format(time.RFC3339))
+		return "until", fmt.Errorf("until %s is in the past", o.Until.Format(time.RFC3339))
 	case o.Until.Sub(now) > MaxOverride:
-		return fmt.Errorf("until %s is more than %s away", o.Until.Format(time.RFC3339), MaxOverride)
+		return "until", fmt.Errorf("until %s is more than %s away", o.Until.Format(time.RFC3339), MaxOverride)
+	}
+	return "", nil
+}
+
+// valueChecks parse an override's value for each overridable key, so a
+// typo ("64x", "5 minutes") is refused naming the key before anything
+// changes. Every key in OverridableKeys has one.
+var valueChecks = map[string]func(string) error{
+	"admission.max_in_flight":    nonNegativeInt,
+	"watchdog.hang_after":        positiveDuration,
+	"watchdog.saturated_waiting": positiveInt,
+}
+
+func nonNegativeInt(s string) error {
+	if n, err := strconv.Atoi(s); err != nil || n < 0 {
+		return errors.New("want an integer >= 0 (0 = automatic)")
+	}
+	return nil
+}
+
+func positiveInt(s string) error {
+	if n, err := strconv.Atoi(s); err != nil || n < 1 {
+		return errors.New("want an integer >= 1")
+	}
+	return nil
+}
+
+func positiveDuration(s string) error {
+	if d, err := time.ParseDuration(s); err != nil || d <= 0 {
+		return errors.New("want a positive duration such as 90s or 5m")
 	}
 	return nil
 }
 
 // validateOverrides checks the overrides written in the config file. One
 // that has already expired is not an error (the file may simply be older
-// than the override): it is skipped with a warning so vigil still starts.
-func validateOverrides(v *validator, os []Override) {
+// than the override): it is skipped with a warning so vigil still starts,
+// unless its key or value is wrong.
+// A hang_after override must also exceed the file's interval, as the key
+// itself must.
+func validateOverrides(v *validator, os []Override, w Watchdog) {
 	for i, o := range os {
 		path := indexPath("overrides", i)
+		// A wrong key or value is an error even in an expired override:
+		// the file is wrong, whatever the date.
+		field, err := overrideProblem(o, v.now)
+		if err != nil && (field == "key" || field == "value") {
+			v.errorf(path+"."+field, "%v", err)
+			continue
+		}
+		if o.Key == "watchdog.hang_after" {
+			if d, _ := time.ParseDuration(o.Value); d <= w.Interval {
+				v.errorf(path+".value", "watchdog.hang_after %s must be > watchdog.interval (%s)", o.Value, w.Interval)
+				continue
+			}
+		}
 		if !o.Until.IsZero() && !o.Until.After(v.now) {
 			v.warnf(path, "expired at %s; ignored", o.Until.Format(time.RFC3339))
 			continue
 		}
-		if err := ValidateOverride(o, v.now); err != nil {
-			v.errorf(path, "%v", err)
+		if err != nil {
+			v.errorf(path+"."+field, "%v", err)
 		}
 	}
 }

@@ -306,6 +306,20 @@ func (m *Manager) Resume(configured []configs.Override) error {
 	m.mu.Unlock()
 	m.send(notices)
 
+	if err := m.ApplyConfigured(configured); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// ApplyConfigured applies the overrides written in the config file, at
+// start and at every reload: each is validated and applied like one from
+// the API, or refused with the reason in the returned error. Expired ones,
+// ones already in effect (same key, value and until) and ones an operator
+// cleared early are skipped. Errors are joined; the rest still apply.
+func (m *Manager) ApplyConfigured(configured []configs.Override) error {
+	now := m.now()
+	var errs []error
 	for _, o := range configured {
 		log := m.log.WithFields(logrus.Fields{"key": o.Key, "value": o.Value, "until": o.Until, "source": SourceConfig})
 		switch {
@@ -319,10 +333,39 @@ func (m *Manager) Resume(configured []configs.Override) error {
 			continue
 		}
 		if err := m.set(o, SourceConfig); err != nil {
-			errs = append(errs, fmt.Errorf("overrides: config override %s: %w", o.Key, err))
+			errs = append(errs, fmt.Errorf("overrides: config override %s=%s: %w", o.Key, o.Value, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SetConfigured puts a new configured (config file) value of key in
+// force, as a reload does. While an override holds key, the live value
+// stays the override's and the new value becomes the one restored at its
+// expiry: an override is a deliberate, announced, temporary choice that a
+// file edit does not silently end (clear it to apply the file now). It
+// reports the override holding the key, if any. The check and the change
+// happen under the manager's lock, so an override set or expiring at the
+// same moment cannot be lost.
+func (m *Manager) SetConfigured(key, value string) (Active, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.active[key]
+	if !ok {
+		return Active{}, false, m.applier.Set(key, value)
+	}
+	if a.Replaced == value {
+		return *a, true, nil
+	}
+	was := a.Replaced
+	a.Replaced = value
+	if err := m.saveLocked(); err != nil {
+		a.Replaced = was
+		return *a, true, err
+	}
+	m.log.WithFields(logrus.Fields{"key": key, "override": a.Value, "until": a.Until, "restored_at_expiry": value, "was": was}).
+		Warn("the configured value changed while an override holds the key; the override stays, the new value is restored at its expiry")
+	return *a, true, nil
 }
 
 // Set applies an override from the API: validated (until and reason are
@@ -333,10 +376,8 @@ func (m *Manager) Set(o configs.Override) error { return m.set(o, SourceAPI) }
 
 func (m *Manager) set(o configs.Override, source string) error {
 	now := m.now()
+	// The same rules as the config file, the value's type included.
 	if err := configs.ValidateOverride(o, now); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if err := checkValue(o.Key, o.Value); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 

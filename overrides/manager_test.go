@@ -551,3 +551,62 @@ func TestRemainingTimeReadsLikeAPerson(t *testing.T) {
 		}
 	}
 }
+
+func TestANewConfiguredValueWaitsBehindAnOverride(t *testing.T) {
+	cases := []struct {
+		name      string
+		override  bool   // an override holds admission.max_in_flight
+		wantLive  string // right after SetConfigured
+		wantAfter string // after the override's expiry
+	}{
+		{"no override: the new value is live at once", false, "48", "48"},
+		{"an override holds the key: it stays, the new value comes back at its expiry", true, "64", "48"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, state.Memory(), newSettings(), t0)
+			until := t0.Add(2 * time.Hour)
+			if tc.override {
+				if err := r.m.Set(lift("64", until, "load test")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, held, err := r.m.SetConfigured("admission.max_in_flight", "48")
+			if err != nil || held != tc.override {
+				t.Fatalf("SetConfigured = %+v, %v, %v", a, held, err)
+			}
+			if got := r.live.value("admission.max_in_flight"); got != tc.wantLive {
+				t.Fatalf("live after the new configured value = %s, want %s", got, tc.wantLive)
+			}
+			if tc.override && (len(r.m.List()) != 1 || r.m.List()[0].Replaced != "48") {
+				t.Fatalf("the override must stay listed, restoring 48: %+v", r.m.List())
+			}
+			r.m.Tick(until)
+			if got := r.live.value("admission.max_in_flight"); got != tc.wantAfter {
+				t.Fatalf("live after expiry = %s, want %s", got, tc.wantAfter)
+			}
+		})
+	}
+}
+
+func TestApplyConfiguredAppliesNewFileOverridesAndRefusesBadOnes(t *testing.T) {
+	r := newRig(t, state.Memory(), newSettings(), t0)
+	good := configs.Override{Key: "watchdog.hang_after", Value: "5m", Until: t0.Add(time.Hour), Reason: "long prefills OPS-7"}
+	bad := configs.Override{Key: "watchdog.saturated_waiting", Value: "0", Until: t0.Add(time.Hour), Reason: "r"}
+	err := r.m.ApplyConfigured([]configs.Override{good, bad})
+	if err == nil || !strings.Contains(err.Error(), "watchdog.saturated_waiting=0") || !strings.Contains(err.Error(), "want an integer >= 1") {
+		t.Fatalf("ApplyConfigured = %v, want the bad one refused with its reason", err)
+	}
+	if got := r.live.value("watchdog.hang_after"); got != "5m" {
+		t.Fatalf("hang_after = %s, want the file's override 5m", got)
+	}
+	l := r.m.List()
+	if len(l) != 1 || l[0].Source != SourceConfig || l[0].Replaced != "3m0s" {
+		t.Fatalf("List = %+v", l)
+	}
+	// Applying the same file again changes nothing and pages nothing.
+	n := len(r.pages.all())
+	if err := r.m.ApplyConfigured([]configs.Override{good}); err != nil || len(r.pages.all()) != n {
+		t.Fatalf("a second apply of the same override: %v, pages %v", err, r.pages.all())
+	}
+}

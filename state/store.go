@@ -17,12 +17,19 @@ type Store struct {
 }
 
 // Open reads the state file at path, or starts empty if it does not exist.
-// The directory is created if needed. A corrupt file is an error: vigil
-// must not forget a drain in progress because a file was damaged.
+// The directory is created if needed, and must be writable: every write
+// replaces the file through a temporary file beside it, and a store that
+// cannot write is found now rather than at the first recovery step. A
+// corrupt file is an error: vigil must not forget a drain in progress
+// because a file was damaged.
 func Open(path string) (*Store, error) {
 	s := &Store{path: path, sections: map[string]json.RawMessage{}}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("state: create directory for %s: %w", path, err)
+	}
+	if err := probeWritable(dir); err != nil {
+		return nil, fmt.Errorf("state: directory %s of %s is not writable: %w", dir, path, err)
 	}
 	data, err := os.ReadFile(path)
 	switch {
@@ -37,6 +44,18 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("state: %s is corrupt (move it aside to start fresh): %w", path, err)
 	}
 	return s, nil
+}
+
+// probeWritable creates and removes a temporary file in dir, as every
+// write does.
+func probeWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".state-*.tmp")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 // Memory returns a Store that is never written to disk, for tests, demos

@@ -84,3 +84,14 @@ func TestConcurrentSavesLeaveAValidFile(t *testing.T) {
 		t.Fatalf("temp files left behind: %v", left)
 	}
 }
+
+func TestOpenRefusesAStateDirectoryItCannotWrite(t *testing.T) {
+	// /proc refuses new files even to root, unlike a chmod-ed directory.
+	if _, err := os.Stat("/proc/self"); err != nil {
+		t.Skip("no /proc on this system")
+	}
+	_, err := Open("/proc/vigil-state.json")
+	if err == nil || !strings.Contains(err.Error(), "state: directory /proc of /proc/vigil-state.json is not writable") {
+		t.Fatalf("Open in /proc = %v, want a not-writable error", err)
+	}
+}

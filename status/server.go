@@ -46,6 +46,9 @@ type Snapshot struct {
 	// here (pool.AffinityReport): low when the load balancer is not
 	// key-affine.
 	Routing any `json:"routing,omitempty"`
+	// Config is the configuration in force (effective values, secrets
+	// redacted), which after a reload may differ from the file.
+	Config any `json:"config,omitempty"`
 }
 
 // Overrides is the override manager as the API needs it
@@ -187,20 +190,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // checkLoopback refuses addresses reachable from other hosts: an empty
 // host (all interfaces), a non-loopback IP or a host name other than
-// localhost.
+// localhost. The config refuses them too; this guards other callers.
 func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("status: listen %q: must be host:port: %w", addr, err)
+	if err := configs.CheckLoopback(addr); err != nil {
+		return fmt.Errorf("status.listen: %w; the override API changes limits without authentication, "+
+			"so bind it to 127.0.0.1 or set status.allow_remote: true", err)
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("status: listen %q is not a loopback address; the override API changes limits without authentication, "+
-		"so bind status.listen to 127.0.0.1 (or allow remote access explicitly)", addr)
+	return nil
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {

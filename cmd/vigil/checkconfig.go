@@ -8,6 +8,20 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 )
 
+// loadConfig is the one way `vigil run`, its SIGHUP reload and
+// `vigil check-config` read a config: whatever check-config accepts, run
+// starts with, and the reverse. dryRun is run's --dry-run flag.
+func loadConfig(path string, dryRun bool) (*configs.Config, error) {
+	cfg, err := configs.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if dryRun {
+		cfg.Watchdog.DryRun = true
+	}
+	return cfg, nil
+}
+
 // runCheckConfig validates a config file: exit 0 and a summary if it
 // loads, exit 2 and every error (key path and line) if not.
 func runCheckConfig(args []string, stdout, stderr io.Writer) int {
@@ -22,7 +36,7 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
-	cfg, err := configs.Load(fs.Arg(0))
+	cfg, err := loadConfig(fs.Arg(0), false)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage

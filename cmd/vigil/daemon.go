@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -49,13 +50,10 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vigil run: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	cfg, err := configs.Load(*configFile)
+	cfg, err := loadConfig(*configFile, *dryRun)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
-	}
-	if *dryRun {
-		cfg.Watchdog.DryRun = true
 	}
 	log, err := newLogger(stderr, *logLevel, *logJSON)
 	if err != nil {
@@ -70,6 +68,8 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	d, err := newDaemon(ctx, cfg, log, daemonOptions{})
 	if err != nil {
+		// Exit at once with the reason: systemd restarts vigil and the
+		// journal shows why, instead of a half-started daemon.
 		log.WithError(err).Error("vigil cannot start")
 		return exitFail
 	}
@@ -128,15 +128,35 @@ type daemon struct {
 	turns     *coord.Semaphore // nil without pool.coordination etcd
 	readyOnce sync.Once
 	lastSent  uint64
+
+	// Listeners are bound in newDaemon, before anything runs, so a taken
+	// port fails the start instead of leaving the rest running.
+	admissionLn net.Listener
+	statusLn    net.Listener
+
+	// thMu serializes read-modify-write of the watchdog's thresholds
+	// (reload and overrides both change them).
+	thMu sync.Mutex
+	// reloadMu serializes reloads; loadedAt and pending describe the last.
+	reloadMu sync.Mutex
+	loadedAt time.Time
+	pending  []string // keys whose file value waits for a restart
 }
 
-func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o daemonOptions) (*daemon, error) {
-	d := &daemon{log: log, cfg: cfg, registry: o.Registry}
+// newDaemon builds and wires every part and binds the listeners; nothing
+// runs until run. Any part that cannot start is an error naming its
+// setting, and whatever was built is released.
+func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o daemonOptions) (_ *daemon, err error) {
+	d := &daemon{log: log, cfg: cfg, registry: o.Registry, loadedAt: time.Now()}
+	defer func() {
+		if err != nil {
+			d.release()
+		}
+	}()
 	if d.registry == nil {
 		d.registry = prometheus.NewRegistry()
 		d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	var err error
 	if d.store, err = state.Open(cfg.Watchdog.StateFile); err != nil {
 		return nil, fmt.Errorf("%w (watchdog.state_file)", err)
 	}
@@ -144,8 +164,10 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	// Pages.
 	notifier := o.Notifier
 	if notifier == nil {
+		// A notifier that cannot work (e.g. a token Slack refuses) fails
+		// the start: pages are how a human learns of a hang.
 		if notifier, err = alerts.NewNotifier(cfg.Alerts, log.WithField("part", "alerts"), nil); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("alerts (kind %s): %w", cfg.Alerts.Kind, err)
 		}
 		// A rejected Slack token stops the start; Slack unreachable only warns.
 		if err = alerts.CheckNotifier(ctx, notifier, log.WithField("part", "alerts"), 20*time.Second); err != nil {
@@ -245,11 +267,54 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 
 	if !o.NoStatus && cfg.Status.Listen != "" {
 		d.status = status.New(status.Options{
-			Listen: cfg.Status.Listen, Gatherer: d.registry, Snapshot: d.snapshot,
+			Listen: cfg.Status.Listen, AllowRemote: cfg.Status.AllowRemote, Gatherer: d.registry, Snapshot: d.snapshot,
 			Overrides: d.overrides, Log: log.WithField("part", "status"),
 		})
 	}
+
+	// Bind last, once everything else has been built, and before anything
+	// runs.
+	if d.limiter != nil {
+		if d.admissionLn, err = listen("admission.listen", cfg.Admission.Listen); err != nil {
+			return nil, err
+		}
+	}
+	if d.status != nil {
+		if d.statusLn, err = listen("status.listen", cfg.Status.Listen); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
+}
+
+// listen binds addr for the setting that names it; the error says which
+// setting, which address and why ("status.listen 127.0.0.1:9108: cannot
+// listen: bind: address already in use").
+func listen(setting, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			err = oe.Err
+		}
+		return nil, fmt.Errorf("%s %s: cannot listen: %w", setting, addr, err)
+	}
+	return ln, nil
+}
+
+// release frees what a newDaemon that failed half-way had built.
+func (d *daemon) release() {
+	for _, ln := range []net.Listener{d.admissionLn, d.statusLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if d.limiter != nil {
+		d.limiter.Close()
+	}
+	if c, ok := d.restarter.(io.Closer); ok {
+		c.Close()
+	}
 }
 
 // run starts every part and blocks until ctx ends, then stops them in
@@ -265,53 +330,45 @@ func (d *daemon) run(ctx context.Context) error {
 		"gomaxprocs": runtime.GOMAXPROCS(0),
 	}).Info("vigil starting")
 
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	// Every long-lived part runs under one supervisor: the first to fail
+	// (an error, a panic, or a return before the end) stops them all, and
+	// run returns that failure, so `vigil run` exits non-zero.
+	sup := newSupervisor(ctx, d.log)
 	pagerCtx, stopPager := context.WithCancel(context.Background())
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = d.pager.Run(pagerCtx) }()
+	defer stopPager()
+	// The pager outlives the others by a flush; its context is its own.
+	sup.Go("alerts pager", untilStopped, func(context.Context) error { return d.pager.Run(pagerCtx) })
 	if d.limiter != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := d.limiter.ListenAndServe(ctx); err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("admission.listen %s: %w", cfg.Admission.Listen, err)
-			}
-		}()
+		sup.Go("admission.listen "+cfg.Admission.Listen, untilStopped, func(ctx context.Context) error {
+			return d.limiter.Serve(ctx, d.admissionLn)
+		})
 	}
 	if d.status != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := d.status.ListenAndServe(ctx); err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("status.listen %s: %w", cfg.Status.Listen, err)
-			}
-		}()
+		sup.Go("status.listen "+cfg.Status.Listen, untilStopped, func(ctx context.Context) error {
+			return d.status.Serve(ctx, d.statusLn)
+		})
 	}
-	wg.Add(2)
-	go func() { defer wg.Done(); d.overrides.Run(ctx) }()
-	go func() { defer wg.Done(); d.refreshPool(ctx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); d.watchAffinity(ctx) }()
+	sup.Go("overrides expiry", untilStopped, func(ctx context.Context) error { d.overrides.Run(ctx); return nil })
+	// Without peers refreshPool returns at once; that is not a failure.
+	sup.Go("pool view", !untilStopped, func(ctx context.Context) error { d.refreshPool(ctx); return nil })
+	sup.Go("routing share", untilStopped, func(ctx context.Context) error { d.watchAffinity(ctx); return nil })
 	d.cron.Start()
 
 	// A recovery that was in progress when vigil stopped goes on first.
-	if err := d.recovery.Resume(ctx); err != nil {
+	if err := d.recovery.Resume(sup.Context()); err != nil {
 		d.log.WithError(err).Error("cannot resume the recovery in the journal")
 	}
+	loopDone := sup.Go("watchdog loop", untilStopped, d.watchdog.Run)
 
-	loopCtx, stopLoop := context.WithCancel(ctx)
-	loopDone := make(chan struct{})
-	go func() { defer close(loopDone); _ = d.watchdog.Run(loopCtx) }()
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errs:
-	}
+	<-sup.Context().Done()
+	runErr := sup.Err()
 	_ = sdnotify.Stopping()
-	d.log.Info("vigil stopping")
-	stopLoop()
+	l := d.log
+	if runErr != nil {
+		l = l.WithError(runErr)
+	}
+	l.Info("vigil stopping")
+	// The loop first, so no new action starts.
 	<-loopDone
 	<-d.cron.Stop().Done()
 	// Each recovery step was journaled before it ran: the next vigil
@@ -331,7 +388,10 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	cancel()
 	stopPager()
-	wg.Wait()
+	sup.Wait()
+	if c, ok := d.restarter.(io.Closer); ok {
+		c.Close()
+	}
 	return runErr
 }
 

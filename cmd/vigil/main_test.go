@@ -33,12 +33,41 @@ func TestCheckConfig(t *testing.T) {
 		{"the shipped example passes", "../../configs/example.yaml", 0, "ok ("},
 		{"a config error exits 2 and names the key and line", "../../configs/testdata/invalid-hang-after.yaml", 2, "watchdog.hang_after (line 3): must be > interval (15s)"},
 		{"a missing file exits 2", "/nonexistent/vigil.yaml", 2, "no such file"},
+		{"an empty file exits 2", "../../configs/testdata/invalid-empty.yaml", 2, "(file): is empty: at least engine.url is required"},
+		{"a config without engine.url exits 2", "../../configs/testdata/invalid-engine-url-missing.yaml", 2, "engine.url: is required"},
+		{"a remote status listener exits 2 naming status.allow_remote", "../../configs/testdata/invalid-status-remote.yaml", 2,
+			"status.listen (line 4): 0.0.0.0:9108 is not a loopback address"},
+		{"a remote admission listener exits 2 naming admission.allow_remote", "../../configs/testdata/invalid-admission-remote.yaml", 2,
+			"set admission.allow_remote: true"},
+		{"an override of the wrong type exits 2", "../../configs/testdata/invalid-override-value.yaml", 2,
+			`overrides[0].value (line 5): value "lots" for watchdog.hang_after`},
+		{"a wrong-type until keeps its key and line", "../../configs/testdata/invalid-override-until.yaml", 2,
+			`overrides[0].until (line 6): "tomorrow" is not an RFC 3339 time`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := vigil(t, "check-config", tc.file)
 			if code != tc.code || !strings.Contains(out+errOut, tc.contains) {
 				t.Fatalf("exit %d, out %q, err %q; want exit %d containing %q", code, out, errOut, tc.code, tc.contains)
+			}
+		})
+	}
+}
+
+// TestCheckConfigAndRunRefuseTheSameFiles: whatever check-config refuses,
+// run refuses with the same words before starting anything, and the
+// reverse (both go through loadConfig).
+func TestCheckConfigAndRunRefuseTheSameFiles(t *testing.T) {
+	files, _ := filepath.Glob("../../configs/testdata/invalid-*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no fixtures")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			ccCode, _, ccErr := vigil(t, "check-config", f)
+			runCode, runErr := runVigilFile(t, f, 10*time.Second)
+			if ccCode != exitUsage || runCode != exitUsage || ccErr != runErr || ccErr == "" {
+				t.Fatalf("check-config: exit %d %q\nrun: exit %d %q", ccCode, ccErr, runCode, runErr)
 			}
 		})
 	}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// runVigil is `vigil run --config` on yml, which must return within limit:
+// a daemon that cannot start must say so and exit, not wait for SIGTERM.
+func runVigil(t *testing.T, yml string, limit time.Duration) (code int, stderr string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "vigil.yaml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return runVigilFile(t, path, limit)
+}
+
+func runVigilFile(t *testing.T, path string, limit time.Duration) (code int, stderr string) {
+	t.Helper()
+	type result struct {
+		code   int
+		stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, _, errOut := vigil(t, "run", "--config", path)
+		done <- result{code, errOut}
+	}()
+	select {
+	case r := <-done:
+		return r.code, r.stderr
+	case <-time.After(limit):
+		t.Fatalf("vigil run did not exit within %s", limit)
+		return 0, ""
+	}
+}
+
+func TestRunExitsAtOnceWhenAPartCannotStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	cases := []struct {
+		name string
+		edit func(yml string) string
+		want []string
+	}{
+		{"the status port is taken", func(yml string) string {
+			return replaceListen(yml, "status", busy)
+		}, []string{"status.listen " + busy + ": cannot listen: bind: address already in use"}},
+		{"the admission port is taken", func(yml string) string {
+			return replaceListen(yml, "admission", busy)
+		}, []string{"admission.listen " + busy + ": cannot listen: bind: address already in use"}},
+		{"the state directory cannot be written", func(yml string) string {
+			return replaceLine(yml, "  state_file: ", "  state_file: /proc/vigil/state.json")
+		}, []string{"watchdog.state_file", "/proc/vigil/state.json"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// No engine: vigil must fail before it samples anything.
+			yml := tc.edit(daemonConfig(t, "http://"+freeAddr(t)))
+			start := time.Now()
+			code, stderr := runVigil(t, yml, 10*time.Second)
+			if code != exitFail {
+				t.Errorf("exit %d, want %d", code, exitFail)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			if !strings.Contains(stderr, "vigil cannot start") {
+				t.Errorf("stderr does not say vigil cannot start:\n%s", stderr)
+			}
+			t.Logf("exited %d after %s", code, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+func TestAPartThatDiesLaterStopsTheWholeDaemon(t *testing.T) {
+	cases := []struct {
+		name    string
+		kill    func(d *daemon)
+		want    string
+		stopped func(td *testDaemon) string // the address that must no longer answer
+	}{
+		{"the status listener dies: the proxy and the watchdog stop too",
+			func(d *daemon) { d.statusLn.Close() }, "status.listen",
+			func(td *testDaemon) string { return td.proxyURL }},
+		{"the admission listener dies: the status listener and the watchdog stop too",
+			func(d *daemon) { d.admissionLn.Close() }, "admission.listen",
+			func(td *testDaemon) string { return td.statusURL }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startEngine(t, nil)
+			td := startDaemon(t, daemonConfig(t, s.URL()))
+			getBody(t, td.statusURL+"/healthz")
+			tc.kill(td.d)
+			var err error
+			select {
+			case err = <-td.done:
+				td.done <- err // for stop
+			case <-time.After(10 * time.Second):
+				t.Fatal("the daemon kept running after one of its parts died")
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run = %v, want an error naming %s", err, tc.want)
+			}
+			addr := strings.TrimPrefix(tc.stopped(td), "http://")
+			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				c.Close()
+				t.Fatalf("%s still accepts connections after the daemon stopped", addr)
+			}
+			if !strings.Contains(td.logs.String(), "a part of vigil failed; stopping every part") {
+				t.Fatalf("the failure is not logged:\n%s", td.logs.String())
+			}
+		})
+	}
+}
+
+func TestSupervisorStopsEveryPartOnTheFirstFailure(t *testing.T) {
+	boom := errors.New("boom")
+	cases := []struct {
+		name    string
+		mustRun bool
+		part    func(ctx context.Context) error
+		want    string // "" = no failure; the parent's end stops everything
+	}{
+		{"an error", untilStopped, func(context.Context) error { return boom }, "dying part: boom"},
+		{"a panic", untilStopped, func(context.Context) error { panic("nil map") }, "dying part: panic: nil map"},
+		{"a return before the end", untilStopped, func(context.Context) error { return nil }, "dying part: stopped on its own"},
+		{"a one-shot part may return", !untilStopped, func(context.Context) error { return nil }, ""},
+		{"a part that runs until the end", untilStopped, func(ctx context.Context) error { <-ctx.Done(); return nil }, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := logrus.New()
+			l.SetOutput(io.Discard)
+			parent, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sup := newSupervisor(parent, logrus.NewEntry(l))
+			other := sup.Go("other part", untilStopped, func(ctx context.Context) error { <-ctx.Done(); return nil })
+			sup.Go("dying part", tc.mustRun, tc.part)
+			if tc.want == "" {
+				select {
+				case <-other:
+					t.Fatalf("the other part stopped: %v", sup.Err())
+				case <-time.After(50 * time.Millisecond):
+				}
+				cancel()
+			}
+			select {
+			case <-other:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the other part kept running")
+			}
+			sup.Wait()
+			err := sup.Err()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != tc.want) {
+				t.Fatalf("Err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// replaceListen sets section's listen: in a daemonConfig.
+func replaceListen(yml, section, addr string) string {
+	lines := strings.Split(yml, "\n")
+	for i, l := range lines {
+		if l == section+":" && i+1 < len(lines) && strings.HasPrefix(lines[i+1], "  listen: ") {
+			lines[i+1] = "  listen: " + addr
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// replaceLine replaces the line starting with prefix.
+func replaceLine(yml, prefix, with string) string {
+	lines := strings.Split(yml, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			lines[i] = with
+		}
+	}
+	return strings.Join(lines, "\n")
+}
