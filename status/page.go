@@ -124,16 +124,7 @@ type kv struct {
 }
 
 func (s *Server) page(w http.ResponseWriter, r *http.Request) {
-	var snap Snapshot
-	if s.opts.Snapshot != nil {
-		snap = s.opts.Snapshot()
-	}
-	if snap.At.IsZero() {
-		snap.At = s.now().UTC()
-	}
-	if snap.Overrides == nil && s.opts.Overrides != nil {
-		snap.Overrides = s.opts.Overrides.List()
-	}
+	snap := s.snapshot()
 	body, err := renderPage(snap)
 	if err != nil {
 		s.log.WithError(err).Error("status page: render failed")

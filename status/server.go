@@ -199,7 +199,9 @@ func checkLoopback(addr string) error {
 	return nil
 }
 
-func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+// snapshot is what /status and the page show: the daemon's snapshot,
+// stamped, with the overrides in force.
+func (s *Server) snapshot() Snapshot {
 	var snap Snapshot
 	if s.opts.Snapshot != nil {
 		snap = s.opts.Snapshot()
@@ -210,6 +212,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if snap.Overrides == nil && s.opts.Overrides != nil {
 		snap.Overrides = s.opts.Overrides.List()
 	}
+	return snap
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	snap := s.snapshot()
 	writeJSON(w, http.StatusOK, snap)
 }
 
