@@ -393,14 +393,11 @@ func probeVerdict(history []Sample, p Params) (slow, failed bool) {
 	if p.ProbeSLO > 0 && cur.Age > p.ProbeSLO {
 		return true, false
 	}
-	for i := len(history) - 2; i >= 0; i-- {
-		if s := history[i].Probe; s.State != probes.ProbeOutstanding && s.State != probes.ProbeIdle {
-			// A probe that failed (not by load) stays failing while its
-			// successor runs: the fault is the configuration, not this try.
-			return judge(s)
-		}
-	}
-	return false, false
+	// The last finished probe speaks for the one in flight (none finished:
+	// judge sees the outstanding one and says neither). A probe that
+	// failed (not by load) stays failing while its successor runs: the
+	// fault is the configuration, not this try.
+	return judge(lastFinishedProbe(history))
 }
 
 // evidence fills what vigil saw for a verdict.

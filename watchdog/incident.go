@@ -63,7 +63,7 @@ func (t *tracker) observe(v Verdict, busy bool, unknownAfter time.Duration, node
 	} else {
 		t.UnknownSince = time.Time{}
 	}
-	if busy && v.Recovering && (v.State == StateDown || v.State == StateLoading) && t.Open != nil {
+	if v.Recovering && (v.State == StateDown || v.State == StateLoading) && t.Open != nil {
 		// vigil's own restart of the engine: expected, not a new state.
 		c := *t.Open
 		return &c, false, false
