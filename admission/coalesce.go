@@ -376,7 +376,7 @@ func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, 
 
 // execute runs a keyed call upstream and tees its answer into the
 // execution's buffer.
-func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket, promptTokens int) {
+func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket) {
 	o := outcome{completionTokens: -1, totalTokens: -1}
 	complete := false
 	var failure *rejection
@@ -421,7 +421,7 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket, promptTo
 	complete = true
 	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
 	o.streamed = m.sse
-	o.completionTokens, o.totalTokens = m.tokens(promptTokens)
+	o.completionTokens, o.totalTokens = m.tokens(tk.prompt)
 }
 
 func badGateway() *rejection {

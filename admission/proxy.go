@@ -43,7 +43,7 @@ func (l *Limiter) passThrough(w http.ResponseWriter, r *http.Request) {
 		body = http.MaxBytesReader(w, r.Body, l.cfg.MaxBodyBytes)
 	}
 	req := l.upstreamRequest(r.Context(), r, body, r.ContentLength)
-	l.forward(w, r, req, nil, 0)
+	l.forward(w, r, req, nil)
 }
 
 // requestInfo is what admission needs from a request body.
@@ -192,7 +192,7 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		}
 		req := l.upstreamRequest(r.Context(), r, bytes.NewReader(body), int64(len(body)))
 		l.c.executions.Add(1)
-		l.forward(w, r, req, tk, promptTokens)
+		l.forward(w, r, req, tk)
 		return
 	}
 	res, ex, cur, created := l.co.start(k, l.base, l.clock.Now())
@@ -214,7 +214,7 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	}
 	l.c.executions.Add(1)
 	req := l.upstreamRequest(ex.ctx, r, bytes.NewReader(body), int64(len(body)))
-	go l.execute(ex, req, tk, promptTokens)
+	go l.execute(ex, req, tk)
 	l.listen(w, r, ex, cur)
 }
 
@@ -294,7 +294,7 @@ func copyResponseHeader(dst, src http.Header) {
 // for requests without an idempotency key, whose upstream call is cancelled
 // the moment the client leaves (the request context ends, the transport
 // closes the connection, the engine aborts).
-func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *ticket, promptTokens int) {
+func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *ticket) {
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
 	req = req.WithContext(ctx)
@@ -351,7 +351,9 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	}
 	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
 	o.streamed = m.sse
-	o.completionTokens, o.totalTokens = m.tokens(promptTokens)
+	if tk != nil { // no ticket: the limiter is bypassed and reads no outcome
+		o.completionTokens, o.totalTokens = m.tokens(tk.prompt)
+	}
 }
 
 // upstreamFailed answers a request whose upstream call failed before any

@@ -26,7 +26,6 @@ type Engine struct {
 	next    int // round-robin dispatch: the rank of the next request
 	nextID  uint64
 	slow    float64
-	stalled bool           // decode stall on every rank
 	wedge   chan struct{}  // non-nil while wedged; closed when cleared
 	failing map[string]int // endpoint path -> status code it answers
 	dead    bool           // crashed or closed: the cores have stopped for good
@@ -267,7 +266,6 @@ func (e *Engine) HangRank(rank int) error {
 // spin), so the iteration heartbeat moves only while something prefills.
 func (e *Engine) StallDecode() {
 	e.mu.Lock()
-	e.stalled = true
 	for _, c := range e.cores {
 		c.s.stallDecode = true
 	}
@@ -323,7 +321,7 @@ func (e *Engine) Clear() {
 		c.hung = false
 		c.s.stallDecode = false
 	}
-	e.slow, e.stalled = 1, false
+	e.slow = 1
 	if e.wedge != nil {
 		close(e.wedge)
 		e.wedge = nil
@@ -480,7 +478,7 @@ func (e *Engine) faultLocked() string {
 	} else {
 		parts = append(parts, hung...)
 	}
-	if e.stalled {
+	if e.decodeStalledLocked() {
 		parts = append(parts, "decode-stall")
 	}
 	if e.slow != 1 {
@@ -509,7 +507,7 @@ func (e *Engine) rankFaultLocked(c *core) string {
 	if c.hung {
 		parts = append(parts, "hang")
 	}
-	if e.stalled {
+	if e.decodeStalledLocked() {
 		parts = append(parts, "decode-stall")
 	}
 	if e.slow != 1 {
@@ -532,7 +530,7 @@ type faultState struct {
 func (e *Engine) faults() faultState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	fs := faultState{HungRanks: []int{}, DecodeStall: e.stalled, Wedged: e.wedge != nil, Errors: maps.Clone(e.failing)}
+	fs := faultState{HungRanks: []int{}, DecodeStall: e.decodeStalledLocked(), Wedged: e.wedge != nil, Errors: maps.Clone(e.failing)}
 	for _, c := range e.cores {
 		if c.hung {
 			fs.HungRanks = append(fs.HungRanks, c.rank)
@@ -540,3 +538,7 @@ func (e *Engine) faults() faultState {
 	}
 	return fs
 }
+
+// decodeStalledLocked: StallDecode sets every rank's flag at once, so any
+// rank's flag is the engine's.
+func (e *Engine) decodeStalledLocked() bool { return e.cores[0].s.stallDecode }

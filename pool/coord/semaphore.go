@@ -171,7 +171,7 @@ func (h *Hold) Orphan() { h.session.Orphan() }
 // answer (or the lease was lost while waiting); the place was not granted.
 func (s *Semaphore) Acquire(ctx context.Context, incident string, waiting func([]Holder)) (*Hold, error) {
 	tctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	lease, err := s.client.Grant(tctx, int64((s.opts.LeaseTTL+time.Second-1)/time.Second))
+	lease, err := s.client.Grant(tctx, s.ttlSeconds())
 	cancel()
 	if err != nil {
 		return nil, s.unavailable("grant a lease", err)
@@ -245,10 +245,16 @@ func (s *Semaphore) waitDelete(ctx context.Context, h *Hold, rev int64) error {
 	}
 }
 
-// attach keeps lease alive in a session.
+// ttlSeconds is LeaseTTL in whole seconds, rounded up: etcd's unit.
+func (s *Semaphore) ttlSeconds() int64 {
+	return int64((s.opts.LeaseTTL + time.Second - 1) / time.Second)
+}
+
+// attach keeps lease alive in a session. The session's own TTL option is
+// not given: with a lease passed in it would serve only Session.Close,
+// which a hold never calls (it orphans the session and revokes itself).
 func (s *Semaphore) attach(lease clientv3.LeaseID) (*Hold, error) {
-	sess, err := concurrency.NewSession(s.client, concurrency.WithLease(lease),
-		concurrency.WithTTL(int((s.opts.LeaseTTL+time.Second-1)/time.Second)))
+	sess, err := concurrency.NewSession(s.client, concurrency.WithLease(lease))
 	if err != nil {
 		return nil, s.unavailable("keep the lease alive", err)
 	}
