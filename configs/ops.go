@@ -184,23 +184,25 @@ func (p *Pool) validate(v *validator) {
 // obeys, its value's type included; now is injected so tests need no
 // clock. The same rules hold for the config file, the API and the CLI.
 func ValidateOverride(o Override, now time.Time) error {
-	if _, err := overrideProblem(o, now); err != nil {
-		return err
-	}
-	return nil
+	_, err := overrideProblem(o, now)
+	return err
 }
 
 // overrideProblem returns the first broken rule and the field it is about
 // (key, value, reason or until), so a config error can name the field.
 func overrideProblem(o Override, now time.Time) (field string, err error) {
 	check, known := valueChecks[o.Key]
+	var verr error
+	if known && o.Value != "" {
+		verr = check(o.Value)
+	}
 	switch {
 	case !known:
 		return "key", fmt.Errorf("key %q cannot be overridden (allowed: %v)", o.Key, OverridableKeys)
 	case o.Value == "":
 		return "value", fmt.Errorf("value is required")
-	case check(o.Value) != nil:
-		return "value", fmt.Errorf("value %q for %s: %w", o.Value, o.Key, check(o.Value))
+	case verr != nil:
+		return "value", fmt.Errorf("value %q for %s: %w", o.Value, o.Key, verr)
 	case o.Reason == "":
 		return "reason", fmt.Errorf("reason is required: say why, so the next operator knows")
 	case o.Until.IsZero():

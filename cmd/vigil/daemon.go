@@ -349,10 +349,12 @@ func (d *daemon) run(ctx context.Context) error {
 		})
 	}
 	sup.Go("overrides expiry", untilStopped, func(ctx context.Context) error { d.overrides.Run(ctx); return nil })
-	// Without peers refreshPool returns at once; that is not a failure.
-	sup.Go("pool view", !untilStopped, func(ctx context.Context) error { d.refreshPool(ctx); return nil })
-	// Without the limiter watchAffinity returns at once; that is not a failure.
-	sup.Go("routing share", !untilStopped, func(ctx context.Context) error { d.watchAffinity(ctx); return nil })
+	if len(cfg.Pool.Peers) > 0 {
+		sup.Go("pool view", untilStopped, func(ctx context.Context) error { d.refreshPool(ctx); return nil })
+	}
+	if d.affinity != nil {
+		sup.Go("routing share", untilStopped, func(ctx context.Context) error { d.watchAffinity(ctx); return nil })
+	}
 	d.cron.Start()
 
 	// A recovery that was in progress when vigil stopped goes on first.

@@ -72,10 +72,11 @@ func (s liveSettings) Set(key, value string) error {
 func (d *daemon) snapshot() status.Snapshot {
 	cfg := d.config()
 	v, inc := d.watchdog.Current()
+	active := d.overrides.List()
 	s := status.Snapshot{
 		Node: cfg.Node, Version: version, At: time.Now(), DryRun: cfg.Watchdog.DryRun,
-		Verdict: v, Recovery: d.recovery.Snapshot(), Overrides: d.overrides.List(),
-		Capacity: d.watchdog.Capacity(), Config: d.configView(),
+		Verdict: v, Recovery: d.recovery.Snapshot(), Overrides: active,
+		Capacity: d.watchdog.Capacity(), Config: d.configView(active),
 	}
 	if inc != nil {
 		s.Incident = inc
@@ -92,10 +93,9 @@ func (d *daemon) snapshot() status.Snapshot {
 	return s
 }
 
-// reloadResult is what a reload did with each changed key.
+// reloadResult is what a reload did with each changed key, for its log
+// line and /status.
 type reloadResult struct {
-	// Rejected: the file was refused whole; nothing changed.
-	Rejected error
 	// Applied: in force now.
 	Applied []string
 	// Held: the new value waits behind an override of the same key and
@@ -116,11 +116,11 @@ type reloadResult struct {
 // the same key, and even then the override stays in force until it ends
 // (the file's value is restored then). Overrides written in the file are
 // applied, or refused with their reason.
-func (d *daemon) reload(path string, dryRun bool) reloadResult {
+func (d *daemon) reload(path string, dryRun bool) {
 	next, err := loadConfig(path, dryRun)
 	if err != nil {
 		d.log.WithError(err).Error("SIGHUP: new config rejected; keeping the running one")
-		return reloadResult{Rejected: err}
+		return
 	}
 	for _, w := range next.Warnings {
 		d.log.Warn(w)
@@ -188,7 +188,6 @@ func (d *daemon) reload(path string, dryRun bool) reloadResult {
 	default:
 		l.Info("SIGHUP: config reloaded and applied")
 	}
-	return res
 }
 
 // liveKey says how a reload applies key without a restart; false means
@@ -272,7 +271,9 @@ type configView struct {
 	Overridden []string `json:"overridden,omitempty"`
 }
 
-func (d *daemon) configView() configView {
+// configView is the config in force: the file's values with the live
+// thresholds, the limiter's cap and the active overrides over them.
+func (d *daemon) configView(active []overrides.Active) configView {
 	d.mu.Lock()
 	eff := *d.cfg
 	v := configView{File: eff.Source, LoadedAt: d.loadedAt.UTC(), PendingRestart: append([]string(nil), d.pending...)}
@@ -283,7 +284,7 @@ func (d *daemon) configView() configView {
 	if d.limiter != nil {
 		eff.Admission.MaxInFlight = d.limiter.MaxInFlight()
 	}
-	for _, a := range d.overrides.List() {
+	for _, a := range active {
 		v.Overridden = append(v.Overridden, a.Key)
 	}
 	v.InForce = eff.Map()

@@ -25,9 +25,6 @@ type poolCache struct {
 // refreshPool keeps the cache fresh every interval until ctx ends.
 func (d *daemon) refreshPool(ctx context.Context) {
 	cfg := d.config()
-	if len(cfg.Pool.Peers) == 0 {
-		return
-	}
 	t := time.NewTicker(cfg.Watchdog.Interval)
 	defer t.Stop()
 	for {
@@ -74,9 +71,6 @@ func (d *daemon) peerDrained(ctx context.Context) (string, bool) {
 // execution here, and pages once when they mostly do not (the load
 // balancer is not key-affine) and once when that is over.
 func (d *daemon) watchAffinity(ctx context.Context) {
-	if d.affinity == nil {
-		return
-	}
 	t := time.NewTicker(d.config().Watchdog.Interval)
 	defer t.Stop()
 	for {
