@@ -78,12 +78,7 @@ func (r *Recovery) poolGate(ctx context.Context, lb LBState) (ref *Refusal, stop
 	})
 	switch {
 	case err == nil:
-		t := h.Turn()
-		r.mu.Lock()
-		r.turn = h
-		r.mu.Unlock()
-		r.update(func(j *Journal) { j.Turn = &t })
-		r.report(Step{Name: StepTurn, OK: true, Detail: "took the pool's turn to recover (" + t.Key + ")"})
+		r.takeTurn(h, "took the pool's turn to recover")
 		return nil, false
 	case ctx.Err() != nil:
 		return nil, true
@@ -142,12 +137,18 @@ func (r *Recovery) resumeTurn(ctx context.Context) {
 		}
 		return
 	}
-	nt := h.Turn()
+	r.takeTurn(h, "took the pool's turn again to finish the recovery")
+}
+
+// takeTurn holds h, journals it so a restarted vigil takes it back, and
+// reports it as what (the key appended).
+func (r *Recovery) takeTurn(h TurnHold, what string) {
+	t := h.Turn()
 	r.mu.Lock()
 	r.turn = h
 	r.mu.Unlock()
-	r.update(func(j *Journal) { j.Turn = &nt })
-	r.report(Step{Name: StepTurn, OK: true, Detail: "took the pool's turn again to finish the recovery (" + nt.Key + ")"})
+	r.update(func(j *Journal) { j.Turn = &t })
+	r.report(Step{Name: StepTurn, OK: true, Detail: what + " (" + t.Key + ")"})
 }
 
 // releaseTurn gives the turn back once the host is in rotation again (or

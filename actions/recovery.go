@@ -445,7 +445,7 @@ func (r *Recovery) drain(ctx context.Context) error {
 		}
 		r.update(func(j *Journal) { j.Drained = false; j.DrainStarted = time.Time{}; j.Hold = false })
 		r.setRecovering(false)
-		r.refuse(ref, "the host still takes traffic")
+		r.refuse(ref, r.stillServing())
 		return errBackedOff
 	}
 	detail := r.o.Drainer.String() + " DRAIN"
@@ -782,11 +782,8 @@ func (r *Recovery) park(ctx context.Context, failed StepName, cause error, repor
 		}
 		switch failed {
 		case StepWaitReady:
-			eng, err := r.o.Restarter.Status(ctx)
-			if err != nil {
-				eng = EngineStatus{}
-			}
-			if ref := r.timeRefusal(eng); ref != nil {
+			eng, ref := r.restartRefusal(ctx)
+			if ref != nil {
 				r.refuse(ref, r.outOfRotation())
 				r.update(func(j *Journal) { j.Step = StepFailed })
 				continue
@@ -812,7 +809,7 @@ func (r *Recovery) refuse(ref *Refusal, outcome string) {
 	r.m.refusals.WithLabelValues(string(ref.Guard)).Inc()
 	key := string(ref.Guard) + "/" + outcomeClass(outcome)
 	r.mu.Lock()
-	same := r.j.RefusalReported && r.j.RefusalPaged == key
+	same := r.j.RefusalPaged == key // set with RefusalReported, never empty
 	r.mu.Unlock()
 	next := ref.Until
 	if next.IsZero() {
@@ -880,21 +877,17 @@ func (r *Recovery) poolRefusal(ctx context.Context, lb LBState) *Refusal {
 // loses nothing the hang has not already taken) and holds it there, unless
 // the pool guard forbids a drain or there is no load balancer.
 func (r *Recovery) holdInstead(ctx context.Context, ref *Refusal) {
-	if r.o.DryRun {
-		if _, none := r.o.Drainer.(NoDrain); none {
-			r.refuse(ref, r.stillServing())
-			return
-		}
-		r.refuse(ref, fmt.Sprintf("dry run: would drain %s and hold it out of rotation until the engine recovers or a restart is allowed", r.o.Drainer))
-		return
-	}
 	if _, none := r.o.Drainer.(NoDrain); none {
 		r.refuse(ref, r.stillServing())
 		return
 	}
+	if r.o.DryRun {
+		r.refuse(ref, fmt.Sprintf("dry run: would drain %s and hold it out of rotation until the engine recovers or a restart is allowed", r.o.Drainer))
+		return
+	}
 	r.update(func(j *Journal) { j.Refusal = ref })
 	if r.drained() {
-		r.update(func(j *Journal) { j.Hold = true })
+		// hold journals Hold itself before it waits.
 		r.setRecovering(true)
 		r.run(ctx, StepHeld, false)
 		return
@@ -916,6 +909,16 @@ func (r *Recovery) holdInstead(ctx context.Context, ref *Refusal) {
 	r.update(func(j *Journal) { j.Hold = true })
 	r.setRecovering(true)
 	r.run(ctx, StepDrain, false)
+}
+
+// restartRefusal reads the engine (an unreadable one counts as never
+// started) and says which time guard, if any, refuses its restart now.
+func (r *Recovery) restartRefusal(ctx context.Context) (EngineStatus, *Refusal) {
+	eng, err := r.o.Restarter.Status(ctx)
+	if err != nil {
+		eng = EngineStatus{}
+	}
+	return eng, r.timeRefusal(eng)
 }
 
 // hold keeps a drained host out of rotation while a guard refuses the
@@ -945,11 +948,7 @@ func (r *Recovery) hold(ctx context.Context) (StepName, error) {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
-		eng, err := r.o.Restarter.Status(ctx)
-		if err != nil {
-			eng = EngineStatus{}
-		}
-		next := r.timeRefusal(eng)
+		eng, next := r.restartRefusal(ctx)
 		if next == nil {
 			left := 0
 			if st, err := r.o.Drainer.State(ctx); err == nil && st.Known {

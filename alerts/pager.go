@@ -275,13 +275,19 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	if v.At.IsZero() {
 		v.At = now
 	}
+	// The outlook is read before p.mu: it takes the recovery's lock, and
+	// the recovery holds that lock while it reports a step to this pager.
+	var outlook *actions.Refusal
+	if p.outlook != nil && v.State.NeedsRecovery() {
+		outlook = p.outlook()
+	}
 	p.mu.Lock()
 	prev := p.st.Thread
 	t, decisions := p.policy.observe(prev, v, inc, now)
 	p.st.Thread = t
 	var g *refusalNote
 	if len(decisions) > 0 {
-		g = p.refusalLocked(t, v)
+		g = p.refusalLocked(t, v, outlook)
 	}
 	for _, d := range decisions {
 		var m Message
@@ -313,8 +319,8 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 
 // refusalLocked is the guard refusing the restart, for a page about v: the
 // refusal the recovery reported for this incident, else (for a new hung
-// or down incident) the guard that would refuse now.
-func (p *Pager) refusalLocked(t thread, v watchdog.Verdict) *refusalNote {
+// or down incident) the guard that would refuse now (outlook).
+func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *actions.Refusal) *refusalNote {
 	if !v.State.NeedsRecovery() {
 		return nil
 	}
@@ -322,13 +328,10 @@ func (p *Pager) refusalLocked(t thread, v watchdog.Verdict) *refusalNote {
 		g := *t.Refused
 		return &g
 	}
-	if p.outlook == nil || t.Restarting || !t.RecoveryFrom.IsZero() {
+	if outlook == nil || t.Restarting || !t.RecoveryFrom.IsZero() {
 		return nil
 	}
-	if ref := p.outlook(); ref != nil {
-		return &refusalNote{Guard: ref.Guard, Until: ref.Until, Dry: p.dryRun}
-	}
-	return nil
+	return &refusalNote{Guard: outlook.Guard, Until: outlook.Until, Dry: p.dryRun}
 }
 
 // RecoveryStep queues a thread reply for one recovery step.

@@ -73,7 +73,7 @@ func (t *thread) trouble(v watchdog.Verdict) {
 		}
 		return
 	}
-	if t.Restarting || (v.Recovering && v.State == watchdog.StateDown) {
+	if t.Restarting {
 		return // the restart vigil is doing, not the engine failing
 	}
 	since := v.At
@@ -182,9 +182,10 @@ func (p policy) observe(t thread, v watchdog.Verdict, inc *watchdog.Incident, no
 		// Reopened under the same ID: whatever comes next is a relapse.
 		t.Resolved, t.Quiet = false, true
 	}
-	if !loud(v.State) || (v.State == watchdog.StateDown && (t.Restarting || v.Recovering)) {
+	if !loud(v.State) || (v.State == watchdog.StateDown && t.Restarting) {
 		// Down while vigil restarts the engine is expected: the
-		// "restarting" step said so, or the watchdog marked the verdict.
+		// "restarting" step said so (a verdict the watchdog marked as
+		// Recovering never gets here).
 		if t.Headed {
 			t.Quiet = true
 		}

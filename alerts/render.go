@@ -102,7 +102,7 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 			add("probe %s", e.Probe)
 		}
 	}
-	if e.ProbeFailing != "" && !strings.Contains(strings.Join(parts, "; "), "probe failing") {
+	if e.ProbeFailing != "" && !slices.ContainsFunc(parts, func(s string) bool { return strings.Contains(s, "probe failing") }) {
 		add("probe failing: %s (not load: check engine.model)", e.ProbeFailing)
 	}
 	if len(parts) == 0 {
