@@ -628,3 +628,36 @@ func TestVigilRestartedOnAHungIdleEngineDoesNotResolveFromFrozenGauges(t *testin
 		}
 	})
 }
+
+// Issue #16: vigil's own restart of the engine was paged as a new
+// "HUNG → DOWN". While the recoverer is busy the watchdog marks its
+// verdicts Recovering, and a DOWN never becomes the incident's state.
+func TestADownWhileVigilRecoversIsMarkedAndNeverTheIncidentsState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 40, 8, 900 })
+		r.start()
+		time.Sleep(2 * time.Minute)
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(4 * time.Minute) // hung; recovery asked, busy for 10 min
+		r.engine.set(func(f *fakeEngine) { f.mode = "down" })
+		time.Sleep(time.Minute)
+		r.stop()
+		if r.rec.count() != 1 {
+			t.Fatalf("recoveries %d, want 1", r.rec.count())
+		}
+		downs := 0
+		for _, p := range r.pager.all() {
+			if p.v.State != StateDown {
+				continue
+			}
+			downs++
+			if !p.v.Recovering || p.inc == nil || p.inc.State == StateDown {
+				t.Fatalf("a down verdict during vigil's recovery: recovering %t, incident %+v", p.v.Recovering, p.inc)
+			}
+		}
+		if downs == 0 {
+			t.Fatal("the engine was never seen down")
+		}
+	})
+}

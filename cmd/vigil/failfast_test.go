@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"github.com/slack-go/slack/slacktest"
 )
 
 // runVigil is `vigil run --config` on yml, which must return within limit:
@@ -196,4 +199,32 @@ func replaceLine(yml, prefix, with string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Issue #16: a wrong Slack token was found only when the first page
+// failed. `vigil run` now asks Slack (auth.test) at start and exits 1
+// naming where the token came from, never the token.
+func TestRunExitsAtOnceOnARefusedSlackToken(t *testing.T) {
+	st := slacktest.NewTestServer(func(c slacktest.Customize) {
+		c.Handle("/auth.test", func(w http.ResponseWriter, r *http.Request) {
+			_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "invalid_auth"})
+		})
+	})
+	st.Start()
+	defer st.Stop()
+	t.Setenv("VIGIL_TEST_REFUSED_TOKEN", "xoxb-wrong-token")
+	yml := daemonConfig(t, "http://"+freeAddr(t)) + `alerts:
+  kind: slack
+  slack:
+    token:
+      env: VIGIL_TEST_REFUSED_TOKEN
+    channel: "#oncall"
+    api_url: ` + st.GetAPIURL() + "\n"
+	code, stderr := runVigil(t, yml, 20*time.Second)
+	if code != exitFail || !strings.Contains(stderr, "vigil cannot start") || !strings.Contains(stderr, "VIGIL_TEST_REFUSED_TOKEN") {
+		t.Fatalf("exit %d, want %d with the token's source named:\n%s", code, exitFail, stderr)
+	}
+	if strings.Contains(stderr, "xoxb-wrong-token") {
+		t.Fatal("the token leaked into the error")
+	}
 }
