@@ -111,6 +111,8 @@ type daemon struct {
 	registry *prometheus.Registry
 	store    *state.Store
 
+	// mu guards cfg, loadedAt and pending: the reload writes them, the
+	// status handlers read them.
 	mu  sync.Mutex
 	cfg *configs.Config
 
@@ -137,7 +139,8 @@ type daemon struct {
 	// thMu serializes read-modify-write of the watchdog's thresholds
 	// (reload and overrides both change them).
 	thMu sync.Mutex
-	// reloadMu serializes reloads; loadedAt and pending describe the last.
+	// reloadMu serializes reloads; loadedAt and pending (under mu)
+	// describe the last.
 	reloadMu sync.Mutex
 	loadedAt time.Time
 	pending  []string // keys whose file value waits for a restart
@@ -314,6 +317,9 @@ func (d *daemon) release() {
 	}
 	if c, ok := d.restarter.(io.Closer); ok {
 		c.Close()
+	}
+	if d.turns != nil {
+		_ = d.turns.Close()
 	}
 }
 

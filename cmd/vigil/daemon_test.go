@@ -93,7 +93,11 @@ func (td *testDaemon) stop() {
 // waitListening waits until the daemon's listeners accept connections.
 func (td *testDaemon) waitListening(t *testing.T) {
 	t.Helper()
-	for _, u := range []string{td.statusURL, td.proxyURL} {
+	urls := []string{td.statusURL}
+	if td.d.limiter != nil {
+		urls = append(urls, td.proxyURL)
+	}
+	for _, u := range urls {
 		addr := strings.TrimPrefix(u, "http://")
 		deadline := time.Now().Add(5 * time.Second)
 		for {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -203,5 +204,110 @@ func TestSIGHUPAppliesOverridesAddedToTheFile(t *testing.T) {
 	td.d.reload(td.cfgPath, false)
 	if !strings.Contains(td.logs.String(), `overrides[0].value (line`) || td.d.watchdog.Thresholds().HangAfter != 2*time.Second {
 		t.Fatalf("a bad override in the file: hang_after %s, logs:\n%s", td.d.watchdog.Thresholds().HangAfter, td.logs.String())
+	}
+}
+
+// The reload's other outcomes, each named in the log as an operator would
+// read it after `systemctl reload vigil`.
+func TestSIGHUPRefusalsAndNoChange(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "engine.key")
+	if err := os.WriteFile(keyFile, []byte("sk-first-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		yml  func(base string) string // the config the daemon starts with
+		edit func(t *testing.T, td *testDaemon)
+		// check runs after the reload.
+		check    func(t *testing.T, td *testDaemon, c *statusConfig)
+		wantLogs []string
+		notLogs  []string
+	}{
+		{"probe_slo above the probe_timeout in force is not applied; probe_timeout waits for a restart",
+			func(base string) string { return base },
+			func(t *testing.T, td *testDaemon) {
+				td.rewrite(t, "probe_timeout: 1s", "probe_timeout: 3s", "probe_slo: 500ms", "probe_slo: 2s")
+			},
+			func(t *testing.T, td *testDaemon, c *statusConfig) {
+				if got := td.d.watchdog.Thresholds().ProbeSLO; got != 500*time.Millisecond {
+					t.Errorf("probe_slo in force = %s, want the old 500ms", got)
+				}
+				if c.InForce.Watchdog.ProbeSLO != "500ms" {
+					t.Errorf("/status shows probe_slo %s, which is not in force", c.InForce.Watchdog.ProbeSLO)
+				}
+				if got := strings.Join(c.PendingRestart, " "); got != "watchdog.probe_timeout" {
+					t.Errorf("pending restart = %q, want watchdog.probe_timeout", got)
+				}
+			},
+			[]string{"watchdog.probe_slo changed but was not applied; still running with the old value",
+				"must be <= the probe_timeout in force (1s)", "watchdog.probe_timeout changed: needs a restart",
+				"some changes are NOT in force"},
+			[]string{"config reloaded and applied"}},
+		{"max_in_flight with the limiter off needs a restart (nothing runs to take it)",
+			func(base string) string {
+				return strings.Replace(base, "admission:\n", "admission:\n  enabled: false\n", 1)
+			},
+			func(t *testing.T, td *testDaemon) {
+				td.rewrite(t, "admission:\n", "admission:\n  max_in_flight: 9\n")
+			},
+			func(t *testing.T, td *testDaemon, c *statusConfig) {
+				if td.d.limiter != nil {
+					t.Fatal("the reload started a limiter")
+				}
+				if got := strings.Join(c.PendingRestart, " "); got != "admission.max_in_flight" {
+					t.Errorf("pending restart = %q, want admission.max_in_flight", got)
+				}
+			},
+			[]string{"admission.max_in_flight changed: needs a restart"},
+			[]string{"admission.max_in_flight changed: applied"}},
+		{"a secret file holding another key is named, never shown",
+			func(base string) string {
+				return strings.Replace(base, "  request_timeout: 1s\n", "  request_timeout: 1s\n  api_key:\n    file: "+keyFile+"\n", 1)
+			},
+			func(t *testing.T, td *testDaemon) {
+				if err := os.WriteFile(keyFile, []byte("sk-second-key\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			func(t *testing.T, td *testDaemon, c *statusConfig) {
+				if got := strings.Join(c.PendingRestart, " "); got != "engine.api_key" {
+					t.Errorf("pending restart = %q, want engine.api_key", got)
+				}
+			},
+			[]string{"engine.api_key changed: needs a restart"},
+			[]string{"sk-first-key", "sk-second-key"}},
+		{"an unchanged file says so",
+			func(base string) string { return base },
+			func(t *testing.T, td *testDaemon) { td.rewrite(t) },
+			func(t *testing.T, td *testDaemon, c *statusConfig) {
+				if len(c.PendingRestart) != 0 {
+					t.Errorf("pending restart = %v, want none", c.PendingRestart)
+				}
+			},
+			[]string{"config reloaded; no setting changed"},
+			[]string{"needs a restart", "config reloaded and applied"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startEngine(t, nil)
+			td := startDaemon(t, tc.yml(daemonConfig(t, s.URL())))
+			tc.edit(t, td)
+			td.d.reload(td.cfgPath, false)
+			tc.check(t, td, td.statusDoc(t).Config)
+			logs := td.logs.String()
+			for _, w := range tc.wantLogs {
+				if !strings.Contains(logs, w) {
+					t.Errorf("logs lack %q", w)
+				}
+			}
+			for _, w := range tc.notLogs {
+				if strings.Contains(logs, w) {
+					t.Errorf("logs say %q", w)
+				}
+			}
+			if t.Failed() {
+				t.Logf("logs:\n%s", logs)
+			}
+		})
 	}
 }
