@@ -1,7 +1,7 @@
 // Package harness is what vigil's benchmarks share: a caller that sends and
 // retries requests the way the official OpenAI SDKs do, on a time-scaled
-// clock, plus open-loop arrivals, workload draws, percentiles, a private
-// HAProxy and table printing.
+// clock, plus open-loop arrivals, workload draws, the paper's overload
+// experiment (paper.go), percentiles, a private HAProxy and table printing.
 //
 // Durations a benchmark reasons about are engine time (the simulated
 // engine's clock, enginesim.Config.Scale times faster than the wall); the

@@ -13,10 +13,13 @@ import (
 )
 
 // HAProxy is a private HAProxy process (mode http) on a loopback port in
-// front of one upstream, for comparing proxy costs.
+// front of one upstream (StartHAProxy, for comparing proxy costs) or of a
+// pool (StartHAProxyText, with the shipped pool configuration).
 type HAProxy struct {
 	// Addr is the frontend's "127.0.0.1:port".
-	Addr   string
+	Addr string
+	// Socket is the runtime API socket's path (StartHAProxyText only).
+	Socket string
 	dir    string
 	cmd    *exec.Cmd
 	exited chan error
@@ -47,6 +50,16 @@ backend engine
 // (host:port) with threads threads and waits until its port accepts
 // connections.
 func StartHAProxy(ctx context.Context, upstream string, threads int) (*HAProxy, error) {
+	return StartHAProxyText(ctx, func(_, bind string) (string, error) {
+		return fmt.Sprintf(haproxyConfig, max(1, threads), bind, upstream), nil
+	})
+}
+
+// StartHAProxyText runs "haproxy -db -f <config>" with the configuration
+// render returns for a runtime API socket path in a private directory and
+// a free loopback frontend address, and waits until the frontend accepts
+// connections.
+func StartHAProxyText(ctx context.Context, render func(socket, bind string) (string, error)) (*HAProxy, error) {
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
 		for _, p := range []string{"/usr/sbin/haproxy", "/usr/local/sbin/haproxy"} {
@@ -67,8 +80,14 @@ func StartHAProxy(ctx context.Context, upstream string, threads int) (*HAProxy, 
 	if err != nil {
 		return nil, fmt.Errorf("haproxy: temp dir: %w", err)
 	}
+	socket := filepath.Join(dir, "admin.sock")
+	text, err := render(socket, addr)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("haproxy: config: %w", err)
+	}
 	cfg := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, max(1, threads), addr, upstream), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("haproxy: write config: %w", err)
 	}
@@ -86,7 +105,7 @@ func StartHAProxy(ctx context.Context, upstream string, threads int) (*HAProxy, 
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("haproxy: start: %w", err)
 	}
-	h := &HAProxy{Addr: addr, dir: dir, cmd: cmd, exited: make(chan error, 1)}
+	h := &HAProxy{Addr: addr, Socket: socket, dir: dir, cmd: cmd, exited: make(chan error, 1)}
 	go func() { h.exited <- cmd.Wait(); logf.Close() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,12 +163,7 @@ func runArm(ctx context.Context, o options, a arm, c float64) (armResult, error)
 	}
 
 	ph := phases(c)
-	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
-	arrivals := harness.Arrivals(rng, ph)
-	bodies := make([][]byte, len(arrivals))
-	for i := range arrivals {
-		bodies[i] = workload(rng).Body("sim-llama-8b", false)
-	}
+	arrivals, bodies := harness.PaperCalls(o.seed, ph)
 	policy := harness.PaperPolicy()
 	if !a.retries {
 		policy.MaxRetries = 0
@@ -181,7 +175,7 @@ func runArm(ctx context.Context, o options, a arm, c float64) (armResult, error)
 
 	holdStart := harness.PhaseStart(ph, phaseHold)
 	holdEnd := holdStart + holdFor
-	res := armResult{arm: a, calls: make([]harness.Result, len(arrivals)), capacity: c}
+	res := armResult{arm: a, capacity: c}
 	for _, ar := range arrivals {
 		res.phase = append(res.phase, ar.Phase)
 	}
@@ -218,20 +212,7 @@ func runArm(ctx context.Context, o options, a arm, c float64) (armResult, error)
 	})
 
 	start := time.Now()
-	var calls sync.WaitGroup
-	for i, ar := range arrivals {
-		if !clock.SleepUntil(ctx, ar.At) {
-			break
-		}
-		calls.Go(func() {
-			// Every call ends by itself well within deliveredWithin; the
-			// deadline only bounds the loop if something wedges.
-			cctx, ccancel := context.WithTimeout(ctx, clock.Wall(deliveredWithin))
-			defer ccancel()
-			res.calls[i] = caller.Do(cctx, harness.Request{Body: bodies[i], Key: fmt.Sprintf("call-%d-%d", o.seed, i)})
-		})
-	}
-	calls.Wait()
+	res.calls = harness.SendAll(ctx, clock, caller, o.seed, arrivals, bodies)
 	res.wall = time.Since(start)
 	// Wait for the hold-end snapshot if the calls finished first (they
 	// cannot: the hold's own arrivals run to its end), then stop sampling.

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -28,40 +27,27 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// The experiment, in engine time.
+// The experiment, in engine time (harness/paper.go: shared with
+// bench/pool).
 const (
-	warmRate, pulseRate, holdRate = 0.6, 2.7, 0.6 // multiples of C
-	warmFor                       = 120 * time.Second
-	pulseFor                      = 107 * time.Second
-	holdFor                       = 720 * time.Second
-	// deliveredWithin is the paper's horizon for "delivered": a call
-	// answered more than this after it started does not count. Every call
-	// ends well before it (4 attempts x 120 s + 3 waits of at most 60 s).
-	deliveredWithin = 840 * time.Second
-
-	promptMean, promptSpread = 12000, 1200 // uniform 12,000 ± 1,200 tokens
-	prefixTokens             = 2000        // shared by every prompt
-	answerMedian, answerSig  = 300, 0.5    // lognormal answer lengths
-	answerMax                = 1200        // cap: 4x the median
+	warmRate, pulseRate, holdRate = harness.PaperWarmRate, harness.PaperPulseRate, harness.PaperHoldRate
+	warmFor                       = harness.PaperWarmFor
+	pulseFor                      = harness.PaperPulseFor
+	holdFor                       = harness.PaperHoldFor
+	deliveredWithin               = harness.PaperDeliveredWithin
 
 	engineKey = "sk-engine-bench"
 	clientKey = "sk-client-bench"
 )
 
 // phases is the schedule for capacity c (calls per engine second).
-func phases(c float64) []harness.Phase {
-	return []harness.Phase{
-		{Name: "warm", Duration: warmFor, Rate: warmRate * c},
-		{Name: "pulse", Duration: pulseFor, Rate: pulseRate * c},
-		{Name: "hold", Duration: holdFor, Rate: holdRate * c},
-	}
-}
+func phases(c float64) []harness.Phase { return harness.PaperPhases(c, holdFor) }
 
 // Phase indexes in phases.
 const (
-	phaseWarm = iota
-	phasePulse
-	phaseHold
+	phaseWarm  = harness.PhaseWarm
+	phasePulse = harness.PhasePulse
+	phaseHold  = harness.PhaseHold
 )
 
 type options struct {
@@ -123,30 +109,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // engineConfig is the calibrated default engine at the run's scale.
 func engineConfig(scale float64, abort bool) enginesim.Config {
-	cfg := enginesim.DefaultConfig()
-	cfg.Model = "sim-llama-8b"
-	cfg.APIKey = engineKey
-	cfg.Scale = scale
-	cfg.AbortOnDisconnect = abort
-	return cfg
+	return harness.PaperEngineConfig(scale, abort, engineKey)
 }
 
 // workload draws one call of the paper's shape.
-func workload(rng *rand.Rand) harness.SimCall {
-	return harness.SimCall{
-		Prompt:   promptMean - promptSpread + rng.IntN(2*promptSpread+1),
-		Prefix:   prefixTokens,
-		PrefixID: "shared-system-prompt",
-		Output:   harness.LogNormal(rng, answerMedian, answerSig, answerMax),
-	}
-}
+func workload(rng *rand.Rand) harness.SimCall { return harness.PaperCall(rng) }
 
 func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error {
-	meanAnswer := harness.MeanLogNormal(answerMedian, answerSig, answerMax)
-	w := enginesim.Workload{PromptTokens: promptMean, PrefixTokens: prefixTokens, OutputTokens: int(math.Round(meanAnswer))}
-	c := enginesim.MeasureCapacity(engineConfig(o.scale, true), w)
-	fmt.Fprintf(stdout, "Capacity C (enginesim.MeasureCapacity, %d-token prompts, %d-token prefix, %.0f-token mean answer): %.3f calls/s (engine time)\n",
-		w.PromptTokens, w.PrefixTokens, meanAnswer, c)
+	c, line := harness.PaperCapacity(o.scale)
+	fmt.Fprintln(stdout, line)
 	if o.calibrate {
 		k, err := knee(ctx, o, c, stderr)
 		if err != nil {

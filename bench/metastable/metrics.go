@@ -26,37 +26,9 @@ type metrics struct {
 }
 
 func measure(r armResult, c float64) metrics {
-	var m metrics
-	var pulseOK, pulseLate, holdOK, holdOnTime, attempts int
-	firstDeadline := harness.PaperPolicy().Timeout
-	for i, call := range r.calls {
-		attempts += call.Attempts
-		ok := call.Delivered && call.DeliveredAt-call.Start <= deliveredWithin
-		onTime := call.Delivered && call.DeliveredAt-call.Start <= firstDeadline
-		switch r.phase[i] {
-		case phasePulse:
-			m.pulseCalls++
-			if ok {
-				pulseOK++
-				if !onTime {
-					pulseLate++
-				}
-			}
-		case phaseHold:
-			m.holdCalls++
-			if ok {
-				holdOK++
-			}
-			if onTime {
-				holdOnTime++
-			}
-		}
-	}
-	m.pulseDelivered = harness.Share(pulseOK, m.pulseCalls)
-	m.pulseLate = harness.Share(pulseLate, m.pulseCalls)
-	m.holdDelivered = harness.Share(holdOK, m.holdCalls)
-	m.holdOnTime = harness.Share(holdOnTime, m.holdCalls)
-	m.attempts = harness.Share(attempts, len(r.calls))
+	f := harness.MeasurePaper(r.calls, r.phase)
+	m := metrics{pulseCalls: f.PulseCalls, holdCalls: f.HoldCalls, pulseDelivered: f.PulseDelivered,
+		holdDelivered: f.HoldDelivered, pulseLate: f.PulseLate, holdOnTime: f.HoldOnTime, attempts: f.Attempts}
 	perC := holdFor.Seconds() * c
 	m.holdCreated = float64(r.hold1.Received-r.hold0.Received) / perC
 	m.holdCompleted = float64(r.hold1.Completed-r.hold0.Completed) / perC
