@@ -62,6 +62,7 @@ func (c *Config) validate(v *validator) {
 	c.Status.validate(v)
 	validateOverrides(v, c.Overrides, c.Watchdog)
 	c.Pool.validate(v)
+	c.validateRegistration(v)
 }
 
 // resolveSecrets reads every *_file / *_env secret once, at load time, so a

@@ -40,6 +40,13 @@ type Pool struct {
 	// DrainWithoutCoordinator lets vigil drain on the load balancer's pool
 	// lock alone when etcd cannot be reached (default: refuse and page).
 	DrainWithoutCoordinator bool `yaml:"drain_without_coordinator"`
+	// Register (etcd coordination) puts this vigil's /status URL under
+	// key_prefix/members/<node>, bound to a lease, so the peers find it
+	// without a static list and drop it when it dies.
+	Register bool `yaml:"register"`
+	// StatusURL is the /status URL the peers reach this vigil at; empty
+	// derives it from status.listen (see Config.PoolStatusURL).
+	StatusURL string `yaml:"status_url"`
 }
 
 // PoolEtcd reaches the etcd cluster the pool coordinates through.
@@ -85,7 +92,7 @@ var OverridableKeys = []string{
 func defaultStatus() Status { return Status{Listen: "127.0.0.1:9108"} }
 
 func defaultPool() Pool {
-	return Pool{Timeout: 3 * time.Second, Coordination: "none", MaxConcurrentRecoveries: 1,
+	return Pool{Timeout: 3 * time.Second, Coordination: "none", MaxConcurrentRecoveries: 1, Register: true,
 		Etcd: PoolEtcd{KeyPrefix: "/vigil/", LeaseTTL: 30 * time.Second, Timeout: 5 * time.Second}}
 }
 
@@ -135,9 +142,14 @@ func (p *Pool) validate(v *validator) {
 		v.httpURL(indexPath("pool.peers", i), u)
 	}
 	v.positive("pool.timeout", p.Timeout)
+	if p.StatusURL != "" {
+		v.httpURL("pool.status_url", p.StatusURL)
+	}
 	if p.MinServing < 0 {
 		v.errorf("pool.min_serving", "must be >= 0")
-	} else if p.MinServing > len(p.Peers) {
+	} else if p.MinServing > len(p.Peers) && p.Coordination != "etcd" {
+		// With etcd the members register themselves: how many there will
+		// be is not known here.
 		v.errorf("pool.min_serving", "is %d but only %d peers are listed in pool.peers: no drain could ever pass", p.MinServing, len(p.Peers))
 	}
 	switch p.Coordination {
@@ -274,5 +286,48 @@ func validateOverrides(v *validator, os []Override, w Watchdog) {
 		if err != nil {
 			v.errorf(path+"."+field, "%v", err)
 		}
+	}
+}
+
+// PoolStatusURL is the /status URL this vigil registers for its peers
+// (pool.register with etcd coordination): pool.status_url when set, else
+// "http://" + status.listen + "/status", with an unspecified host (":9108",
+// "0.0.0.0:9108") replaced by this host's name. "" when neither is set.
+func (c *Config) PoolStatusURL() string {
+	if c.Pool.StatusURL != "" {
+		return c.Pool.StatusURL
+	}
+	if c.Status.Listen == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(c.Status.Listen)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil || host == "" {
+			host = c.Node
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/status"
+}
+
+// validateRegistration checks what this vigil would register: something
+// must serve /status, and a URL derived from a loopback listener is
+// reachable from this host only, which is right for a pool on one machine
+// (the tests, the demo) and wrong for any other, so it warns.
+func (c *Config) validateRegistration(v *validator) {
+	p := c.Pool
+	if p.Coordination != "etcd" || !p.Register || p.StatusURL != "" {
+		return
+	}
+	if c.Status.Listen == "" {
+		v.errorf("pool.status_url", "is required with pool.register when status.listen is off: "+
+			"the peers read this vigil's /status there (or set pool.register: false)")
+		return
+	}
+	if CheckLoopback(c.Status.Listen) == nil {
+		v.warnf("pool.status_url", "unset, so this vigil registers %s, which only this host can reach; "+
+			"for a pool across hosts set pool.status_url (and status.listen with status.allow_remote)", c.PoolStatusURL())
 	}
 }

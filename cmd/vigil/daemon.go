@@ -126,6 +126,7 @@ type daemon struct {
 	status    *status.Server
 	cron      *cron.Cron
 	pool      poolCache
+	members   poolMembers      // the etcd directory (pool.coordination etcd)
 	affinity  *pool.Affinity   // nil without a coalescing limiter
 	turns     *coord.Semaphore // nil without pool.coordination etcd
 	readyOnce sync.Once
@@ -355,7 +356,8 @@ func (d *daemon) run(ctx context.Context) error {
 		})
 	}
 	sup.Go("overrides expiry", untilStopped, func(ctx context.Context) error { d.overrides.Run(ctx); return nil })
-	if len(cfg.Pool.Peers) > 0 {
+	d.startPoolMembers(sup, cfg)
+	if hasPool(cfg) {
 		sup.Go("pool view", untilStopped, func(ctx context.Context) error { d.refreshPool(ctx); return nil })
 	}
 	if d.affinity != nil {
@@ -386,11 +388,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if d.limiter != nil {
 		d.limiter.Close()
 	}
-	if d.turns != nil {
-		// A turn still held stays journaled: the next vigil takes it back,
-		// or it expires with its lease.
-		_ = d.turns.Close()
-	}
+	d.closePool()
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := d.pager.Flush(flushCtx); err != nil {
 		d.log.WithField("queued", d.pager.Queued()).Warn("pages still queued at exit; they are in the state file and go out on the next start")

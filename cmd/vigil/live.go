@@ -84,7 +84,7 @@ func (d *daemon) snapshot() status.Snapshot {
 	if d.limiter != nil {
 		s.Limiter = d.limiter.Stats()
 	}
-	if len(cfg.Pool.Peers) > 0 {
+	if hasPool(cfg) {
 		s.Pool = d.poolView()
 	}
 	if d.affinity != nil {

@@ -28,7 +28,7 @@ func (d *daemon) refreshPool(ctx context.Context) {
 	t := time.NewTicker(cfg.Watchdog.Interval)
 	defer t.Stop()
 	for {
-		members := pool.Fetch(ctx, cfg.Pool.Peers, cfg.Pool.Timeout)
+		members := d.fetchPeers(ctx, cfg)
 		d.pool.mu.Lock()
 		d.pool.members, d.pool.at = members, time.Now()
 		d.pool.mu.Unlock()
@@ -49,7 +49,7 @@ func (d *daemon) poolView() []pool.Member {
 // poolLine is the one-line pool view for pages ("" without peers).
 func (d *daemon) poolLine() string {
 	cfg := d.config()
-	if len(cfg.Pool.Peers) == 0 {
+	if !hasPool(cfg) {
 		return ""
 	}
 	v, _ := d.watchdog.Current()
@@ -61,10 +61,10 @@ func (d *daemon) poolLine() string {
 // since draining on stale news is what the guard exists to prevent.
 func (d *daemon) peerDrained(ctx context.Context) (string, bool) {
 	cfg := d.config()
-	if len(cfg.Pool.Peers) == 0 {
+	if !hasPool(cfg) {
 		return "", false
 	}
-	return pool.AnotherDrained(pool.Fetch(ctx, cfg.Pool.Peers, cfg.Pool.Timeout))
+	return pool.AnotherDrained(d.fetchPeers(ctx, cfg))
 }
 
 // watchAffinity judges every interval whether keyed retries find their
@@ -88,13 +88,13 @@ func (d *daemon) watchAffinity(ctx context.Context) {
 
 // wirePool gives the recovery the pool's coordination: turns through etcd
 // (pool.coordination: etcd) and the min_serving floor over the peers'
-// /status, fetched fresh for each decision.
+// /status (listed and registered), fetched fresh for each decision.
 func (d *daemon) wirePool(cfg *configs.Config, ro *actions.RecoveryOptions) error {
 	p := cfg.Pool
 	if p.MinServing > 0 {
-		peers, timeout, minServing := p.Peers, p.Timeout, p.MinServing
+		minServing := p.MinServing
 		ro.Floor = func(ctx context.Context) error {
-			return coord.CheckFloor(pool.Fetch(ctx, peers, timeout), minServing)
+			return coord.CheckFloor(d.fetchPeers(ctx, cfg), minServing)
 		}
 	}
 	if p.Coordination != "etcd" {

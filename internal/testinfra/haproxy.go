@@ -203,12 +203,25 @@ func (h *HAProxy) command(cmd string) (string, error) {
 // column name → value (e.g. stat["node1"]["status"] == "DRAIN").
 func (h *HAProxy) Stat(t testing.TB) map[string]map[string]string {
 	t.Helper()
-	out := h.Command(t, "show stat")
+	res, err := h.Servers()
+	if err != nil {
+		t.Fatalf("testinfra: %v", err)
+	}
+	return res
+}
+
+// Servers is Stat returning its error, for use off the test goroutine
+// (e.g. a monitor sampling every server in one read).
+func (h *HAProxy) Servers() (map[string]map[string]string, error) {
+	out, err := h.command("show stat")
+	if err != nil {
+		return nil, fmt.Errorf("haproxy \"show stat\": %w", err)
+	}
 	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(out, "# ")))
 	r.FieldsPerRecord = -1
 	header, err := r.Read()
 	if err != nil {
-		t.Fatalf("testinfra: show stat header: %v", err)
+		return nil, fmt.Errorf("show stat header: %w", err)
 	}
 	res := map[string]map[string]string{}
 	for {
@@ -217,7 +230,7 @@ func (h *HAProxy) Stat(t testing.TB) map[string]map[string]string {
 			break
 		}
 		if err != nil {
-			t.Fatalf("testinfra: show stat: %v", err)
+			return nil, fmt.Errorf("show stat: %w", err)
 		}
 		if len(rec) < 2 || rec[0] != h.Backend || rec[1] == "BACKEND" {
 			continue
@@ -230,7 +243,7 @@ func (h *HAProxy) Stat(t testing.TB) map[string]map[string]string {
 		}
 		res[rec[1]] = row
 	}
-	return res
+	return res, nil
 }
 
 // WaitStatus waits up to timeout for server's "show stat" status to be
