@@ -116,6 +116,9 @@ type pageData struct {
 	Heartbeats []kv
 	Rejections []kv
 	OldestWait float64
+	// PoolKnown: the document has a pool (listed peers or etcd members),
+	// even if no other member is in it right now.
+	PoolKnown bool
 }
 
 type kv struct {
@@ -150,6 +153,7 @@ func renderPage(snap Snapshot) ([]byte, error) {
 		return nil, fmt.Errorf("read snapshot: %w", err)
 	}
 	d.Refresh = int(pageRefresh.Seconds())
+	d.PoolKnown = d.Pool != nil
 	at := d.At
 	d.Age = func(t time.Time) string {
 		if t.IsZero() {
@@ -341,7 +345,7 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 {{if .Pool}}<table>
 <tr><th>node</th><th>state</th><th>waiting / running</th><th>drained</th></tr>
 {{range .Pool}}<tr><td>{{.Node}}</td>{{if .Err}}<td class="warn" colspan="3">unreachable: {{.Err}}</td>{{else}}<td>{{upper .State}}</td><td class="n">{{num .Waiting}} / {{num .Running}}</td><td{{if .Drained}} class="warn"{{end}}>{{if .Drained}}yes{{else}}no{{end}}</td>{{end}}</tr>
-{{end}}</table>{{else}}<p class="none">No peers configured (pool.peers).</p>{{end}}
+{{end}}</table>{{else if .PoolKnown}}<p class="none">No other member found: none listed in pool.peers, none registered in etcd.</p>{{else}}<p class="none">No peers configured (pool.peers).</p>{{end}}
 </section>
 {{if .Overrides}}<section>
 <h2>Overrides (they expire)</h2>

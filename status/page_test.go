@@ -85,6 +85,9 @@ func TestRenderPage(t *testing.T) {
 			"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;b&gt;broken&lt;/b&gt;", `class="state unknown"`,
 		}, []string{"<script>", "<b>broken"}},
 		{"no verdict yet", Snapshot{Node: "n", At: t0}, []string{"No verdict yet"}, nil},
+		{"a pool with no other member found", Snapshot{Node: "n", At: t0, Pool: []struct{}{}},
+			[]string{"No other member found: none listed in pool.peers, none registered in etcd."},
+			[]string{"No peers configured"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := renderPage(tc.snap)

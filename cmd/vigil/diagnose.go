@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
+	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -80,10 +81,7 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vigil diagnose: %v\n", err)
 		return exitDiagnoseOther
 	}
-	var members []pool.Member
-	if len(cfg.Pool.Peers) > 0 {
-		members = pool.Fetch(ctx, cfg.Pool.Peers, cfg.Pool.Timeout)
-	}
+	members, poolNote := diagnosePool(ctx, cfg)
 	// Whether keyed retries find their execution is the local vigil's
 	// count over its window, not something a few samples can tell: read
 	// it from the running vigil the config describes.
@@ -104,11 +102,14 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		// Report has its own MarshalJSON; the pool and routing join its
 		// fields by hand so the output stays one flat object.
 		raw, err := json.Marshal(report)
-		if err == nil && (len(members) > 0 || routing != nil) {
+		if err == nil && (len(members) > 0 || routing != nil || poolNote != "") {
 			var obj map[string]json.RawMessage
 			if err = json.Unmarshal(raw, &obj); err == nil {
 				if len(members) > 0 {
 					obj["pool"], _ = json.Marshal(members)
+				}
+				if poolNote != "" {
+					obj["pool_note"], _ = json.Marshal(poolNote)
 				}
 				if routing != nil {
 					obj["routing"], _ = json.Marshal(routing)
@@ -127,11 +128,44 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 			self := pool.Member{Node: cfg.Node, State: string(report.State), Waiting: report.Evidence.Waiting, Running: report.Evidence.Running}
 			fmt.Fprintf(stdout, "\n%s\n", pool.Summarize(self, members))
 		}
+		if poolNote != "" {
+			fmt.Fprintf(stdout, "\n%s\n", poolNote)
+		}
 		if routingLine != "" {
 			fmt.Fprintf(stdout, "\n%s\n", routingLine)
 		}
 	}
 	return watchdog.ExitCode(report.State)
+}
+
+// diagnosePool reads the pool as the running vigil would: pool.peers plus,
+// with etcd coordination, the members registered there. diagnose must work
+// while vigil itself is down (it is what one runs at 3 a.m.), so it asks
+// etcd itself rather than the local vigil; the note says why the members
+// are unknown when etcd cannot be read.
+func diagnosePool(ctx context.Context, cfg *configs.Config) ([]pool.Member, string) {
+	var regs []coord.Registered
+	note := ""
+	if cfg.Pool.Coordination == "etcd" {
+		var err error
+		if regs, err = registeredMembers(ctx, cfg); err != nil {
+			note = "pool: members registered in etcd unknown: " + err.Error()
+		}
+	}
+	if len(cfg.Pool.Peers) == 0 && len(regs) == 0 {
+		return nil, note
+	}
+	return fetchPeers(ctx, cfg, regs), note
+}
+
+func registeredMembers(ctx context.Context, cfg *configs.Config) ([]coord.Registered, error) {
+	s, err := openCoord(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	regs, _, err := s.Members(ctx)
+	return regs, err
 }
 
 // diagnoseConfig builds the config diagnose runs with: the file's, or the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/overrides"
+	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -85,7 +86,9 @@ func (d *daemon) snapshot() status.Snapshot {
 		s.Limiter = d.limiter.Stats()
 	}
 	if hasPool(cfg) {
-		s.Pool = d.poolView()
+		// An empty list, not null: the page tells "no member found" from
+		// "no pool configured".
+		s.Pool = append([]pool.Member{}, d.poolView()...)
 	}
 	if d.affinity != nil {
 		s.Routing = d.affinity.Report()

@@ -55,7 +55,7 @@ type peerTarget struct {
 // poolTargets is the union of pool.peers and the registered members other
 // than this vigil, each URL once (a listed peer that also registered is
 // checked against its registered name).
-func (d *daemon) poolTargets(cfg *configs.Config) []peerTarget {
+func poolTargets(cfg *configs.Config, regs []coord.Registered) []peerTarget {
 	self := cfg.PoolStatusURL()
 	var out []peerTarget
 	index := map[string]int{}
@@ -66,7 +66,7 @@ func (d *daemon) poolTargets(cfg *configs.Config) []peerTarget {
 		index[u] = len(out)
 		out = append(out, peerTarget{url: u})
 	}
-	for _, r := range d.members.get() {
+	for _, r := range regs {
 		if r.Node == cfg.Node || r.URL == self {
 			continue
 		}
@@ -86,7 +86,13 @@ func (d *daemon) poolTargets(cfg *configs.Config) []peerTarget {
 // "node1" (e.g. a loopback URL read from another host) must not count as
 // node2 serving.
 func (d *daemon) fetchPeers(ctx context.Context, cfg *configs.Config) []pool.Member {
-	targets := d.poolTargets(cfg)
+	return fetchPeers(ctx, cfg, d.members.get())
+}
+
+// fetchPeers reads the /status of pool.peers and of the registered
+// members regs (see poolTargets).
+func fetchPeers(ctx context.Context, cfg *configs.Config, regs []coord.Registered) []pool.Member {
+	targets := poolTargets(cfg, regs)
 	urls := make([]string, len(targets))
 	for i, t := range targets {
 		urls[i] = t.url

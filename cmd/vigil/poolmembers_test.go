@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +125,7 @@ func TestFloorCountsRegisteredPeers(t *testing.T) {
 		return ""
 	})
 	// This vigil registered itself and reads only the others.
-	if ts := d.poolTargets(d.config()); len(ts) != 2 || ts[0].node != "node2" || ts[1].node != "node3" {
+	if ts := poolTargets(d.config(), d.members.get()); len(ts) != 2 || ts[0].node != "node2" || ts[1].node != "node3" {
 		t.Errorf("targets %v, want node2 and node3 (not itself)", ts)
 	}
 	if regs := d.members.get(); len(regs) != 3 || regs[0].Node != "node1" || regs[0].URL != "http://"+d.config().Status.Listen+"/status" {
@@ -140,7 +143,7 @@ func TestFloorCountsRegisteredPeers(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "only 1 other member(s) would keep serving") {
 			return "floor after node2 died: " + errString(err)
 		}
-		if len(d.poolTargets(d.config())) != 1 {
+		if len(poolTargets(d.config(), d.members.get())) != 1 {
 			return "node2 still in the directory"
 		}
 		return ""
@@ -176,3 +179,40 @@ func errString(err error) string {
 }
 
 func toJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// diagnose --config reads the pool as the running vigil does: the members
+// registered in etcd count without any pool.peers, and an etcd it cannot
+// read is named instead of silently showing no pool.
+func TestDiagnoseReadsThePoolRegisteredInEtcd(t *testing.T) {
+	e := testinfra.StartEtcd(t)
+	s := startEngine(t, nil)
+	startPeer(t, e.Endpoint, "node2", "hung")
+	path := filepath.Join(t.TempDir(), "vigil.yaml")
+	yml := fmt.Sprintf(`node: node1
+engine:
+  url: %s
+status:
+  listen: %s
+pool:
+  coordination: etcd
+  etcd:
+    endpoints: [%s]
+    key_prefix: /vigil/test-pool/
+    lease_ttl: 2s
+    timeout: 1s
+`, s.URL(), testinfra.FreeAddr(t), e.Endpoint)
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"diagnose", "--config", path, "--window", "500ms", "--interval", "250ms"}
+	_, out, errOut := vigil(t, args...)
+	if !strings.Contains(out, "pool: 2 members — node1 ") || !strings.Contains(out, "node2 HUNG") {
+		t.Fatalf("diagnose does not show the registered member:\n%s\n%s", out, errOut)
+	}
+
+	e.Stop()
+	_, out, errOut = vigil(t, args...)
+	if !strings.Contains(out, "pool: members registered in etcd unknown: ") || !strings.Contains(out, e.Endpoint) {
+		t.Fatalf("diagnose with etcd down does not say the members are unknown:\n%s\n%s", out, errOut)
+	}
+}

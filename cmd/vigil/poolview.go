@@ -100,20 +100,30 @@ func (d *daemon) wirePool(cfg *configs.Config, ro *actions.RecoveryOptions) erro
 	if p.Coordination != "etcd" {
 		return nil
 	}
-	tlsCfg, err := coord.TLSFromFiles(p.Etcd.CAFile, p.Etcd.CertFile, p.Etcd.KeyFile)
-	if err != nil {
-		return fmt.Errorf("pool.etcd: %w", err)
-	}
-	d.turns, err = coord.New(coord.Options{
-		Endpoints: p.Etcd.Endpoints, TLS: tlsCfg, Prefix: p.Etcd.KeyPrefix, LeaseTTL: p.Etcd.LeaseTTL,
-		Max: p.MaxConcurrentRecoveries, Timeout: p.Etcd.Timeout, Node: cfg.Node,
-	})
-	if err != nil {
-		return fmt.Errorf("pool.etcd: %w", err)
+	var err error
+	if d.turns, err = openCoord(cfg); err != nil {
+		return err
 	}
 	ro.Coordinator = etcdTurns{d.turns}
 	ro.DrainWithoutCoordinator = p.DrainWithoutCoordinator
 	return nil
+}
+
+// openCoord connects to the pool's etcd (pool.etcd).
+func openCoord(cfg *configs.Config) (*coord.Semaphore, error) {
+	p := cfg.Pool
+	tlsCfg, err := coord.TLSFromFiles(p.Etcd.CAFile, p.Etcd.CertFile, p.Etcd.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("pool.etcd: %w", err)
+	}
+	s, err := coord.New(coord.Options{
+		Endpoints: p.Etcd.Endpoints, TLS: tlsCfg, Prefix: p.Etcd.KeyPrefix, LeaseTTL: p.Etcd.LeaseTTL,
+		Max: p.MaxConcurrentRecoveries, Timeout: p.Etcd.Timeout, Node: cfg.Node,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pool.etcd: %w", err)
+	}
+	return s, nil
 }
 
 // etcdTurns is the recovery's Coordinator over a coord.Semaphore.
