@@ -217,7 +217,8 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	load.setRate(0)
 
 	d.say("▶ overload through vigil's limiter: %.1fx capacity for %s, from clients that behave like the", overloadX, overloadFor)
-	d.say("  OpenAI SDK (a 5s timeout per attempt, 2 retries, Retry-After obeyed, an Idempotency-Key per call).")
+	d.say("  OpenAI SDK (a %s timeout per attempt, %d retries, Retry-After obeyed, an Idempotency-Key per call).",
+		wallTime(demoClient.Timeout), demoClient.MaxRetries)
 	d.say("  vigil admits what the engine runs without queueing; the rest waits in vigil's bounded queue.")
 	limited := d.overload(ctx, limiterURL+"/v1/completions", overloadX*capacity, vd.limiter)
 	d.say("  limiter: %s", limited.brief())
@@ -259,6 +260,9 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	fmt.Fprintf(d.out, "repaired (%d restart, %.0fs from hang to serving again, engine load time 3s included).\n", d.restartCount(), d.restoredAfter(hungAt))
 	fmt.Fprintf(d.out, "\nThe same overload (%d calls in %s), with and without vigil's limiter in front of the engine:\n\n", limited.calls, overloadFor)
 	printComparison(d.out, direct, limited)
+	fmt.Fprintf(d.out, "\nStraight at the engine, every attempt queues behind the whole backlog and times out, and its\n")
+	fmt.Fprintf(d.out, "retry is new work for the engine. Through vigil, the engine runs what it can finish in time, the\n")
+	fmt.Fprintf(d.out, "rest is told when to come back, and a call's retry picks up the execution it already has.\n")
 	fmt.Fprintf(d.out, "\nvigil's /status at the end: %s, %d restart; limiter %d calls, %d executions, %d attached.\n",
 		strings.ToUpper(st.Verdict.State), st.Recovery.RestartsInWindow, st.Limiter.Calls, st.Limiter.Executions, st.Limiter.CoalescedAttached)
 	if err := stopVigil(); err != nil {
@@ -481,7 +485,7 @@ type overloadRun struct {
 	rejected    int // 429 and 503 answers carrying Retry-After
 	bare        int // 429 and 503 answers without one
 	retryAfter  []int
-	executions  uint64 // requests the engine received
+	executions  uint64 // requests the engine received, vigil's probes included
 	waitingPeak int
 	attached    uint64
 	stored      uint64
@@ -633,15 +637,14 @@ func (t *wireTap) figures() (with, bare int, secs []int) {
 // printComparison prints the two overload runs side by side.
 func printComparison(w io.Writer, direct, limited overloadRun) {
 	tb := harness.Table{Header: []string{"", "straight at the engine", "through vigil's limiter"}}
-	tb.Add("calls (5s timeout, 2 retries)", direct.calls, limited.calls)
+	tb.Add(fmt.Sprintf("calls (%s timeout, %d retries)", wallTime(demoClient.Timeout), demoClient.MaxRetries), direct.calls, limited.calls)
 	tb.Add("attempts sent", direct.attempts, limited.attempts)
-	tb.Add("executions the engine received", direct.executions, limited.executions)
+	tb.Add("requests the engine received (with vigil's probes)", direct.executions, limited.executions)
 	tb.Add("engine waiting-queue peak", direct.waitingPeak, limited.waitingPeak)
 	tb.Add("calls answered", direct.answered, limited.answered)
 	tb.Add("attempts timed out at the client", direct.timeouts, limited.timeouts)
 	tb.Add("429/503 with Retry-After", rejections(direct), rejections(limited))
 	tb.Add("retries attached to their running execution", "-", limited.attached)
-	tb.Add("calls that gave up (retries spent)", direct.calls-direct.answered-direct.cutOff, limited.calls-limited.answered-limited.cutOff)
 	tb.Add("calls still retrying at the chapter's end", direct.cutOff, limited.cutOff)
 	tb.Print(w)
 }
@@ -697,3 +700,6 @@ func readStatus(ctx context.Context, base string) (demoStatus, error) {
 	}
 	return st, nil
 }
+
+// wallTime is an engine-time duration as the demo's wall clock runs it.
+func wallTime(d time.Duration) time.Duration { return d / demoScale }
