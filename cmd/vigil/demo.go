@@ -87,6 +87,7 @@ type demo struct {
 	restarts int
 
 	lastState  watchdog.State
+	seen       sync.Map     // watchdog.State -> true, every state vigil called
 	restoredAt atomic.Int64 // UnixNano when traffic came back, 0 before
 }
 
@@ -232,6 +233,7 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	d.say("  but /v1/models and /health still answer 200, and the gauges freeze where they were.")
 	load.setRate(0.5 * capacity)
 	sleep(time.Second)
+	restartsBeforeHang := d.restartCount()
 	d.currentEngine().Engine.Hang()
 	hungAt := time.Now()
 
@@ -256,14 +258,22 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	}
 
 	fmt.Fprintln(d.out)
-	fmt.Fprintf(d.out, "Summary: the overload was SATURATED and vigil never restarted it; the hang was caught and\n")
-	fmt.Fprintf(d.out, "repaired (%d restart, %.0fs from hang to serving again, engine load time 3s included).\n", d.restartCount(), d.restoredAfter(hungAt))
+	overload := "the overload was SATURATED and vigil never restarted it"
+	switch {
+	case restartsBeforeHang > 0:
+		overload = fmt.Sprintf("vigil restarted the overloaded engine (%d restarts before the hang)", restartsBeforeHang)
+	case !d.saw(watchdog.StateSaturated):
+		overload = "vigil never called the overload SATURATED"
+	}
+	fmt.Fprintf(d.out, "Summary: %s; the hang was caught and\n", overload)
+	fmt.Fprintf(d.out, "repaired (%d restart, %.0fs from hang to serving again, engine load time 3s included).\n",
+		d.restartCount()-restartsBeforeHang, d.restoredAfter(hungAt))
 	fmt.Fprintf(d.out, "\nThe same overload (%d calls in %s), with and without vigil's limiter in front of the engine:\n\n", limited.calls, overloadFor)
 	printComparison(d.out, direct, limited)
 	fmt.Fprintf(d.out, "\nStraight at the engine, every attempt queues behind the whole backlog and times out, and its\n")
 	fmt.Fprintf(d.out, "retry is new work for the engine. Through vigil, the engine runs what it can finish in time, the\n")
 	fmt.Fprintf(d.out, "rest is told when to come back, and a call's retry picks up the execution it already has.\n")
-	fmt.Fprintf(d.out, "\nvigil's /status at the end: %s, %d restart; limiter %d calls, %d executions, %d attached.\n",
+	fmt.Fprintf(d.out, "\nvigil's /status at the end: %s, %d restart; limiter %d attempts seen, %d executions, %d attached.\n",
 		strings.ToUpper(st.Verdict.State), st.Recovery.RestartsInWindow, st.Limiter.Calls, st.Limiter.Executions, st.Limiter.CoalescedAttached)
 	if err := stopVigil(); err != nil {
 		return fmt.Errorf("vigil stopped on an error: %w", err)
@@ -271,9 +281,18 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	return nil
 }
 
-// demoWork is the overload's call: a 12,000-token prompt (2,000 of them a
-// prefix every call shares) and a 300-token answer.
+// demoWork is every call of the demo: a 12,000-token prompt (2,000 of
+// them a prefix every call shares) and a 300-token answer.
 var demoWork = enginesim.Workload{PromptTokens: 12000, PrefixTokens: 2000, OutputTokens: 300}
+
+// demoBody is a /v1/completions body for demoWork.
+func demoBody() []byte {
+	return harness.SimCall{Prompt: demoWork.PromptTokens, Prefix: demoWork.PrefixTokens, PrefixID: "demo",
+		Output: demoWork.OutputTokens}.Body("", false)
+}
+
+// saw reports whether vigil ever called the engine s.
+func (d *demo) saw(s watchdog.State) bool { _, ok := d.seen.Load(s); return ok }
 
 // onVerdict narrates each change of state.
 func (d *demo) onVerdict(v watchdog.Verdict) {
@@ -281,6 +300,7 @@ func (d *demo) onVerdict(v watchdog.Verdict) {
 		return
 	}
 	d.lastState = v.State
+	d.seen.Store(v.State, true)
 	why := map[watchdog.State]string{
 		watchdog.StateSaturated: "→ progress is moving: busy, not broken. Page, tell the limiter, NEVER restart.",
 		watchdog.StateHung:      "→ no progress for hang_after with work pending: drain, restart, restore.",
@@ -430,10 +450,7 @@ func (g *loadGen) setRate(r float64) { g.rate.Store(uint64(r * 1000)) }
 
 func (g *loadGen) run(ctx context.Context) {
 	client := &http.Client{Timeout: 20 * time.Second}
-	body, _ := json.Marshal(map[string]any{
-		"prompt": "demo", "max_tokens": 300,
-		"vigil_sim": enginesim.SimParams{PromptTokens: 12000, PrefixTokens: 2000, PrefixID: "demo", OutputTokens: 300},
-	})
+	body := demoBody()
 	sem := make(chan struct{}, 600) // bounded: at most 600 requests open
 	next := time.Now()
 	for {
@@ -524,14 +541,15 @@ func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admi
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
 	sampled := make(chan struct{})
+	var waitingPeak, capPeak int // the sampler's until sampled is closed
 	go func() {
 		defer close(sampled)
 		t := time.NewTicker(25 * time.Millisecond)
 		defer t.Stop()
 		for {
-			run.waitingPeak = max(run.waitingPeak, eng.Stats().Waiting)
+			waitingPeak = max(waitingPeak, eng.Stats().Waiting)
 			if lim != nil {
-				run.capPeak = max(run.capPeak, lim.Stats().Cap)
+				capPeak = max(capPeak, lim.Stats().Cap)
 			}
 			select {
 			case <-sampleCtx.Done():
@@ -543,13 +561,15 @@ func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admi
 
 	callCtx, cutOff := context.WithCancel(ctx)
 	defer cutOff()
-	body := harness.SimCall{Prompt: demoWork.PromptTokens, Prefix: demoWork.PrefixTokens, PrefixID: "demo",
-		Output: demoWork.OutputTokens}.Body("", false)
+	body := demoBody()
 	type outcome struct {
 		res harness.Result
 		cut bool // still going when the chapter ended
 	}
-	results := make(chan outcome, 4096)
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+	)
 	var wg sync.WaitGroup
 	end := time.Now().Add(overloadFor)
 	every := time.Duration(float64(time.Second) / rate)
@@ -557,10 +577,11 @@ func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admi
 	if lim == nil {
 		tag = "direct"
 	}
+arrivals:
 	for next := time.Now(); next.Before(end); next = next.Add(every) {
 		select {
 		case <-ctx.Done():
-			return run
+			break arrivals // the calls end at once: callCtx is ctx's
 		case <-time.After(time.Until(next)):
 		}
 		run.calls++
@@ -568,7 +589,10 @@ func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admi
 		go func(n int) {
 			defer wg.Done()
 			res := caller.Do(callCtx, harness.Request{Body: body, Key: fmt.Sprintf("demo-%s-%d", tag, n)})
-			results <- outcome{res, !res.Delivered && callCtx.Err() != nil}
+			o := outcome{res, !res.Delivered && callCtx.Err() != nil}
+			mu.Lock()
+			outcomes = append(outcomes, o)
+			mu.Unlock()
 		}(run.calls)
 	}
 	done := make(chan struct{})
@@ -579,8 +603,7 @@ func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admi
 		cutOff()
 		<-done
 	}
-	close(results)
-	for o := range results {
+	for _, o := range outcomes { // every call has ended: no lock needed
 		run.attempts += o.res.Attempts
 		run.timeouts += o.res.Timeouts
 		if o.res.Delivered {
@@ -592,6 +615,7 @@ func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admi
 	}
 	stopSampling()
 	<-sampled
+	run.waitingPeak, run.capPeak = waitingPeak, capPeak
 	run.executions = eng.Stats().Received - before
 	run.rejected, run.bare, run.retryAfter = tap.figures()
 	if lim != nil {
@@ -645,6 +669,7 @@ func printComparison(w io.Writer, direct, limited overloadRun) {
 	tb.Add("attempts timed out at the client", direct.timeouts, limited.timeouts)
 	tb.Add("429/503 with Retry-After", rejections(direct), rejections(limited))
 	tb.Add("retries attached to their running execution", "-", limited.attached)
+	tb.Add("retries answered from its stored result", "-", limited.stored)
 	tb.Add("calls still retrying at the chapter's end", direct.cutOff, limited.cutOff)
 	tb.Print(w)
 }

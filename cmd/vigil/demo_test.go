@@ -37,7 +37,7 @@ func TestDemoTellsTheStoryInUnderAMinute(t *testing.T) {
 			t.Errorf("vigil's log lacks %q: the demo did not run the daemon's parts", want)
 		}
 	}
-	if !regexp.MustCompile(`vigil's /status at the end: HEALTHY, 1 restart; limiter [1-9]\d* calls`).MatchString(out) {
+	if !regexp.MustCompile(`vigil's /status at the end: HEALTHY, 1 restart; limiter [1-9]\d* attempts seen`).MatchString(out) {
 		t.Errorf("the demo did not read the daemon's /status:\n%s", out)
 	}
 
