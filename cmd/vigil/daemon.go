@@ -103,6 +103,18 @@ type daemonOptions struct {
 	Registry *prometheus.Registry
 	// NoStatus skips vigil's own listener.
 	NoStatus bool
+	// Drainer and Restarter replace the ones load_balancer.kind and
+	// restart.kind build: the demo's in-memory load balancer, and its
+	// restart of the in-process simulated engine.
+	Drainer   actions.Drainer
+	Restarter actions.Restarter
+	// RecoveryPoll, when set, is how often recovery reads the drain and
+	// the engine's readiness (the demo's engine runs ten times the wall
+	// clock, so the default poll would be most of a recovery).
+	RecoveryPoll time.Duration
+	// OnCycle, when set, also sees every verdict, after the daemon's own
+	// end of cycle (the demo narrates them).
+	OnCycle func(watchdog.Verdict)
 }
 
 // daemon is every part of `vigil run`, wired.
@@ -131,6 +143,7 @@ type daemon struct {
 	turns     *coord.Semaphore // nil without pool.coordination etcd
 	readyOnce sync.Once
 	lastSent  uint64
+	onCycleFn func(watchdog.Verdict) // daemonOptions.OnCycle
 
 	// Listeners are bound in newDaemon, before anything runs, so a taken
 	// port fails the start instead of leaving the rest running.
@@ -151,7 +164,7 @@ type daemon struct {
 // runs until run. Any part that cannot start is an error naming its
 // setting, and whatever was built is released.
 func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o daemonOptions) (_ *daemon, err error) {
-	d := &daemon{log: log, cfg: cfg, registry: o.Registry, loadedAt: time.Now()}
+	d := &daemon{log: log, cfg: cfg, registry: o.Registry, loadedAt: time.Now(), onCycleFn: o.OnCycle}
 	defer func() {
 		if err != nil {
 			d.release()
@@ -207,18 +220,23 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	}
 
 	// Recovery: drain, restart, wait ready, restore.
-	drainer, err := actions.NewDrainer(cfg.LoadBalancer)
-	if err != nil {
-		return nil, err
+	drainer := o.Drainer
+	if drainer == nil {
+		if drainer, err = actions.NewDrainer(cfg.LoadBalancer); err != nil {
+			return nil, err
+		}
 	}
-	if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
-		return nil, err
+	if d.restarter = o.Restarter; d.restarter == nil {
+		if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
+			return nil, err
+		}
 	}
 	ro := actions.RecoveryOptions{
 		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace,
 		Drainer: drainer, Restarter: d.restarter, Ready: readyCheck(cfg),
 		Store: d.store, Reporter: d.fanout(), DryRun: cfg.Watchdog.DryRun, PeerDrained: d.peerDrained,
 		Registerer: d.registry, Log: log.WithField("part", "recovery"),
+		DrainPoll: o.RecoveryPoll, ReadyPoll: o.RecoveryPoll,
 	}
 	if d.limiter != nil {
 		ro.Limiter = d.limiter
@@ -412,6 +430,9 @@ func (d *daemon) onCycle(v watchdog.Verdict) {
 	})
 	_ = sdnotify.Watchdog()
 	_ = sdnotify.Status(fmt.Sprintf("%s: %s", v.State, v.Reason))
+	if d.onCycleFn != nil {
+		d.onCycleFn(v)
+	}
 }
 
 // notice pages a standalone message (overrides, the retry-storm alarm,

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,21 +22,41 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
+	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
-	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // The demo's clock: the engine runs demoScale times faster than the wall,
 // and vigil's thresholds are set in wall time to match (hang_after 3s of
-// wall is 30s of engine time).
+// wall is 30s of engine time; the limiter's durations are divided by
+// demoScale).
 const demoScale = 10
 
+// The overload chapters: 2.5x the engine's capacity for overloadFor, then
+// at most overloadTail for the calls still going to end; what is left is
+// cut off, the same in both runs.
+const (
+	overloadX    = 2.5
+	overloadFor  = 6 * time.Second
+	overloadTail = 5 * time.Second
+)
+
+// demoClient is how the overload's callers behave, in engine time: as the
+// official OpenAI SDKs do (two retries, Retry-After obeyed up to 60 s,
+// else a short backoff), with a 50 s timeout per attempt (5 s of wall) and
+// an Idempotency-Key on every call.
+var demoClient = harness.RetryPolicy{MaxRetries: 2, Timeout: 50 * time.Second,
+	BackoffMin: 250 * time.Millisecond, BackoffMax: 3 * time.Second, MaxRetryAfter: 60 * time.Second}
+
 // runDemo is `vigil demo`: the whole story on a simulated engine, no GPU,
-// in under a minute: healthy, an overload (saturated: not restarting), a
-// collective hang under load (hung: drain, restart, restore), healthy.
+// in under a minute, run by the daemon `vigil run` builds: healthy; an
+// overload through vigil's limiter (the engine's queue stays shallow); the
+// same overload straight at the engine (saturated: not restarting); a
+// collective hang under load (hung: drain, restart, restore); healthy.
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,16 +87,45 @@ type demo struct {
 	restarts int
 
 	lastState  watchdog.State
+	seen       sync.Map     // watchdog.State -> true, every state vigil called
 	restoredAt atomic.Int64 // UnixNano when traffic came back, 0 before
-	sent       atomic.Int64
-	ok         atomic.Int64
-	failed     atomic.Int64
 }
 
 func (d *demo) say(format string, a ...any) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fmt.Fprintf(d.out, "[%5.1fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, a...))
+}
+
+// demoConfig is the configuration the demo's vigil runs: the defaults,
+// with the watchdog's thresholds in the demo's wall time, the limiter's
+// durations divided by demoScale, a load balancer and a Docker container
+// named as they would be on a node (the demo swaps in simulated drivers
+// for them), and every listener on a free loopback port.
+func demoConfig(engineURL, stateFile string) *configs.Config {
+	cfg := configs.Default()
+	cfg.Node = "node1"
+	cfg.Engine.URL = engineURL
+	cfg.Engine.RequestTimeout = 2 * time.Second
+	cfg.Watchdog.Interval = 500 * time.Millisecond
+	cfg.Watchdog.HangAfter = 3 * time.Second
+	cfg.Watchdog.ProbeTimeout = 2 * time.Second
+	cfg.Watchdog.ProbeSLO = time.Second
+	cfg.Watchdog.StartupGrace = 8 * time.Second
+	cfg.Watchdog.StateFile = stateFile
+	cfg.Alerts.UnknownAfter = 5 * time.Second
+	cfg.LoadBalancer.Kind = "haproxy"
+	cfg.LoadBalancer.HAProxy.Backend, cfg.LoadBalancer.HAProxy.Server = "vllm", "node1"
+	cfg.LoadBalancer.DrainTimeoutHung = time.Second
+	cfg.LoadBalancer.RampDuration = 2 * time.Second
+	cfg.Restart.Kind = "docker"
+	cfg.Restart.Docker.Container = "vllm"
+	cfg.Restart.Cooldown = time.Minute
+	cfg.Restart.ReadyTimeout = 30 * time.Second
+	cfg.Admission = harness.ScaleAdmission(cfg.Admission, demoScale)
+	cfg.Admission.Listen = "127.0.0.1:0"
+	cfg.Status.Listen = "127.0.0.1:0"
+	return &cfg
 }
 
 func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
@@ -84,76 +138,61 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	ln.Close()
 	d.cfg = enginesim.DefaultConfig()
 	d.cfg.Scale = demoScale
-	d.cfg.LoadTime = 30 * time.Second // engine time: 3s of wall
-	work := enginesim.Workload{PromptTokens: 12000, PrefixTokens: 2000, OutputTokens: 300}
-	capacity := enginesim.MeasureCapacity(d.cfg, work) * demoScale // calls per wall second
+	d.cfg.LoadTime = 30 * time.Second                                  // engine time: 3s of wall
+	capacity := enginesim.MeasureCapacity(d.cfg, demoWork) * demoScale // calls per wall second
 
 	fmt.Fprintf(d.out, "vigil demo: a simulated vLLM engine at %s (time x%d, capacity %.1f calls/s of 12k-token prompts),\n", d.addr, demoScale, capacity)
-	fmt.Fprintf(d.out, "watched by vigil every 0.5s, hang_after 3s. Pages go to this terminal. No GPU needed.\n\n")
-	d.say("engine loading (vLLM refuses connections while it loads the model)")
+	fmt.Fprintf(d.out, "watched by vigil every 0.5s, hang_after 3s. Pages go to this terminal. No GPU needed.\n")
 	if err := d.startEngine(ctx); err != nil {
 		return err
 	}
+	// The engine in place at the end (it may have been restarted).
+	defer func() { d.currentEngine().Close() }()
 
-	// vigil: the watchdog, the pager (printing here), and recovery with a
+	// vigil: built by newDaemon, as `vigil run` builds it, with a
 	// simulated load balancer and a restarter that restarts the in-process
-	// engine.
-	cfg := configs.Default()
-	cfg.Node = "node1"
-	cfg.Engine.URL = "http://" + d.addr
-	cfg.Engine.RequestTimeout = 2 * time.Second
-	cfg.Watchdog.Interval = 500 * time.Millisecond
-	cfg.Watchdog.HangAfter = 3 * time.Second
-	cfg.Watchdog.ProbeTimeout = 2 * time.Second
-	cfg.Watchdog.ProbeSLO = time.Second
-	cfg.Watchdog.StartupGrace = 8 * time.Second
-	cfg.Alerts.UnknownAfter = 5 * time.Second
-	cfg.LoadBalancer.DrainTimeoutHung = time.Second
-	cfg.LoadBalancer.RampDuration = 2 * time.Second
-	cfg.Restart.Cooldown = time.Minute
-	cfg.Restart.ReadyTimeout = 30 * time.Second
-
+	// engine where HAProxy and Docker would be.
+	stateDir, err := os.MkdirTemp("", "vigil-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stateDir)
+	cfg := demoConfig("http://"+d.addr, filepath.Join(stateDir, "state.json"))
 	logger := logrus.New()
 	logger.SetOutput(io.Discard)
 	if verbose {
 		logger.SetOutput(stderr)
 	}
-	log := logrus.NewEntry(logger)
-	store := state.Memory()
-	po := alerts.OptionsFromConfig(cfg)
-	po.Plan = "Will drain node1 at the load balancer, restart the engine, restore traffic gradually (10% → 100% over 2s)."
-	po.Limiter = false
-	po.Store, po.Log = store, log
-	pager, err := alerts.NewPager(demoNotifier{d}, po)
-	if err != nil {
-		return err
-	}
 	lb := &demoLB{d: d, weight: 100}
-	recovery, err := actions.NewRecovery(actions.RecoveryOptions{
-		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace,
-		Drainer: lb, Restarter: demoRestarter{d}, Ready: readyCheck(&cfg),
-		Store: store, Reporter: pager, Log: log,
-		DrainPoll: 250 * time.Millisecond, ReadyPoll: 250 * time.Millisecond,
+	vd, err := newDaemon(ctx, cfg, logrus.NewEntry(logger), daemonOptions{
+		Notifier: demoNotifier{d}, Drainer: lb, Restarter: demoRestarter{d},
+		RecoveryPoll: 250 * time.Millisecond, OnCycle: d.onVerdict,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("build vigil: %w", err)
 	}
-	wd, err := watchdog.New(watchdog.Options{
-		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, Node: cfg.Node,
-		Pager: pager, Recoverer: recovery, Store: store, Log: log, OnCycle: d.onVerdict,
-		EngineStarted: d.started,
-	})
-	if err != nil {
-		return err
-	}
+	limiterURL := "http://" + vd.admissionLn.Addr().String()
+	statusURL := "http://" + vd.statusLn.Addr().String()
+	fmt.Fprintf(d.out, "vigil is built as `vigil run` builds it: watchdog, pager, admission limiter (%s),\n", limiterURL)
+	fmt.Fprintf(d.out, "/status (%s), and recovery through %s\n", statusURL, lb)
+	fmt.Fprintf(d.out, "and %s.\n\n", demoRestarter{d})
+	d.say("engine loading (vLLM refuses connections while it loads the model)")
+
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = pager.Run(runCtx) }()
-	go func() { defer wg.Done(); _ = wd.Run(runCtx) }()
-	defer wg.Wait()
-	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- vd.run(runCtx) }()
+	// stopVigil stops vigil as SIGTERM would and returns run's error; the
+	// deferred call is a no-op once it has run.
+	stopVigil := sync.OnceValue(func() error {
+		stop()
+		select {
+		case err := <-ran:
+			return err
+		case <-time.After(15 * time.Second):
+			return errors.New("vigil did not stop within 15s")
+		}
+	})
+	defer stopVigil()
 
 	load := &loadGen{d: d, url: cfg.Engine.URL + "/v1/completions"}
 	go load.run(runCtx)
@@ -166,29 +205,42 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 			return true
 		}
 	}
-	<-d.engineReady()
+	select {
+	case <-d.engineReady():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	sleep(1500 * time.Millisecond)
 
 	d.say("▶ light load: 0.3x capacity")
 	load.setRate(0.3 * capacity)
-	sleep(4 * time.Second)
+	sleep(3 * time.Second)
+	load.setRate(0)
 
-	d.say("▶ overload: 2.5x capacity for 9s. The queue grows, and the completion probe gets slow:")
-	d.say("  from outside, this looks just like a hang. vigil looks at progress instead.")
-	load.setRate(2.5 * capacity)
-	sleep(9 * time.Second)
+	d.say("▶ overload through vigil's limiter: %.1fx capacity for %s, from clients that behave like the", overloadX, overloadFor)
+	d.say("  OpenAI SDK (a %s timeout per attempt, %d retries, Retry-After obeyed, an Idempotency-Key per call).",
+		wallTime(demoClient.Timeout), demoClient.MaxRetries)
+	d.say("  vigil admits what the engine runs without queueing; the rest waits in vigil's bounded queue.")
+	limited := d.overload(ctx, limiterURL+"/v1/completions", overloadX*capacity, vd.limiter)
+	d.say("  limiter: %s", limited.brief())
 
-	d.say("▶ load back to 0.5x; then a collective hang under load: the engine stops stepping,")
+	d.say("▶ the same overload straight at the engine (no limiter in between). The queue grows, and the")
+	d.say("  completion probe gets slow: from outside, this looks just like a hang. vigil looks at progress instead.")
+	direct := d.overload(ctx, cfg.Engine.URL+"/v1/completions", overloadX*capacity, nil)
+	d.say("  straight: %s", direct.brief())
+
+	d.say("▶ light load again; then a collective hang under load: the engine stops stepping,")
 	d.say("  but /v1/models and /health still answer 200, and the gauges freeze where they were.")
 	load.setRate(0.5 * capacity)
-	sleep(500 * time.Millisecond)
+	sleep(time.Second)
+	restartsBeforeHang := d.restartCount()
 	d.currentEngine().Engine.Hang()
 	hungAt := time.Now()
 
 	// Wait until recovery has restored traffic and the engine is healthy.
-	deadline := time.Now().Add(35 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if v, inc := wd.Current(); v.State == watchdog.StateHealthy && inc == nil && d.restartCount() > 0 && !recovery.Busy() {
+		if v, inc := vd.watchdog.Current(); v.State == watchdog.StateHealthy && inc == nil && d.restartCount() > 0 && !vd.recovery.Busy() {
 			break
 		}
 		if !sleep(250 * time.Millisecond) {
@@ -198,22 +250,49 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	load.setRate(0)
 	sleep(time.Second)
 	flush, cancelFlush := context.WithTimeout(ctx, 3*time.Second)
-	_ = pager.Flush(flush)
+	_ = vd.pager.Flush(flush)
 	cancelFlush()
+	st, err := readStatus(ctx, statusURL)
+	if err != nil {
+		return err
+	}
 
-	v, _ := wd.Current()
 	fmt.Fprintln(d.out)
-	fmt.Fprintf(d.out, "Summary: the overload was SATURATED and vigil never restarted it; the hang was caught and\n")
-	fmt.Fprintf(d.out, "repaired (%d restart, %.0fs from hang to serving again, engine load time 3s included).\n", d.restartCount(), d.restoredAfter(hungAt))
-	fmt.Fprintf(d.out, "Requests: %d sent, %d completed, %d failed (the hang and the restart cost the in-flight work).\n", d.sent.Load(), d.ok.Load(), d.failed.Load())
-	fmt.Fprintf(d.out, "Final state: %s. In production the admission limiter (on by default) would also have kept\n", strings.ToUpper(string(v.State)))
-	fmt.Fprintf(d.out, "the overload's queue shallow; see `go run ./bench/...` for those figures.\n")
-	stop()
-	wg.Wait()
-	recovery.Wait()
-	d.currentEngine().Close()
+	overload := "the overload was SATURATED and vigil never restarted it"
+	switch {
+	case restartsBeforeHang > 0:
+		overload = fmt.Sprintf("vigil restarted the overloaded engine (%d restarts before the hang)", restartsBeforeHang)
+	case !d.saw(watchdog.StateSaturated):
+		overload = "vigil never called the overload SATURATED"
+	}
+	fmt.Fprintf(d.out, "Summary: %s; the hang was caught and\n", overload)
+	fmt.Fprintf(d.out, "repaired (%d restart, %.0fs from hang to serving again, engine load time 3s included).\n",
+		d.restartCount()-restartsBeforeHang, d.restoredAfter(hungAt))
+	fmt.Fprintf(d.out, "\nThe same overload (%d calls in %s), with and without vigil's limiter in front of the engine:\n\n", limited.calls, overloadFor)
+	printComparison(d.out, direct, limited)
+	fmt.Fprintf(d.out, "\nStraight at the engine, every attempt queues behind the whole backlog and times out, and its\n")
+	fmt.Fprintf(d.out, "retry is new work for the engine. Through vigil, the engine runs what it can finish in time, the\n")
+	fmt.Fprintf(d.out, "rest is told when to come back, and a call's retry picks up the execution it already has.\n")
+	fmt.Fprintf(d.out, "\nvigil's /status at the end: %s, %d restart; limiter %d attempts seen, %d executions, %d attached.\n",
+		strings.ToUpper(st.Verdict.State), st.Recovery.RestartsInWindow, st.Limiter.Calls, st.Limiter.Executions, st.Limiter.CoalescedAttached)
+	if err := stopVigil(); err != nil {
+		return fmt.Errorf("vigil stopped on an error: %w", err)
+	}
 	return nil
 }
+
+// demoWork is every call of the demo: a 12,000-token prompt (2,000 of
+// them a prefix every call shares) and a 300-token answer.
+var demoWork = enginesim.Workload{PromptTokens: 12000, PrefixTokens: 2000, OutputTokens: 300}
+
+// demoBody is a /v1/completions body for demoWork.
+func demoBody() []byte {
+	return harness.SimCall{Prompt: demoWork.PromptTokens, Prefix: demoWork.PrefixTokens, PrefixID: "demo",
+		Output: demoWork.OutputTokens}.Body("", false)
+}
+
+// saw reports whether vigil ever called the engine s.
+func (d *demo) saw(s watchdog.State) bool { _, ok := d.seen.Load(s); return ok }
 
 // onVerdict narrates each change of state.
 func (d *demo) onVerdict(v watchdog.Verdict) {
@@ -221,6 +300,7 @@ func (d *demo) onVerdict(v watchdog.Verdict) {
 		return
 	}
 	d.lastState = v.State
+	d.seen.Store(v.State, true)
 	why := map[watchdog.State]string{
 		watchdog.StateSaturated: "→ progress is moving: busy, not broken. Page, tell the limiter, NEVER restart.",
 		watchdog.StateHung:      "→ no progress for hang_after with work pending: drain, restart, restore.",
@@ -293,7 +373,9 @@ func (r demoRestarter) Status(context.Context) (actions.EngineStatus, error) {
 	return actions.EngineStatus{Known: true, StartedAt: r.d.started, RestartCount: r.d.restarts, Running: true}, nil
 }
 
-func (r demoRestarter) String() string { return "the simulated engine" }
+func (r demoRestarter) String() string {
+	return "a simulated docker container vllm (it restarts the in-process engine)"
+}
 
 // demoLB is a one-server load balancer in memory.
 type demoLB struct {
@@ -340,7 +422,7 @@ func (l *demoLB) State(context.Context) (actions.LBState, error) {
 	}}, nil
 }
 
-func (l *demoLB) String() string { return "the demo load balancer" }
+func (l *demoLB) String() string { return "a simulated HAProxy vllm/node1" }
 
 // demoNotifier prints pages in the terminal: heads flush left, thread
 // replies indented under them.
@@ -356,8 +438,8 @@ func (n demoNotifier) Notify(_ context.Context, m alerts.Message) (bool, error) 
 	return false, nil
 }
 
-// loadGen is an open-loop client: requests of 12,000 prompt tokens
-// (2,000 shared) and 300 output tokens at a set rate, bounded in number.
+// loadGen is the background load: an open-loop client sending demoWork
+// calls at a set rate, bounded in number, without retries.
 type loadGen struct {
 	d    *demo
 	url  string
@@ -368,10 +450,7 @@ func (g *loadGen) setRate(r float64) { g.rate.Store(uint64(r * 1000)) }
 
 func (g *loadGen) run(ctx context.Context) {
 	client := &http.Client{Timeout: 20 * time.Second}
-	body, _ := json.Marshal(map[string]any{
-		"prompt": "demo", "max_tokens": 300,
-		"vigil_sim": enginesim.SimParams{PromptTokens: 12000, PrefixTokens: 2000, PrefixID: "demo", OutputTokens: 300},
-	})
+	body := demoBody()
 	sem := make(chan struct{}, 600) // bounded: at most 600 requests open
 	next := time.Now()
 	for {
@@ -394,23 +473,258 @@ func (g *loadGen) run(ctx context.Context) {
 		default:
 			continue
 		}
-		g.d.sent.Add(1)
 		go func() {
 			defer func() { <-sem }()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
 			if err != nil {
-				g.d.failed.Add(1)
 				return
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				g.d.ok.Add(1)
-			} else {
-				g.d.failed.Add(1)
-			}
 		}()
 	}
 }
+
+// overloadRun is what one overload chapter measured: at the clients
+// (calls, attempts, answers, the limiter's 429/503 and their Retry-After),
+// at the engine (the executions it received, its waiting queue's peak)
+// and, through the limiter, what the limiter counted (retries attached to
+// a running execution, or answered from its stored result).
+type overloadRun struct {
+	through     bool // through the limiter
+	calls       int
+	attempts    int
+	answered    int
+	timeouts    int
+	cutOff      int // calls still going when the chapter ended
+	rejected    int // 429 and 503 answers carrying Retry-After
+	bare        int // 429 and 503 answers without one
+	retryAfter  []int
+	executions  uint64 // requests the engine received, vigil's probes included
+	waitingPeak int
+	attached    uint64
+	stored      uint64
+	capPeak     int
+}
+
+func (r overloadRun) brief() string {
+	s := fmt.Sprintf("%d/%d calls answered, the engine's waiting queue peaked at %d", r.answered, r.calls, r.waitingPeak)
+	if r.through {
+		s += fmt.Sprintf(", cap up to %d in flight; %d answered 429/503 with Retry-After, %d retries attached", r.capPeak, r.rejected, r.attached)
+	}
+	return s
+}
+
+// overload sends overloadX times the engine's capacity at url for
+// overloadFor, from SDK-like callers, and measures it. lim is the limiter
+// the calls go through, nil when they go straight to the engine.
+func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admission.Limiter) overloadRun {
+	run := overloadRun{through: lim != nil}
+	clock := harness.NewClock(demoScale)
+	caller := harness.NewCaller(url, "", clock, demoClient, uint64(time.Now().UnixNano()))
+	// The limiter's Retry-After and the X-Stainless-Timeout it reads are
+	// wall seconds (its durations were divided by demoScale).
+	caller.HeaderScale = demoScale
+	tap := &wireTap{base: caller.Client.Transport}
+	caller.Client.Transport = tap
+	defer caller.CloseIdle()
+
+	eng := d.currentEngine().Engine
+	before := eng.Stats().Received
+	var limBefore admission.Stats
+	if lim != nil {
+		limBefore = lim.Stats()
+	}
+	// The engine's waiting queue and the limiter's cap, sampled.
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+	sampled := make(chan struct{})
+	var waitingPeak, capPeak int // the sampler's until sampled is closed
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(25 * time.Millisecond)
+		defer t.Stop()
+		for {
+			waitingPeak = max(waitingPeak, eng.Stats().Waiting)
+			if lim != nil {
+				capPeak = max(capPeak, lim.Stats().Cap)
+			}
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+
+	callCtx, cutOff := context.WithCancel(ctx)
+	defer cutOff()
+	body := demoBody()
+	type outcome struct {
+		res harness.Result
+		cut bool // still going when the chapter ended
+	}
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+	)
+	var wg sync.WaitGroup
+	end := time.Now().Add(overloadFor)
+	every := time.Duration(float64(time.Second) / rate)
+	tag := "limited"
+	if lim == nil {
+		tag = "direct"
+	}
+arrivals:
+	for next := time.Now(); next.Before(end); next = next.Add(every) {
+		select {
+		case <-ctx.Done():
+			break arrivals // the calls end at once: callCtx is ctx's
+		case <-time.After(time.Until(next)):
+		}
+		run.calls++
+		wg.Add(1)
+		go func(n int) {
+			defer wg.Done()
+			res := caller.Do(callCtx, harness.Request{Body: body, Key: fmt.Sprintf("demo-%s-%d", tag, n)})
+			o := outcome{res, !res.Delivered && callCtx.Err() != nil}
+			mu.Lock()
+			outcomes = append(outcomes, o)
+			mu.Unlock()
+		}(run.calls)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(overloadTail):
+		cutOff()
+		<-done
+	}
+	for _, o := range outcomes { // every call has ended: no lock needed
+		run.attempts += o.res.Attempts
+		run.timeouts += o.res.Timeouts
+		if o.res.Delivered {
+			run.answered++
+		}
+		if o.cut {
+			run.cutOff++
+		}
+	}
+	stopSampling()
+	<-sampled
+	run.waitingPeak, run.capPeak = waitingPeak, capPeak
+	run.executions = eng.Stats().Received - before
+	run.rejected, run.bare, run.retryAfter = tap.figures()
+	if lim != nil {
+		after := lim.Stats()
+		run.attached = after.CoalescedAttached - limBefore.CoalescedAttached
+		run.stored = after.CoalescedStored - limBefore.CoalescedStored
+	}
+	return run
+}
+
+// wireTap counts, at the clients' side of the wire, the 429 and 503
+// answers and the Retry-After each carried.
+type wireTap struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	with int
+	bare int
+	secs []int
+}
+
+func (t *wireTap) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || (resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
+		return resp, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil {
+		t.with++
+		t.secs = append(t.secs, n)
+	} else {
+		t.bare++
+	}
+	return resp, nil
+}
+
+func (t *wireTap) figures() (with, bare int, secs []int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.with, t.bare, slices.Clone(t.secs)
+}
+
+// printComparison prints the two overload runs side by side.
+func printComparison(w io.Writer, direct, limited overloadRun) {
+	tb := harness.Table{Header: []string{"", "straight at the engine", "through vigil's limiter"}}
+	tb.Add(fmt.Sprintf("calls (%s timeout, %d retries)", wallTime(demoClient.Timeout), demoClient.MaxRetries), direct.calls, limited.calls)
+	tb.Add("attempts sent", direct.attempts, limited.attempts)
+	tb.Add("requests the engine received (with vigil's probes)", direct.executions, limited.executions)
+	tb.Add("engine waiting-queue peak", direct.waitingPeak, limited.waitingPeak)
+	tb.Add("calls answered", direct.answered, limited.answered)
+	tb.Add("attempts timed out at the client", direct.timeouts, limited.timeouts)
+	tb.Add("429/503 with Retry-After", rejections(direct), rejections(limited))
+	tb.Add("retries attached to their running execution", "-", limited.attached)
+	tb.Add("retries answered from its stored result", "-", limited.stored)
+	tb.Add("calls still retrying at the chapter's end", direct.cutOff, limited.cutOff)
+	tb.Print(w)
+}
+
+// rejections is "N (Retry-After 1-4 s)", plus any answer that lacked one.
+func rejections(r overloadRun) string {
+	if r.rejected == 0 && r.bare == 0 {
+		return "0"
+	}
+	s := strconv.Itoa(r.rejected)
+	if len(r.retryAfter) > 0 {
+		lo, hi := slices.Min(r.retryAfter), slices.Max(r.retryAfter)
+		if lo == hi {
+			s += fmt.Sprintf(" (Retry-After %d s)", lo)
+		} else {
+			s += fmt.Sprintf(" (Retry-After %d-%d s)", lo, hi)
+		}
+	}
+	if r.bare > 0 {
+		s += fmt.Sprintf(", %d without Retry-After", r.bare)
+	}
+	return s
+}
+
+// demoStatus is the part of vigil's /status the demo prints.
+type demoStatus struct {
+	Verdict struct {
+		State string `json:"state"`
+	} `json:"verdict"`
+	Recovery struct {
+		RestartsInWindow int `json:"restarts_in_window"`
+	} `json:"recovery"`
+	Limiter admission.Stats `json:"limiter"`
+}
+
+// readStatus reads vigil's /status, as an operator's curl would.
+func readStatus(ctx context.Context, base string) (demoStatus, error) {
+	var st demoStatus
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/status", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, fmt.Errorf("vigil's /status: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("vigil's /status: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return st, fmt.Errorf("vigil's /status: %w", err)
+	}
+	return st, nil
+}
+
+// wallTime is an engine-time duration as the demo's wall clock runs it.
+func wallTime(d time.Duration) time.Duration { return d / demoScale }
