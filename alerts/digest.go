@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -63,21 +62,21 @@ func (d *Digest) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	}
 }
 
-// RecoveryStep implements actions.Reporter.
-func (d *Digest) RecoveryStep(s actions.Step) {
+// RecoveryStep implements watchdog.Reporter.
+func (d *Digest) RecoveryStep(s watchdog.Step) {
 	if s.DryRun {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch s.Name {
-	case actions.StepRestart:
+	case watchdog.StepRestart:
 		if s.OK {
 			d.restarts++
 		}
-	case actions.StepGuardRefused:
+	case watchdog.StepGuardRefused:
 		d.refusals++
-	case actions.StepFailed:
+	case watchdog.StepFailed:
 		d.failures++
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // DescribeRecovery says in one or two sentences what vigil will do about
@@ -64,11 +64,11 @@ func drainTarget(lb configs.LoadBalancer) string {
 }
 
 // guardWords says why a guard refuses a restart, for the intent of a page.
-var guardWords = map[actions.Guard]string{
-	actions.GuardStartupGrace: "the engine started recently and is within its startup grace",
-	actions.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
-	actions.GuardBudget:       "the restart budget is spent (restart.budget)",
-	actions.GuardPoolLock:     "another member of the pool is out of rotation",
+var guardWords = map[watchdog.Guard]string{
+	watchdog.GuardStartupGrace: "the engine started recently and is within its startup grace",
+	watchdog.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
+	watchdog.GuardBudget:       "the restart budget is spent (restart.budget)",
+	watchdog.GuardPoolLock:     "another member of the pool is out of rotation",
 }
 
 // refusedIntent is what vigil will do about a hung or down engine while a

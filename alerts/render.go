@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -341,30 +340,30 @@ func (r renderer) context(v watchdog.Verdict, inc *watchdog.Incident) []string {
 }
 
 // stepText: the emoji and words for each recovery step that went well.
-var stepText = map[actions.StepName]struct{ emoji, done string }{
-	actions.StepGuardRefused:   {":no_entry:", "not restarting"},
-	actions.StepDrain:          {":arrow_down:", "drained at the load balancer"},
-	actions.StepDrainWait:      {":hourglass_flowing_sand:", "drain wait over"},
-	actions.StepRestarting:     {":arrows_counterclockwise:", "restarting the engine"},
-	actions.StepHeld:           {":pause_button:", "held out of rotation"},
-	actions.StepRestart:        {":arrows_counterclockwise:", "restarted the engine"},
-	actions.StepRestartSkipped: {":fast_forward:", "restart skipped: the engine already restarted itself"},
-	actions.StepWaitReady:      {":white_check_mark:", "engine ready"},
-	actions.StepRestore:        {":arrow_up:", "restoring traffic"},
-	actions.StepResolved:       {":white_check_mark:", "recovery finished"},
-	actions.StepFailed:         {":x:", "recovery step failed"},
+var stepText = map[watchdog.StepName]struct{ emoji, done string }{
+	watchdog.StepGuardRefused:   {":no_entry:", "not restarting"},
+	watchdog.StepDrain:          {":arrow_down:", "drained at the load balancer"},
+	watchdog.StepDrainWait:      {":hourglass_flowing_sand:", "drain wait over"},
+	watchdog.StepRestarting:     {":arrows_counterclockwise:", "restarting the engine"},
+	watchdog.StepHeld:           {":pause_button:", "held out of rotation"},
+	watchdog.StepRestart:        {":arrows_counterclockwise:", "restarted the engine"},
+	watchdog.StepRestartSkipped: {":fast_forward:", "restart skipped: the engine already restarted itself"},
+	watchdog.StepWaitReady:      {":white_check_mark:", "engine ready"},
+	watchdog.StepRestore:        {":arrow_up:", "restoring traffic"},
+	watchdog.StepResolved:       {":white_check_mark:", "recovery finished"},
+	watchdog.StepFailed:         {":x:", "recovery step failed"},
 }
 
-func (r renderer) step(s actions.Step) Message {
+func (r renderer) step(s watchdog.Step) Message {
 	t, ok := stepText[s.Name]
 	if !ok {
 		t.emoji, t.done = ":gear:", strings.ReplaceAll(string(s.Name), "_", " ")
 	}
 	sev := SeverityInfo
-	if s.Name == actions.StepGuardRefused || s.Name == actions.StepFailed || (!s.OK && s.Err != "") {
+	if s.Name == watchdog.StepGuardRefused || s.Name == watchdog.StepFailed || (!s.OK && s.Err != "") {
 		sev = SeverityWarning
 	}
-	if !s.OK && s.Err != "" && s.Name != actions.StepFailed && s.Name != actions.StepGuardRefused {
+	if !s.OK && s.Err != "" && s.Name != watchdog.StepFailed && s.Name != watchdog.StepGuardRefused {
 		t.emoji, t.done = ":x:", strings.ReplaceAll(string(s.Name), "_", " ")+" failed"
 	}
 	what := t.done
@@ -387,7 +386,7 @@ func (r renderer) step(s actions.Step) Message {
 		fmt.Fprintf(&b, "; aborted %s in-flight requests", count(float64(s.Dropped)))
 	}
 	b.WriteString(".")
-	if s.Name == actions.StepGuardRefused {
+	if s.Name == watchdog.StepGuardRefused {
 		if s.Until.IsZero() {
 			b.WriteString(" It has no set time to lift.")
 		} else if s.Until.After(s.At) {

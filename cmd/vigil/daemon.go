@@ -177,7 +177,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	po := alerts.OptionsFromConfig(*cfg)
 	po.Store, po.Log, po.Registerer = d.store, log.WithField("part", "alerts"), d.registry
 	po.Pool = d.poolLine
-	po.Outlook = func() *actions.Refusal { return d.recovery.Outlook() } // nil-safe; built below
+	po.Outlook = func() *watchdog.Refusal { return d.recovery.Outlook() } // nil-safe; built below
 	if d.pager, err = alerts.NewPager(notifier, po); err != nil {
 		return nil, err
 	}
@@ -445,7 +445,7 @@ func (t tee) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	t.pager.Observe(v, inc)
 }
 
-func (t tee) RecoveryStep(s actions.Step) {
+func (t tee) RecoveryStep(s watchdog.Step) {
 	t.digest.RecoveryStep(s)
 	t.pager.RecoveryStep(s)
 }
