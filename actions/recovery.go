@@ -380,7 +380,7 @@ func (r *Recovery) run(ctx context.Context, step watchdog.StepName, resumed bool
 			r.update(func(j *Journal) { j.Hold = false })
 			r.setRecovering(false)
 			r.m.failures.WithLabelValues(string(watchdog.StepDrain)).Inc()
-			r.refuse(r.lastRefusal(), fmt.Sprintf("cannot take it out of rotation either (%v): the host still takes traffic", err))
+			r.refuse(r.lastRefusal(), serving(fmt.Sprintf("cannot take it out of rotation either (%v): the host still takes traffic", err)))
 			return
 		}
 		if step == watchdog.StepDrain {
@@ -800,14 +800,33 @@ func (r *Recovery) park(ctx context.Context, failed watchdog.StepName, cause err
 	}
 }
 
+// outcome is what a refusal means for the clients: whether the host
+// still takes traffic, and that in words for the page. The pages and the
+// dedup key read serving, never the words: a reason may well say "out of
+// rotation" about another member while this host serves.
+type outcome struct {
+	serving bool
+	words   string
+}
+
+func serving(words string) outcome { return outcome{serving: true, words: words} }
+
+// class is the outcome as the dedup key holds it ("out" or "serving",
+// as journals written before the typed outcome hold it too).
+func (o outcome) class() string {
+	if o.serving {
+		return "serving"
+	}
+	return "out"
+}
+
 // refuse records a guard refusal with what it means for the clients
-// (outcome: out of rotation, or still taking traffic) and pages it when
-// that changes what happens: the first refusal of an incident, a
-// different guard, or a different outcome. The same refusal again is only
-// logged.
-func (r *Recovery) refuse(ref *watchdog.Refusal, outcome string) {
+// (out of rotation, or still taking traffic) and pages it when that
+// changes what happens: the first refusal of an incident, a different
+// guard, or a different outcome. The same refusal again is only logged.
+func (r *Recovery) refuse(ref *watchdog.Refusal, o outcome) {
 	r.m.refusals.WithLabelValues(string(ref.Guard)).Inc()
-	key := string(ref.Guard) + "/" + outcomeClass(outcome)
+	key := string(ref.Guard) + "/" + o.class()
 	r.mu.Lock()
 	same := r.j.RefusalPaged == key // set with RefusalReported, never empty
 	r.mu.Unlock()
@@ -826,34 +845,22 @@ func (r *Recovery) refuse(ref *watchdog.Refusal, outcome string) {
 		return
 	}
 	detail := ref.Reason
-	if outcome != "" {
-		detail += "; " + outcome
+	if o.words != "" {
+		detail += "; " + o.words
 	}
-	r.report(watchdog.Step{Name: watchdog.StepGuardRefused, Guard: ref.Guard, Detail: detail, Until: ref.Until})
-}
-
-// outcomeClass reduces a refusal's outcome to what it means for the
-// clients, so the same refusal worded twice does not page twice.
-func outcomeClass(outcome string) string {
-	switch {
-	case strings.Contains(outcome, "out of rotation"):
-		return "out"
-	case strings.Contains(outcome, "still takes traffic"), strings.Contains(outcome, "keep reaching"):
-		return "serving"
-	}
-	return ""
+	r.report(watchdog.Step{Name: watchdog.StepGuardRefused, Guard: ref.Guard, Detail: detail, Until: ref.Until, Serving: o.serving})
 }
 
 // Outcomes of a refusal, as the pages say them.
-func (r *Recovery) outOfRotation() string {
-	return fmt.Sprintf("%s stays drained: the host is out of rotation until the engine recovers by itself or a restart is allowed", r.o.Drainer)
+func (r *Recovery) outOfRotation() outcome {
+	return outcome{words: fmt.Sprintf("%s stays drained: the host is out of rotation until the engine recovers by itself or a restart is allowed", r.o.Drainer)}
 }
 
-func (r *Recovery) stillServing() string {
+func (r *Recovery) stillServing() outcome {
 	if _, none := r.o.Drainer.(NoDrain); none {
-		return "no load balancer is configured (load_balancer.kind none), so clients keep reaching the hung engine: the host still takes traffic"
+		return serving("no load balancer is configured (load_balancer.kind none), so clients keep reaching the hung engine: the host still takes traffic")
 	}
-	return "the host still takes traffic"
+	return serving("the host still takes traffic")
 }
 
 // poolRefusal is the pool guard: another member out of rotation at the
@@ -882,7 +889,7 @@ func (r *Recovery) holdInstead(ctx context.Context, ref *watchdog.Refusal) {
 		return
 	}
 	if r.o.DryRun {
-		r.refuse(ref, fmt.Sprintf("dry run: would drain %s and hold it out of rotation until the engine recovers or a restart is allowed", r.o.Drainer))
+		r.refuse(ref, outcome{words: fmt.Sprintf("dry run: would drain %s and hold it out of rotation until the engine recovers or a restart is allowed", r.o.Drainer)})
 		return
 	}
 	r.update(func(j *Journal) { j.Refusal = ref })
@@ -894,7 +901,7 @@ func (r *Recovery) holdInstead(ctx context.Context, ref *watchdog.Refusal) {
 	}
 	lb, err := r.o.Drainer.State(ctx)
 	if err != nil {
-		r.refuse(ref, fmt.Sprintf("cannot read the load balancer to take it out of rotation (%v): the host still takes traffic", err))
+		r.refuse(ref, serving(fmt.Sprintf("cannot read the load balancer to take it out of rotation (%v): the host still takes traffic", err)))
 		return
 	}
 	pool, stop := r.poolGate(ctx, lb)
@@ -903,7 +910,7 @@ func (r *Recovery) holdInstead(ctx context.Context, ref *watchdog.Refusal) {
 		return
 	}
 	if pool != nil {
-		r.refuse(ref, "cannot drain it either: "+pool.Reason+"; the host still takes traffic")
+		r.refuse(ref, serving("cannot drain it either: "+pool.Reason+"; the host still takes traffic"))
 		return
 	}
 	r.update(func(j *Journal) { j.Hold = true })

@@ -5,7 +5,6 @@ import (
 	"math"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/vigil-dev/vigil/watchdog"
@@ -250,8 +249,7 @@ func (t thread) followStep(s watchdog.Step) thread {
 	}
 	switch s.Name {
 	case watchdog.StepGuardRefused:
-		t.Refused = &refusalNote{Guard: s.Guard, Until: s.Until, Dry: s.DryRun,
-			Serving: strings.Contains(s.Detail, "still takes traffic") || strings.Contains(s.Detail, "keep reaching")}
+		t.Refused = &refusalNote{Guard: s.Guard, Until: s.Until, Dry: s.DryRun, Serving: s.Serving}
 	case watchdog.StepDrain:
 		if s.OK {
 			begin()

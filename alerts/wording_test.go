@@ -220,7 +220,7 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 		p := newTestPager(t, n, testOptions(clk, sl))
 		inc := &watchdog.Incident{ID: "inc-pool", Opened: clk.Now(), State: watchdog.StateHung}
 		p.Observe(hung(clk.Now()), inc)
-		p.RecoveryStep(watchdog.Step{Incident: "inc-pool", Name: watchdog.StepGuardRefused, Guard: watchdog.GuardBudget, Until: lifts, At: clk.Now(),
+		p.RecoveryStep(watchdog.Step{Incident: "inc-pool", Name: watchdog.StepGuardRefused, Guard: watchdog.GuardBudget, Until: lifts, At: clk.Now(), Serving: true,
 			Detail: "restart budget spent; cannot drain it either: another member is out of rotation; the host still takes traffic"})
 		clk.Advance(time.Minute)
 		down := watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused on every endpoint", At: clk.Now()}

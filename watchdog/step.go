@@ -47,6 +47,11 @@ type Step struct {
 	// Until is when a refused guard lifts (zero when it lifts on someone
 	// else's action, e.g. another server being restored).
 	Until time.Time `json:"until,omitzero"`
+	// Serving says, for StepGuardRefused, that the refusal leaves the host
+	// taking traffic (no load balancer, or vigil could not drain it);
+	// false when the host is held, or in a dry run would be held, out of
+	// rotation. The pager words its pages from this, never from Detail.
+	Serving bool `json:"serving,omitempty"`
 	// Dropped is how many in-flight requests a restart aborted.
 	Dropped int  `json:"dropped,omitempty"`
 	DryRun  bool `json:"dry_run,omitempty"`
