@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -30,13 +31,13 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 		until := started.Add(l.grace)
 		return &watchdog.Refusal{Guard: watchdog.GuardStartupGrace, Until: until, Reason: fmt.Sprintf(
 			"engine started %s ago (at %s); it may still be loading: startup grace of %s lifts at %s",
-			ago(now, started), clock(started), l.grace, clock(until))}
+			ago(now, started), humanize.StampUTC(started), l.grace, humanize.StampUTC(until))}
 	}
 	if !last.IsZero() && l.cooldown > 0 && now.Before(last.Add(l.cooldown)) {
 		until := last.Add(l.cooldown)
 		return &watchdog.Refusal{Guard: watchdog.GuardCooldown, Until: until, Reason: fmt.Sprintf(
 			"vigil restarted the engine %s ago (at %s); cooldown of %s lifts at %s",
-			ago(now, last), clock(last), l.cooldown, clock(until))}
+			ago(now, last), humanize.StampUTC(last), l.cooldown, humanize.StampUTC(until))}
 	}
 	if l.budget > 0 {
 		in := inWindow(history, now, l.window)
@@ -46,7 +47,7 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 			until := in[len(in)-l.budget].Add(l.window)
 			return &watchdog.Refusal{Guard: watchdog.GuardBudget, Until: until, Reason: fmt.Sprintf(
 				"restart budget spent: %d restarts in the last %s (budget %d); the next is allowed at %s",
-				len(in), l.window, l.budget, clock(until))}
+				len(in), l.window, l.budget, humanize.StampUTC(until))}
 		}
 	}
 	return nil
@@ -119,5 +120,3 @@ func lastOf(ts []time.Time) time.Time {
 }
 
 func ago(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() }
-
-func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -72,7 +73,7 @@ func (r *Recovery) poolGate(ctx context.Context, lb LBState) (ref *watchdog.Refu
 		return nil, true
 	case wctx.Err() != nil:
 		return &watchdog.Refusal{Guard: watchdog.GuardCoordinator, Reason: fmt.Sprintf(
-			"still waiting for the pool's turn after %s: %s holds it", human(r.o.TurnWait), behind)}, false
+			"still waiting for the pool's turn after %s: %s holds it", humanize.GoTenths(r.o.TurnWait), behind)}, false
 	case r.o.DrainWithoutCoordinator:
 		r.report(watchdog.Step{Name: watchdog.StepTurn, Err: err.Error(), Detail: "draining on the load balancer's pool guard alone " +
 			"because pool.drain_without_coordinator is set"})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/backoff"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -491,7 +492,7 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 		}
 	}
 	r.update(func(j *Journal) { j.Dropped = left })
-	waited := human(r.o.Now().Sub(start))
+	waited := humanize.GoTenths(r.o.Now().Sub(start))
 	var detail string
 	switch {
 	case !known:
@@ -521,7 +522,7 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 		// vigil stopped after the restart was recorded, before the next
 		// step was journaled.
 		r.report(watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: dropped, Detail: fmt.Sprintf(
-			"%s was restarted at %s, before vigil stopped", r.o.Restarter, clock(restartedAt))})
+			"%s was restarted at %s, before vigil stopped", r.o.Restarter, humanize.StampUTC(restartedAt))})
 		return nil
 	}
 	if resumed {
@@ -534,7 +535,7 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 		if st, ok := r.settle(ctx, before); ok {
 			r.recordRestart(startedOr(st, r.o.Now()))
 			r.report(watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: dropped, Detail: fmt.Sprintf(
-				"the restart begun before vigil stopped has happened (%s started at %s)", r.o.Restarter, clock(st.StartedAt))})
+				"the restart begun before vigil stopped has happened (%s started at %s)", r.o.Restarter, humanize.StampUTC(st.StartedAt))})
 			return nil
 		}
 		r.log.Warn("the restart begun before vigil stopped never happened; restarting now")
@@ -545,7 +546,7 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 	} else if st.StartedSince(before) {
 		r.m.skipped.Inc()
 		r.report(watchdog.Step{Name: watchdog.StepRestartSkipped, OK: true, Detail: fmt.Sprintf(
-			"%s restarted by itself (started at %s, was %s); not restarting", r.o.Restarter, clock(st.StartedAt), clock(before.StartedAt))})
+			"%s restarted by itself (started at %s, was %s); not restarting", r.o.Restarter, humanize.StampUTC(st.StartedAt), humanize.StampUTC(before.StartedAt))})
 		r.update(func(j *Journal) { j.RestartedAt = r.o.Now() })
 		return nil
 	}
@@ -565,9 +566,9 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 	after, err := r.o.Restarter.Status(ctx)
 	detail := "restarted " + r.o.Restarter.String()
 	if err == nil && after.Known {
-		detail += fmt.Sprintf(" (started %s, was %s)", clock(after.StartedAt), clock(before.StartedAt))
+		detail += fmt.Sprintf(" (started %s, was %s)", humanize.StampUTC(after.StartedAt), humanize.StampUTC(before.StartedAt))
 	}
-	detail += fmt.Sprintf(" in %s", human(r.o.Now().Sub(began)))
+	detail += fmt.Sprintf(" in %s", humanize.GoTenths(r.o.Now().Sub(began)))
 	// The page adds "aborted N in-flight requests" from Dropped.
 	r.report(watchdog.Step{Name: watchdog.StepRestart, OK: true, Detail: detail, Dropped: dropped})
 	return nil
@@ -619,7 +620,7 @@ func (r *Recovery) waitReady(ctx context.Context) error {
 		err := r.o.Ready(cctx)
 		cancel()
 		if err == nil {
-			r.report(watchdog.Step{Name: watchdog.StepWaitReady, OK: true, Detail: fmt.Sprintf("engine ready %s after the restart", human(r.o.Now().Sub(from)))})
+			r.report(watchdog.Step{Name: watchdog.StepWaitReady, OK: true, Detail: fmt.Sprintf("engine ready %s after the restart", humanize.GoTenths(r.o.Now().Sub(from)))})
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -699,11 +700,11 @@ func (r *Recovery) resolve() {
 	var detail string
 	switch {
 	case j.RecoveredBySelf:
-		detail = fmt.Sprintf("the engine recovered by itself while held out of rotation; back in rotation %s after it was taken out", human(now.Sub(began)))
+		detail = fmt.Sprintf("the engine recovered by itself while held out of rotation; back in rotation %s after it was taken out", humanize.GoTenths(now.Sub(began)))
 	case began.IsZero():
 		detail = "recovered"
 	default:
-		detail = fmt.Sprintf("recovery took %s, from its first action to the engine serving again", human(now.Sub(began)))
+		detail = fmt.Sprintf("recovery took %s, from its first action to the engine serving again", humanize.GoTenths(now.Sub(began)))
 	}
 	if j.Dropped > 0 {
 		detail += fmt.Sprintf("; %d in-flight requests were aborted", j.Dropped)
@@ -1020,7 +1021,7 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 	}
 	restart := "would restart " + r.o.Restarter.String()
 	if eng.Known {
-		restart += " (started at " + clock(eng.StartedAt) + ")"
+		restart += " (started at " + humanize.StampUTC(eng.StartedAt) + ")"
 	}
 	var plan []watchdog.Step
 	if _, none := r.o.Drainer.(NoDrain); !none {
@@ -1180,15 +1181,6 @@ func rampWords(ws []int) string {
 		parts[i] = fmt.Sprintf("%d%%", w)
 	}
 	return strings.Join(parts, " → ")
-}
-
-// human rounds a duration for a page: tenths of a second below a minute,
-// whole seconds above.
-func human(d time.Duration) time.Duration {
-	if d < time.Minute {
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Second)
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/backoff"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -448,7 +449,7 @@ func (p *Pager) loseHeadLocked(m Message) {
 // its incident that gets delivered. m is posted to the channel on its own
 // (it has no thread to go to), and becomes the thread's head.
 func carryLostHead(m Message, h lostHead) Message {
-	intro := "First page of this incident (it could not be posted on its own, " + clock(h.At) + "): " + h.Text
+	intro := "First page of this incident (it could not be posted on its own, " + humanize.ClockUTC(h.At) + "): " + h.Text
 	body := m.Body
 	if body == "" {
 		body = m.Text

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -31,7 +32,7 @@ func DescribeRecovery(cfg configs.Config) string {
 	if drain != "" {
 		restore = "restore traffic gradually"
 		if n := len(lb.RampWeights); n > 0 && lb.RampDuration > 0 {
-			restore += fmt.Sprintf(" (%d%% → %d%% over %s)", lb.RampWeights[0], lb.RampWeights[n-1], roughDuration(lb.RampDuration))
+			restore += fmt.Sprintf(" (%d%% → %d%% over %s)", lb.RampWeights[0], lb.RampWeights[n-1], humanize.Rough(lb.RampDuration))
 		}
 	}
 	var s string
@@ -83,7 +84,7 @@ func refusedIntent(g refusalNote, drain string, now time.Time) string {
 	}
 	s := "Not restarting: " + why
 	if !g.Until.IsZero() && g.Until.After(now) {
-		s += fmt.Sprintf(" until %s (in %s)", clock(g.Until), roughDuration(g.Until.Sub(now)))
+		s += fmt.Sprintf(" until %s (in %s)", humanize.ClockUTC(g.Until), humanize.Rough(g.Until.Sub(now)))
 	}
 	s += "."
 	switch {

@@ -250,22 +250,7 @@ func TestDescribeRecoveryNamesWhatVigilWillAndWillNotDo(t *testing.T) {
 	}
 }
 
-func TestFormatting(t *testing.T) {
-	for in, want := range map[float64]string{0: "0", 7: "7", 0.5: "0.5", 999: "999", 2340: "2,340", 41200: "41,200", 1234567: "1,234,567", -1500: "-1,500"} {
-		if got := count(in); got != want {
-			t.Errorf("count(%v) = %q, want %q", in, got, want)
-		}
-	}
-	for in, want := range map[time.Duration]string{95 * time.Second: "95s", 185 * time.Second: "3m05s", 6 * time.Minute: "6m", 62 * time.Minute: "1h02m"} {
-		if got := exactDuration(in); got != want {
-			t.Errorf("exactDuration(%v) = %q, want %q", in, got, want)
-		}
-	}
-	for in, want := range map[time.Duration]string{40 * time.Second: "40s", 6*time.Minute + 20*time.Second: "6m", 2*time.Hour + 5*time.Minute: "2h05m", 3 * time.Hour: "3h"} {
-		if got := roughDuration(in); got != want {
-			t.Errorf("roughDuration(%v) = %q, want %q", in, got, want)
-		}
-	}
+func TestDisplayURLDropsCredentials(t *testing.T) {
 	if got := displayURL("http://user:" + testAPIKey + "@10.0.0.5:8000/?key=" + testAPIKey); got != "http://10.0.0.5:8000/" {
 		t.Errorf("displayURL kept credentials: %q", got)
 	}
