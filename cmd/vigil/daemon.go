@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/robfig/cron/v3"
@@ -24,7 +25,6 @@ import (
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/sdnotify"
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
@@ -63,6 +63,9 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
+	if w := startupWatchdogWarning(cfg); w != "" {
+		log.Warn(w)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -82,9 +85,9 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				_ = sdnotify.Reloading()
+				notifyReloading()
 				d.reload(*configFile, *dryRun)
-				_ = sdnotify.Ready()
+				notify(sd.SdNotifyReady)
 			}
 		}
 	}()
@@ -365,7 +368,7 @@ func (d *daemon) run(ctx context.Context) error {
 
 	<-sup.Context().Done()
 	runErr := sup.Err()
-	_ = sdnotify.Stopping()
+	notify(sd.SdNotifyStopping)
 	l := d.log
 	if runErr != nil {
 		l = l.WithError(runErr)
@@ -403,11 +406,11 @@ func (d *daemon) run(ctx context.Context) error {
 // heartbeat and systemd restarts vigil.
 func (d *daemon) onCycle(v watchdog.Verdict) {
 	d.readyOnce.Do(func() {
-		_ = sdnotify.Ready()
+		notify(sd.SdNotifyReady)
 		d.log.WithField("state", string(v.State)).Info("first sample taken; ready")
 	})
-	_ = sdnotify.Watchdog()
-	_ = sdnotify.Status(fmt.Sprintf("%s: %s", v.State, v.Reason))
+	notify(sd.SdNotifyWatchdog)
+	notifyStatus(fmt.Sprintf("%s: %s", v.State, v.Reason))
 }
 
 // notice pages a standalone message (overrides, the retry-storm alarm,
