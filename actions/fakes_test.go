@@ -47,7 +47,7 @@ type world struct {
 	dead       bool                    // vigil died: later calls do nothing
 
 	calls       []string
-	journalAt   map[string]StepName // call → journal step when it was made
+	journalAt   map[string]watchdog.StepName // call → journal step when it was made
 	limiter     []string
 	readyChecks int
 }
@@ -59,7 +59,7 @@ func newWorld(store *state.Store) *world {
 		others:     []ServerStatus{{Backend: "vllm", Server: "node1", Status: "UP", Weight: 100, InitialWeight: 100}, {Backend: "vllm", Server: "node3", Status: "UP", Weight: 100, InitialWeight: 100}},
 		started:    time.Now().Add(-48 * time.Hour),
 		readyAfter: 90 * time.Second,
-		journalAt:  map[string]StepName{},
+		journalAt:  map[string]watchdog.StepName{},
 	}
 }
 
@@ -280,35 +280,35 @@ func (f fakeLimiter) SlowStart() {
 // steps records what the pager was told.
 type steps struct {
 	mu sync.Mutex
-	s  []Step
+	s  []watchdog.Step
 }
 
-func (r *steps) RecoveryStep(s Step) {
+func (r *steps) RecoveryStep(s watchdog.Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.s = append(r.s, s)
 }
 
-func (r *steps) names() []StepName {
+func (r *steps) names() []watchdog.StepName {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []StepName
+	var out []watchdog.StepName
 	for _, s := range r.s {
 		out = append(out, s.Name)
 	}
 	return out
 }
 
-func (r *steps) last() Step {
+func (r *steps) last() watchdog.Step {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.s) == 0 {
-		return Step{}
+		return watchdog.Step{}
 	}
 	return r.s[len(r.s)-1]
 }
 
-func (r *steps) find(n StepName) (Step, bool) {
+func (r *steps) find(n watchdog.StepName) (watchdog.Step, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.s {
@@ -316,7 +316,7 @@ func (r *steps) find(n StepName) (Step, bool) {
 			return s, true
 		}
 	}
-	return Step{}, false
+	return watchdog.Step{}, false
 }
 
 // harness builds a Recovery over a world.
@@ -431,8 +431,8 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r *steps) snapshot() []Step {
+func (r *steps) snapshot() []watchdog.Step {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Step(nil), r.s...)
+	return append([]watchdog.Step(nil), r.s...)
 }

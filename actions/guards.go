@@ -5,35 +5,10 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/watchdog"
 )
-
-// Guard names one of the checks that must pass before vigil drains and
-// restarts (docs/design.md section 5, step 1).
-type Guard string
-
-// The guards, in the order they are checked.
-const (
-	// GuardStartupGrace: the engine (re)started recently and may still be
-	// loading.
-	GuardStartupGrace Guard = "startup_grace"
-	// GuardCooldown: vigil restarted the engine recently.
-	GuardCooldown Guard = "cooldown"
-	// GuardBudget: vigil has used its restarts for the window.
-	GuardBudget Guard = "budget"
-	// GuardPoolLock: another member of the pool is drained (the load
-	// balancer's state is the pool's lock), or this host was drained by
-	// someone else.
-	GuardPoolLock Guard = "pool_lock"
-)
-
-// Refusal is a guard's no: which guard, why in words, and when it lifts.
-type Refusal struct {
-	Guard  Guard  `json:"guard"`
-	Reason string `json:"reason"`
-	// Until is when the guard lifts; zero when that depends on someone
-	// else (another server being restored).
-	Until time.Time `json:"until,omitzero"`
-}
 
 // guardLimits are the configured limits the time guards enforce.
 type guardLimits struct {
@@ -46,7 +21,7 @@ type guardLimits struct {
 // timeGuards checks startup grace, cooldown and budget, in that order. It
 // is a pure function of its inputs: engineStarted is when the engine last
 // started (zero if unknown), history the times vigil restarted it.
-func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits) *Refusal {
+func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits) *watchdog.Refusal {
 	last := lastOf(history)
 	started := engineStarted
 	if last.After(started) {
@@ -54,15 +29,15 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 	}
 	if !started.IsZero() && l.grace > 0 && now.Before(started.Add(l.grace)) {
 		until := started.Add(l.grace)
-		return &Refusal{Guard: GuardStartupGrace, Until: until, Reason: fmt.Sprintf(
+		return &watchdog.Refusal{Guard: watchdog.GuardStartupGrace, Until: until, Reason: fmt.Sprintf(
 			"engine started %s ago (at %s); it may still be loading: startup grace of %s lifts at %s",
-			ago(now, started), clock(started), l.grace, clock(until))}
+			ago(now, started), humanize.StampUTC(started), l.grace, humanize.StampUTC(until))}
 	}
 	if !last.IsZero() && l.cooldown > 0 && now.Before(last.Add(l.cooldown)) {
 		until := last.Add(l.cooldown)
-		return &Refusal{Guard: GuardCooldown, Until: until, Reason: fmt.Sprintf(
+		return &watchdog.Refusal{Guard: watchdog.GuardCooldown, Until: until, Reason: fmt.Sprintf(
 			"vigil restarted the engine %s ago (at %s); cooldown of %s lifts at %s",
-			ago(now, last), clock(last), l.cooldown, clock(until))}
+			ago(now, last), humanize.StampUTC(last), l.cooldown, humanize.StampUTC(until))}
 	}
 	if l.budget > 0 {
 		in := inWindow(history, now, l.window)
@@ -70,9 +45,9 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 			// The window drops below the budget when the oldest
 			// len-budget+1 restarts have left it.
 			until := in[len(in)-l.budget].Add(l.window)
-			return &Refusal{Guard: GuardBudget, Until: until, Reason: fmt.Sprintf(
+			return &watchdog.Refusal{Guard: watchdog.GuardBudget, Until: until, Reason: fmt.Sprintf(
 				"restart budget spent: %d restarts in the last %s (budget %d); the next is allowed at %s",
-				len(in), l.window, l.budget, clock(until))}
+				len(in), l.window, l.budget, humanize.StampUTC(until))}
 		}
 	}
 	return nil
@@ -85,12 +60,12 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 // undo. After vigil drained itself it refuses only when another server is
 // also out and sorts first by name: of two vigils that drained at the same
 // moment, the later name backs off.
-func poolLock(st LBState, selfOurs, afterDrain bool) *Refusal {
+func poolLock(st LBState, selfOurs, afterDrain bool) *watchdog.Refusal {
 	if !st.Known {
 		return nil
 	}
 	if !afterDrain && st.Self.Out() && !selfOurs {
-		return &Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+		return &watchdog.Refusal{Guard: watchdog.GuardPoolLock, Reason: fmt.Sprintf(
 			"%s/%s is already %s at the load balancer and vigil did not do it; vigil will not restart it or put it back",
 			st.Self.Backend, st.Self.Server, outWord(st.Self))}
 	}
@@ -106,11 +81,11 @@ func poolLock(st LBState, selfOurs, afterDrain bool) *Refusal {
 	}
 	sort.Strings(blockers)
 	if afterDrain {
-		return &Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+		return &watchdog.Refusal{Guard: watchdog.GuardPoolLock, Reason: fmt.Sprintf(
 			"%s was drained at the same time and sorts first; %s backs off (put back in rotation) and retries later",
 			strings.Join(blockers, ", "), st.Self.Server)}
 	}
-	return &Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+	return &watchdog.Refusal{Guard: watchdog.GuardPoolLock, Reason: fmt.Sprintf(
 		"another member of backend %s is out of rotation: %s; only one member of a pool is drained at a time",
 		st.Self.Backend, strings.Join(blockers, ", "))}
 }
@@ -145,5 +120,3 @@ func lastOf(ts []time.Time) time.Time {
 }
 
 func ago(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() }
-
-func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }

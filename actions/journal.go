@@ -20,11 +20,11 @@ type Journal struct {
 	Reason   string         `json:"reason,omitempty"`
 
 	// Step is the step begun; StepAt when.
-	Step   StepName  `json:"step,omitempty"`
-	StepAt time.Time `json:"step_at,omitzero"`
+	Step   watchdog.StepName `json:"step,omitempty"`
+	StepAt time.Time         `json:"step_at,omitzero"`
 	// FailedStep is the step that failed when Step is StepFailed.
-	FailedStep StepName `json:"failed_step,omitempty"`
-	LastError  string   `json:"last_error,omitempty"`
+	FailedStep watchdog.StepName `json:"failed_step,omitempty"`
+	LastError  string            `json:"last_error,omitempty"`
 	// Attempts counts recovery attempts for this incident; Failures the
 	// consecutive failed ones, which set the retry backoff.
 	Attempts    int       `json:"attempts"`
@@ -47,9 +47,9 @@ type Journal struct {
 	// Refusal is the last guard refusal for this incident; RefusalReported
 	// whether one was paged, RefusalPaged which guard and outcome it was
 	// (a refusal pages again only when either changes).
-	Refusal         *Refusal `json:"refusal,omitempty"`
-	RefusalReported bool     `json:"refusal_reported"`
-	RefusalPaged    string   `json:"refusal_paged,omitempty"`
+	Refusal         *watchdog.Refusal `json:"refusal,omitempty"`
+	RefusalReported bool              `json:"refusal_reported"`
+	RefusalPaged    string            `json:"refusal_paged,omitempty"`
 	// Hold: a guard refused the restart and vigil drains the host anyway,
 	// keeping it out of rotation (step held) until the engine recovers by
 	// itself or a restart is allowed.
@@ -80,9 +80,9 @@ func (j *Journal) unfinished() bool {
 		return false
 	}
 	switch j.Step {
-	case StepDrain, StepDrainWait, StepRestart, StepWaitReady, StepRestore:
+	case watchdog.StepDrain, watchdog.StepDrainWait, watchdog.StepRestart, watchdog.StepWaitReady, watchdog.StepRestore:
 		return true
-	case StepFailed, StepHeld, StepGuardRefused:
+	case watchdog.StepFailed, watchdog.StepHeld, watchdog.StepGuardRefused:
 		return j.Drained
 	}
 	return false

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/backoff"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -42,7 +43,7 @@ type RecoveryOptions struct {
 	// Store keeps the journal (section "recovery").
 	Store *state.Store
 	// Reporter is told every step (the pager); nil drops them.
-	Reporter Reporter
+	Reporter watchdog.Reporter
 	// Limiter is told when recovery starts and ends; nil if there is none.
 	Limiter LimiterControl
 	// PeerDrained reports another member of the pool drained by its vigil
@@ -194,7 +195,7 @@ func (r *Recovery) Resume(ctx context.Context) error {
 		return nil
 	}
 	if r.o.DryRun {
-		r.reportLocked(Step{Name: r.j.Step, Detail: fmt.Sprintf(
+		r.reportLocked(watchdog.Step{Name: r.j.Step, Detail: fmt.Sprintf(
 			"would resume the recovery of incident %s from step %s (dry run: leaving it as it is)", r.j.Incident, r.j.Step)})
 		return nil
 	}
@@ -226,19 +227,19 @@ func (r *Recovery) Wait() { r.wg.Wait() }
 
 // Snapshot is the recovery's state for /status.
 type Snapshot struct {
-	Active           bool      `json:"active"`
-	DryRun           bool      `json:"dry_run"`
-	Incident         string    `json:"incident,omitempty"`
-	Step             StepName  `json:"step,omitempty"`
-	StepAt           time.Time `json:"step_at,omitzero"`
-	Drained          bool      `json:"drained"`
-	LastRestart      time.Time `json:"last_restart,omitzero"`
-	RestartsInWindow int       `json:"restarts_in_window"`
-	Budget           int       `json:"budget"`
-	BudgetWindow     string    `json:"budget_window"`
-	NextAttempt      time.Time `json:"next_attempt,omitzero"`
-	LastError        string    `json:"last_error,omitempty"`
-	Journal          Journal   `json:"journal"`
+	Active           bool              `json:"active"`
+	DryRun           bool              `json:"dry_run"`
+	Incident         string            `json:"incident,omitempty"`
+	Step             watchdog.StepName `json:"step,omitempty"`
+	StepAt           time.Time         `json:"step_at,omitzero"`
+	Drained          bool              `json:"drained"`
+	LastRestart      time.Time         `json:"last_restart,omitzero"`
+	RestartsInWindow int               `json:"restarts_in_window"`
+	Budget           int               `json:"budget"`
+	BudgetWindow     string            `json:"budget_window"`
+	NextAttempt      time.Time         `json:"next_attempt,omitzero"`
+	LastError        string            `json:"last_error,omitempty"`
+	Journal          Journal           `json:"journal"`
 }
 
 // Snapshot returns the recovery's state for /status.
@@ -278,8 +279,8 @@ func (r *Recovery) startLocked(run func()) {
 
 // attempt runs one recovery attempt from the guards.
 func (r *Recovery) attempt(ctx context.Context) {
-	if err := r.journal(StepGuards, nil); err != nil {
-		r.fail(StepGuards, err)
+	if err := r.journal(watchdog.StepGuards, nil); err != nil {
+		r.fail(watchdog.StepGuards, err)
 		return
 	}
 	eng, err := r.o.Restarter.Status(ctx)
@@ -312,7 +313,7 @@ func (r *Recovery) attempt(ctx context.Context) {
 		return
 	}
 	r.setRecovering(true)
-	r.run(ctx, StepDrain, false)
+	r.run(ctx, watchdog.StepDrain, false)
 }
 
 // resume continues from the journal's step.
@@ -323,7 +324,7 @@ func (r *Recovery) resume(ctx context.Context) {
 	r.setRecovering(true)
 	r.resumeTurn(ctx)
 	defer r.releaseTurn(ctx)
-	if j.Step == StepFailed {
+	if j.Step == watchdog.StepFailed {
 		if next, ok := r.park(ctx, j.FailedStep, errors.New(j.LastError), false); ok {
 			r.run(ctx, next, false)
 		}
@@ -334,27 +335,27 @@ func (r *Recovery) resume(ctx context.Context) {
 
 // run executes the steps from step on. resumed says step was begun by a
 // vigil that stopped before finishing it.
-func (r *Recovery) run(ctx context.Context, step StepName, resumed bool) {
+func (r *Recovery) run(ctx context.Context, step watchdog.StepName, resumed bool) {
 	for {
 		var err error
-		var next StepName
+		var next watchdog.StepName
 		switch step {
-		case StepDrain:
-			err, next = r.drain(ctx), StepDrainWait
+		case watchdog.StepDrain:
+			err, next = r.drain(ctx), watchdog.StepDrainWait
 			if r.holding() {
-				next = StepHeld
+				next = watchdog.StepHeld
 			}
-		case StepHeld:
+		case watchdog.StepHeld:
 			next, err = r.hold(ctx)
-		case StepDrainWait:
-			err, next = r.drainWait(ctx), StepRestart
-		case StepRestart:
-			err, next = r.restart(ctx, resumed), StepWaitReady
-		case StepWaitReady:
-			err, next = r.waitReady(ctx), StepRestore
-		case StepRestore:
-			err, next = r.restore(ctx), StepResolved
-		case StepResolved:
+		case watchdog.StepDrainWait:
+			err, next = r.drainWait(ctx), watchdog.StepRestart
+		case watchdog.StepRestart:
+			err, next = r.restart(ctx, resumed), watchdog.StepWaitReady
+		case watchdog.StepWaitReady:
+			err, next = r.waitReady(ctx), watchdog.StepRestore
+		case watchdog.StepRestore:
+			err, next = r.restore(ctx), watchdog.StepResolved
+		case watchdog.StepResolved:
 			r.resolve()
 			return
 		default:
@@ -374,22 +375,22 @@ func (r *Recovery) run(ctx context.Context, step StepName, resumed bool) {
 			r.log.WithField("step", step).Warn("recovery stopped mid-sequence (vigil is stopping); the journal resumes it")
 			return
 		}
-		if step == StepDrain && r.holding() {
+		if step == watchdog.StepDrain && r.holding() {
 			// A guard refused the restart: restart_undrained does not
 			// apply, and the host is left as it was.
 			r.update(func(j *Journal) { j.Hold = false })
 			r.setRecovering(false)
-			r.m.failures.WithLabelValues(string(StepDrain)).Inc()
-			r.refuse(r.lastRefusal(), fmt.Sprintf("cannot take it out of rotation either (%v): the host still takes traffic", err))
+			r.m.failures.WithLabelValues(string(watchdog.StepDrain)).Inc()
+			r.refuse(r.lastRefusal(), serving(fmt.Sprintf("cannot take it out of rotation either (%v): the host still takes traffic", err)))
 			return
 		}
-		if step == StepDrain {
+		if step == watchdog.StepDrain {
 			if !r.o.LoadBalancer.RestartUndrained {
 				r.drainFailed(ctx, err)
 				return
 			}
-			r.report(Step{Name: StepDrain, Err: err.Error(), Detail: "drain failed; restarting undrained because load_balancer.restart_undrained is set"})
-			step = StepRestart
+			r.report(watchdog.Step{Name: watchdog.StepDrain, Err: err.Error(), Detail: "drain failed; restarting undrained because load_balancer.restart_undrained is set"})
+			step = watchdog.StepRestart
 			continue
 		}
 		if !r.drained() {
@@ -412,7 +413,7 @@ func (r *Recovery) drain(ctx context.Context) error {
 		// nothing to page about it (the head already says so).
 		return nil
 	}
-	if err := r.journal(StepDrain, func(j *Journal) {
+	if err := r.journal(watchdog.StepDrain, func(j *Journal) {
 		j.Drained = true
 		if j.DrainStarted.IsZero() {
 			j.DrainStarted = r.o.Now()
@@ -452,7 +453,7 @@ func (r *Recovery) drain(ctx context.Context) error {
 	if st.Known {
 		detail += fmt.Sprintf(", %d sessions in flight", st.Self.Sessions)
 	}
-	r.report(Step{Name: StepDrain, OK: true, Detail: detail})
+	r.report(watchdog.Step{Name: watchdog.StepDrain, OK: true, Detail: detail})
 	return nil
 }
 
@@ -463,7 +464,7 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 	if !r.drained() {
 		return nil // nothing drained (no load balancer): nothing to wait for
 	}
-	if err := r.journal(StepDrainWait, nil); err != nil {
+	if err := r.journal(watchdog.StepDrainWait, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -491,7 +492,7 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 		}
 	}
 	r.update(func(j *Journal) { j.Dropped = left })
-	waited := human(r.o.Now().Sub(start))
+	waited := humanize.GoTenths(r.o.Now().Sub(start))
 	var detail string
 	switch {
 	case !known:
@@ -502,7 +503,7 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 		detail = fmt.Sprintf("%d sessions still in flight after %s (a hung engine never finishes them); restarting anyway", left, waited)
 	}
 	// Nothing is aborted yet: the restart step reports the dropped count.
-	r.report(Step{Name: StepDrainWait, OK: true, Detail: detail})
+	r.report(watchdog.Step{Name: watchdog.StepDrainWait, OK: true, Detail: detail})
 	return nil
 }
 
@@ -511,7 +512,7 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 // step, it first decides whether the restart already happened, so an
 // incident never gets two.
 func (r *Recovery) restart(ctx context.Context, resumed bool) error {
-	if err := r.journal(StepRestart, nil); err != nil {
+	if err := r.journal(watchdog.StepRestart, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -520,21 +521,21 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 	if resumed && !restartedAt.IsZero() {
 		// vigil stopped after the restart was recorded, before the next
 		// step was journaled.
-		r.report(Step{Name: StepRestart, OK: true, Dropped: dropped, Detail: fmt.Sprintf(
-			"%s was restarted at %s, before vigil stopped", r.o.Restarter, clock(restartedAt))})
+		r.report(watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: dropped, Detail: fmt.Sprintf(
+			"%s was restarted at %s, before vigil stopped", r.o.Restarter, humanize.StampUTC(restartedAt))})
 		return nil
 	}
 	if resumed {
 		if !before.Known {
 			r.recordRestart(r.o.Now())
-			r.report(Step{Name: StepRestart, OK: true, Detail: fmt.Sprintf(
+			r.report(watchdog.Step{Name: watchdog.StepRestart, OK: true, Detail: fmt.Sprintf(
 				"vigil stopped during the restart and %s cannot tell whether it ran; not restarting twice", r.o.Restarter)})
 			return nil
 		}
 		if st, ok := r.settle(ctx, before); ok {
 			r.recordRestart(startedOr(st, r.o.Now()))
-			r.report(Step{Name: StepRestart, OK: true, Dropped: dropped, Detail: fmt.Sprintf(
-				"the restart begun before vigil stopped has happened (%s started at %s)", r.o.Restarter, clock(st.StartedAt))})
+			r.report(watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: dropped, Detail: fmt.Sprintf(
+				"the restart begun before vigil stopped has happened (%s started at %s)", r.o.Restarter, humanize.StampUTC(st.StartedAt))})
 			return nil
 		}
 		r.log.Warn("the restart begun before vigil stopped never happened; restarting now")
@@ -544,14 +545,14 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 		r.log.WithError(err).Warn("cannot read the engine's start time before restarting")
 	} else if st.StartedSince(before) {
 		r.m.skipped.Inc()
-		r.report(Step{Name: StepRestartSkipped, OK: true, Detail: fmt.Sprintf(
-			"%s restarted by itself (started at %s, was %s); not restarting", r.o.Restarter, clock(st.StartedAt), clock(before.StartedAt))})
+		r.report(watchdog.Step{Name: watchdog.StepRestartSkipped, OK: true, Detail: fmt.Sprintf(
+			"%s restarted by itself (started at %s, was %s); not restarting", r.o.Restarter, humanize.StampUTC(st.StartedAt), humanize.StampUTC(before.StartedAt))})
 		r.update(func(j *Journal) { j.RestartedAt = r.o.Now() })
 		return nil
 	}
 	// Said before the restart: the watchdog sees the engine DOWN while it
 	// restarts, and the pages must not read that as a new failure.
-	r.report(Step{Name: StepRestarting, OK: true, Detail: fmt.Sprintf("restarting %s (expected DOWN while it restarts)", r.o.Restarter)})
+	r.report(watchdog.Step{Name: watchdog.StepRestarting, OK: true, Detail: fmt.Sprintf("restarting %s (expected DOWN while it restarts)", r.o.Restarter)})
 	began := r.o.Now()
 	r.update(func(j *Journal) {
 		if j.Began.IsZero() {
@@ -565,11 +566,11 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) error {
 	after, err := r.o.Restarter.Status(ctx)
 	detail := "restarted " + r.o.Restarter.String()
 	if err == nil && after.Known {
-		detail += fmt.Sprintf(" (started %s, was %s)", clock(after.StartedAt), clock(before.StartedAt))
+		detail += fmt.Sprintf(" (started %s, was %s)", humanize.StampUTC(after.StartedAt), humanize.StampUTC(before.StartedAt))
 	}
-	detail += fmt.Sprintf(" in %s", human(r.o.Now().Sub(began)))
+	detail += fmt.Sprintf(" in %s", humanize.GoTenths(r.o.Now().Sub(began)))
 	// The page adds "aborted N in-flight requests" from Dropped.
-	r.report(Step{Name: StepRestart, OK: true, Detail: detail, Dropped: dropped})
+	r.report(watchdog.Step{Name: watchdog.StepRestart, OK: true, Detail: detail, Dropped: dropped})
 	return nil
 }
 
@@ -603,7 +604,7 @@ func (r *Recovery) recordRestart(at time.Time) {
 // waitReady polls the readiness check until it passes or ready_timeout
 // has passed since the restart.
 func (r *Recovery) waitReady(ctx context.Context) error {
-	if err := r.journal(StepWaitReady, nil); err != nil {
+	if err := r.journal(watchdog.StepWaitReady, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -619,7 +620,7 @@ func (r *Recovery) waitReady(ctx context.Context) error {
 		err := r.o.Ready(cctx)
 		cancel()
 		if err == nil {
-			r.report(Step{Name: StepWaitReady, OK: true, Detail: fmt.Sprintf("engine ready %s after the restart", human(r.o.Now().Sub(from)))})
+			r.report(watchdog.Step{Name: watchdog.StepWaitReady, OK: true, Detail: fmt.Sprintf("engine ready %s after the restart", humanize.GoTenths(r.o.Now().Sub(from)))})
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -637,7 +638,7 @@ func (r *Recovery) waitReady(ctx context.Context) error {
 // restore tells the limiter to start slowly, puts the host back at the
 // first ramp weight, and raises the weight to 100% over ramp_duration.
 func (r *Recovery) restore(ctx context.Context) error {
-	if err := r.journal(StepRestore, nil); err != nil {
+	if err := r.journal(watchdog.StepRestore, nil); err != nil {
 		return err
 	}
 	r.setRecovering(false)
@@ -651,7 +652,7 @@ func (r *Recovery) restore(ctx context.Context) error {
 	r.mu.Unlock()
 	if !drainedThisTime {
 		if r.o.Limiter != nil {
-			r.report(Step{Name: StepRestore, OK: true, Detail: "admission limiter slow start"})
+			r.report(watchdog.Step{Name: watchdog.StepRestore, OK: true, Detail: "admission limiter slow start"})
 		}
 		return nil
 	}
@@ -678,7 +679,7 @@ func (r *Recovery) restore(ctx context.Context) error {
 	if r.o.Limiter != nil {
 		detail += "; admission limiter slow start"
 	}
-	r.report(Step{Name: StepRestore, OK: true, Detail: detail})
+	r.report(watchdog.Step{Name: watchdog.StepRestore, OK: true, Detail: detail})
 	return nil
 }
 
@@ -688,7 +689,7 @@ func (r *Recovery) resolve() {
 	j := r.j
 	r.mu.Unlock()
 	r.update(func(j *Journal) {
-		j.Step, j.StepAt, j.Finished = StepResolved, now, now
+		j.Step, j.StepAt, j.Finished = watchdog.StepResolved, now, now
 		j.Failures, j.NextAttempt, j.LastError, j.FailedStep = 0, time.Time{}, "", ""
 		j.Drained, j.DrainStarted, j.Hold, j.RecoveredBySelf, j.Began = false, time.Time{}, false, false, time.Time{}
 	})
@@ -699,73 +700,73 @@ func (r *Recovery) resolve() {
 	var detail string
 	switch {
 	case j.RecoveredBySelf:
-		detail = fmt.Sprintf("the engine recovered by itself while held out of rotation; back in rotation %s after it was taken out", human(now.Sub(began)))
+		detail = fmt.Sprintf("the engine recovered by itself while held out of rotation; back in rotation %s after it was taken out", humanize.GoTenths(now.Sub(began)))
 	case began.IsZero():
 		detail = "recovered"
 	default:
-		detail = fmt.Sprintf("recovery took %s, from its first action to the engine serving again", human(now.Sub(began)))
+		detail = fmt.Sprintf("recovery took %s, from its first action to the engine serving again", humanize.GoTenths(now.Sub(began)))
 	}
 	if j.Dropped > 0 {
 		detail += fmt.Sprintf("; %d in-flight requests were aborted", j.Dropped)
 	}
-	r.report(Step{Name: StepResolved, OK: true, Detail: detail})
+	r.report(watchdog.Step{Name: watchdog.StepResolved, OK: true, Detail: detail})
 }
 
 // drainFailed handles a failed drain without restart_undrained: nothing
 // was changed, the incident stays open, the next Recover retries.
 func (r *Recovery) drainFailed(ctx context.Context, err error) {
 	if r.o.LoadBalancer.RestartUndrained && !r.o.DryRun {
-		r.report(Step{Name: StepDrain, Err: err.Error(), Detail: "cannot drain; restarting undrained because load_balancer.restart_undrained is set"})
+		r.report(watchdog.Step{Name: watchdog.StepDrain, Err: err.Error(), Detail: "cannot drain; restarting undrained because load_balancer.restart_undrained is set"})
 		r.setRecovering(true)
-		r.run(ctx, StepRestart, false)
+		r.run(ctx, watchdog.StepRestart, false)
 		return
 	}
-	r.fail(StepDrain, err)
+	r.fail(watchdog.StepDrain, err)
 }
 
 // fail ends an attempt that left nothing drained: the incident stays open
 // and the next Recover after the backoff retries.
-func (r *Recovery) fail(step StepName, err error) {
+func (r *Recovery) fail(step watchdog.StepName, err error) {
 	r.m.failures.WithLabelValues(string(step)).Inc()
 	r.setRecovering(false)
 	if r.o.DryRun {
-		r.report(Step{Name: StepFailed, Err: err.Error(), Detail: fmt.Sprintf("%s failed; nothing changed (dry run)", step)})
+		r.report(watchdog.Step{Name: watchdog.StepFailed, Err: err.Error(), Detail: fmt.Sprintf("%s failed; nothing changed (dry run)", step)})
 		return
 	}
 	r.update(func(j *Journal) {
-		j.Step, j.StepAt, j.FailedStep, j.LastError = StepFailed, r.o.Now(), step, err.Error()
+		j.Step, j.StepAt, j.FailedStep, j.LastError = watchdog.StepFailed, r.o.Now(), step, err.Error()
 		j.Failures++
 	})
 	wait := r.backoff()
 	r.update(func(j *Journal) { j.NextAttempt = r.o.Now().Add(wait) })
 	detail := fmt.Sprintf("%s failed; host not drained, nothing restarted; retrying after %s", step, wait)
-	if step == StepDrain {
+	if step == watchdog.StepDrain {
 		detail = fmt.Sprintf("cannot drain at %s; not restarting an undrained host (set load_balancer.restart_undrained to allow it); retrying after %s", r.o.Drainer, wait)
 	}
-	r.report(Step{Name: StepFailed, Err: err.Error(), Detail: detail})
+	r.report(watchdog.Step{Name: watchdog.StepFailed, Err: err.Error(), Detail: detail})
 }
 
 // park keeps a drained host drained after a failed step, and retries: the
 // moment the engine is ready it goes on to restore; otherwise it retries
 // the step (a restart after a failed wait only when the cooldown and
 // budget allow). It returns the step to run next, or false when ctx ends.
-func (r *Recovery) park(ctx context.Context, failed StepName, cause error, report bool) (StepName, bool) {
+func (r *Recovery) park(ctx context.Context, failed watchdog.StepName, cause error, report bool) (watchdog.StepName, bool) {
 	if report {
 		r.m.failures.WithLabelValues(string(failed)).Inc()
 		r.update(func(j *Journal) {
-			j.Step, j.StepAt, j.FailedStep, j.LastError = StepFailed, r.o.Now(), failed, cause.Error()
+			j.Step, j.StepAt, j.FailedStep, j.LastError = watchdog.StepFailed, r.o.Now(), failed, cause.Error()
 			j.Failures++
 		})
 	}
-	what := map[StepName]string{StepRestart: "cannot restart " + r.o.Restarter.String(), StepWaitReady: "engine did not become ready",
-		StepRestore: "cannot restore " + r.o.Drainer.String()}[failed]
+	what := map[watchdog.StepName]string{watchdog.StepRestart: "cannot restart " + r.o.Restarter.String(), watchdog.StepWaitReady: "engine did not become ready",
+		watchdog.StepRestore: "cannot restore " + r.o.Drainer.String()}[failed]
 	if what == "" {
 		what = string(failed) + " failed"
 	}
 	for {
 		wait := r.backoff()
 		if report {
-			r.report(Step{Name: StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
+			r.report(watchdog.Step{Name: watchdog.StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
 				"%s; staying drained; retrying after %s, and restoring as soon as the engine is ready", what, wait.Round(time.Second))})
 			report = false
 		}
@@ -775,39 +776,58 @@ func (r *Recovery) park(ctx context.Context, failed StepName, cause error, repor
 		}
 		if err := r.o.Ready(ctx); err == nil {
 			r.log.WithField("failed_step", failed).Info("engine is ready while drained; restoring")
-			return StepRestore, true
+			return watchdog.StepRestore, true
 		}
 		if ctx.Err() != nil {
 			return "", false
 		}
 		switch failed {
-		case StepWaitReady:
+		case watchdog.StepWaitReady:
 			eng, ref := r.restartRefusal(ctx)
 			if ref != nil {
 				r.refuse(ref, r.outOfRotation())
-				r.update(func(j *Journal) { j.Step = StepFailed })
+				r.update(func(j *Journal) { j.Step = watchdog.StepFailed })
 				continue
 			}
 			r.update(func(j *Journal) { j.EngineBefore, j.RestartedAt = eng, time.Time{} })
-			return StepRestart, true
-		case StepDrain, StepDrainWait:
-			return StepDrainWait, true
-		case StepGuards, "":
-			return StepRestart, true
+			return watchdog.StepRestart, true
+		case watchdog.StepDrain, watchdog.StepDrainWait:
+			return watchdog.StepDrainWait, true
+		case watchdog.StepGuards, "":
+			return watchdog.StepRestart, true
 		default:
 			return failed, true
 		}
 	}
 }
 
+// outcome is what a refusal means for the clients: whether the host
+// still takes traffic, and that in words for the page. The pages and the
+// dedup key read serving, never the words: a reason may well say "out of
+// rotation" about another member while this host serves.
+type outcome struct {
+	serving bool
+	words   string
+}
+
+func serving(words string) outcome { return outcome{serving: true, words: words} }
+
+// class is the outcome as the dedup key holds it ("out" or "serving",
+// as journals written before the typed outcome hold it too).
+func (o outcome) class() string {
+	if o.serving {
+		return "serving"
+	}
+	return "out"
+}
+
 // refuse records a guard refusal with what it means for the clients
-// (outcome: out of rotation, or still taking traffic) and pages it when
-// that changes what happens: the first refusal of an incident, a
-// different guard, or a different outcome. The same refusal again is only
-// logged.
-func (r *Recovery) refuse(ref *Refusal, outcome string) {
+// (out of rotation, or still taking traffic) and pages it when that
+// changes what happens: the first refusal of an incident, a different
+// guard, or a different outcome. The same refusal again is only logged.
+func (r *Recovery) refuse(ref *watchdog.Refusal, o outcome) {
 	r.m.refusals.WithLabelValues(string(ref.Guard)).Inc()
-	key := string(ref.Guard) + "/" + outcomeClass(outcome)
+	key := string(ref.Guard) + "/" + o.class()
 	r.mu.Lock()
 	same := r.j.RefusalPaged == key // set with RefusalReported, never empty
 	r.mu.Unlock()
@@ -816,8 +836,8 @@ func (r *Recovery) refuse(ref *Refusal, outcome string) {
 		next = r.o.Now().Add(r.backoff())
 	}
 	r.update(func(j *Journal) {
-		if j.Step != StepFailed && j.Step != StepHeld {
-			j.Step, j.StepAt = StepGuardRefused, r.o.Now()
+		if j.Step != watchdog.StepFailed && j.Step != watchdog.StepHeld {
+			j.Step, j.StepAt = watchdog.StepGuardRefused, r.o.Now()
 		}
 		j.Refusal, j.RefusalReported, j.RefusalPaged, j.NextAttempt = ref, true, key, next
 	})
@@ -826,45 +846,33 @@ func (r *Recovery) refuse(ref *Refusal, outcome string) {
 		return
 	}
 	detail := ref.Reason
-	if outcome != "" {
-		detail += "; " + outcome
+	if o.words != "" {
+		detail += "; " + o.words
 	}
-	r.report(Step{Name: StepGuardRefused, Guard: ref.Guard, Detail: detail, Until: ref.Until})
-}
-
-// outcomeClass reduces a refusal's outcome to what it means for the
-// clients, so the same refusal worded twice does not page twice.
-func outcomeClass(outcome string) string {
-	switch {
-	case strings.Contains(outcome, "out of rotation"):
-		return "out"
-	case strings.Contains(outcome, "still takes traffic"), strings.Contains(outcome, "keep reaching"):
-		return "serving"
-	}
-	return ""
+	r.report(watchdog.Step{Name: watchdog.StepGuardRefused, Guard: ref.Guard, Detail: detail, Until: ref.Until, Serving: o.serving})
 }
 
 // Outcomes of a refusal, as the pages say them.
-func (r *Recovery) outOfRotation() string {
-	return fmt.Sprintf("%s stays drained: the host is out of rotation until the engine recovers by itself or a restart is allowed", r.o.Drainer)
+func (r *Recovery) outOfRotation() outcome {
+	return outcome{words: fmt.Sprintf("%s stays drained: the host is out of rotation until the engine recovers by itself or a restart is allowed", r.o.Drainer)}
 }
 
-func (r *Recovery) stillServing() string {
+func (r *Recovery) stillServing() outcome {
 	if _, none := r.o.Drainer.(NoDrain); none {
-		return "no load balancer is configured (load_balancer.kind none), so clients keep reaching the hung engine: the host still takes traffic"
+		return serving("no load balancer is configured (load_balancer.kind none), so clients keep reaching the hung engine: the host still takes traffic")
 	}
-	return "the host still takes traffic"
+	return serving("the host still takes traffic")
 }
 
 // poolRefusal is the pool guard: another member out of rotation at the
 // load balancer, or drained by its vigil (peers' /status).
-func (r *Recovery) poolRefusal(ctx context.Context, lb LBState) *Refusal {
+func (r *Recovery) poolRefusal(ctx context.Context, lb LBState) *watchdog.Refusal {
 	if ref := poolLock(lb, r.drained(), false); ref != nil {
 		return ref
 	}
 	if r.o.PeerDrained != nil && !r.drained() {
 		if node, ok := r.o.PeerDrained(ctx); ok {
-			return &Refusal{Guard: GuardPoolLock, Reason: fmt.Sprintf(
+			return &watchdog.Refusal{Guard: watchdog.GuardPoolLock, Reason: fmt.Sprintf(
 				"pool member %s is drained by its vigil; only one member of a pool is drained at a time", node)}
 		}
 	}
@@ -876,25 +884,25 @@ func (r *Recovery) poolRefusal(ctx context.Context, lb LBState) *Refusal {
 // engine serve, so vigil takes the host out of rotation anyway (a drain
 // loses nothing the hang has not already taken) and holds it there, unless
 // the pool guard forbids a drain or there is no load balancer.
-func (r *Recovery) holdInstead(ctx context.Context, ref *Refusal) {
+func (r *Recovery) holdInstead(ctx context.Context, ref *watchdog.Refusal) {
 	if _, none := r.o.Drainer.(NoDrain); none {
 		r.refuse(ref, r.stillServing())
 		return
 	}
 	if r.o.DryRun {
-		r.refuse(ref, fmt.Sprintf("dry run: would drain %s and hold it out of rotation until the engine recovers or a restart is allowed", r.o.Drainer))
+		r.refuse(ref, outcome{words: fmt.Sprintf("dry run: would drain %s and hold it out of rotation until the engine recovers or a restart is allowed", r.o.Drainer)})
 		return
 	}
 	r.update(func(j *Journal) { j.Refusal = ref })
 	if r.drained() {
 		// hold journals Hold itself before it waits.
 		r.setRecovering(true)
-		r.run(ctx, StepHeld, false)
+		r.run(ctx, watchdog.StepHeld, false)
 		return
 	}
 	lb, err := r.o.Drainer.State(ctx)
 	if err != nil {
-		r.refuse(ref, fmt.Sprintf("cannot read the load balancer to take it out of rotation (%v): the host still takes traffic", err))
+		r.refuse(ref, serving(fmt.Sprintf("cannot read the load balancer to take it out of rotation (%v): the host still takes traffic", err)))
 		return
 	}
 	pool, stop := r.poolGate(ctx, lb)
@@ -903,17 +911,17 @@ func (r *Recovery) holdInstead(ctx context.Context, ref *Refusal) {
 		return
 	}
 	if pool != nil {
-		r.refuse(ref, "cannot drain it either: "+pool.Reason+"; the host still takes traffic")
+		r.refuse(ref, serving("cannot drain it either: "+pool.Reason+"; the host still takes traffic"))
 		return
 	}
 	r.update(func(j *Journal) { j.Hold = true })
 	r.setRecovering(true)
-	r.run(ctx, StepDrain, false)
+	r.run(ctx, watchdog.StepDrain, false)
 }
 
 // restartRefusal reads the engine (an unreadable one counts as never
 // started) and says which time guard, if any, refuses its restart now.
-func (r *Recovery) restartRefusal(ctx context.Context) (EngineStatus, *Refusal) {
+func (r *Recovery) restartRefusal(ctx context.Context) (EngineStatus, *watchdog.Refusal) {
 	eng, err := r.o.Restarter.Status(ctx)
 	if err != nil {
 		eng = EngineStatus{}
@@ -926,8 +934,8 @@ func (r *Recovery) restartRefusal(ctx context.Context) (EngineStatus, *Refusal) 
 // happens, e.g. the cooldown giving way to a spent budget), then checks
 // the engine every retry interval: ready again by itself → restore; the
 // guards allow a restart → restart.
-func (r *Recovery) hold(ctx context.Context) (StepName, error) {
-	if err := r.journal(StepHeld, func(j *Journal) { j.Hold = true }); err != nil {
+func (r *Recovery) hold(ctx context.Context) (watchdog.StepName, error) {
+	if err := r.journal(watchdog.StepHeld, func(j *Journal) { j.Hold = true }); err != nil {
 		return "", err
 	}
 	ref := r.lastRefusal()
@@ -943,7 +951,7 @@ func (r *Recovery) hold(ctx context.Context) (StepName, error) {
 		if err := r.o.Ready(ctx); err == nil {
 			r.log.Info("engine is ready again by itself while held drained; restoring")
 			r.update(func(j *Journal) { j.Hold, j.RecoveredBySelf = false, true })
-			return StepRestore, nil
+			return watchdog.StepRestore, nil
 		}
 		if ctx.Err() != nil {
 			return "", ctx.Err()
@@ -955,7 +963,7 @@ func (r *Recovery) hold(ctx context.Context) (StepName, error) {
 				left = st.Self.Sessions + st.Self.Queued
 			}
 			r.update(func(j *Journal) { j.Hold, j.EngineBefore, j.RestartedAt, j.Dropped = false, eng, time.Time{}, left })
-			return StepRestart, nil
+			return watchdog.StepRestart, nil
 		}
 		ref = next
 		r.refuse(ref, r.outOfRotation())
@@ -970,28 +978,28 @@ func (r *Recovery) holding() bool {
 
 // lastRefusal is the journal's refusal, or a placeholder for a journal
 // written without one.
-func (r *Recovery) lastRefusal() *Refusal {
+func (r *Recovery) lastRefusal() *watchdog.Refusal {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.j.Refusal != nil {
 		ref := *r.j.Refusal
 		return &ref
 	}
-	return &Refusal{Guard: GuardCooldown, Reason: "a guard refuses the restart"}
+	return &watchdog.Refusal{Guard: watchdog.GuardCooldown, Reason: "a guard refuses the restart"}
 }
 
 // Outlook is the time guard (startup grace after vigil's own restart,
 // cooldown, budget) that would refuse a restart now, or nil. It reads only
 // the journal, never the engine, so the pager may ask it on the watchdog's
 // loop to say in a new incident's first page what will really happen.
-func (r *Recovery) Outlook() *Refusal {
+func (r *Recovery) Outlook() *watchdog.Refusal {
 	if r == nil {
 		return nil
 	}
 	return r.timeRefusal(EngineStatus{})
 }
 
-func (r *Recovery) timeRefusal(eng EngineStatus) *Refusal {
+func (r *Recovery) timeRefusal(eng EngineStatus) *watchdog.Refusal {
 	r.mu.Lock()
 	history := append(append([]time.Time(nil), r.j.History...), r.dryHistory...)
 	r.mu.Unlock()
@@ -1013,26 +1021,26 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 	}
 	restart := "would restart " + r.o.Restarter.String()
 	if eng.Known {
-		restart += " (started at " + clock(eng.StartedAt) + ")"
+		restart += " (started at " + humanize.StampUTC(eng.StartedAt) + ")"
 	}
-	var plan []Step
+	var plan []watchdog.Step
 	if _, none := r.o.Drainer.(NoDrain); !none {
-		plan = append(plan, Step{Name: StepDrain, Detail: drain},
-			Step{Name: StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)})
+		plan = append(plan, watchdog.Step{Name: watchdog.StepDrain, Detail: drain},
+			watchdog.Step{Name: watchdog.StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)})
 	}
-	plan = append(plan, Step{Name: StepRestart, Detail: restart},
-		Step{Name: StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)})
+	plan = append(plan, watchdog.Step{Name: watchdog.StepRestart, Detail: restart},
+		watchdog.Step{Name: watchdog.StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)})
 	if restore := r.dryRestore(); restore != "" {
-		plan = append(plan, Step{Name: StepRestore, Detail: restore})
+		plan = append(plan, watchdog.Step{Name: watchdog.StepRestore, Detail: restore})
 	}
-	plan = append(plan, Step{Name: StepResolved, Detail: "dry run complete: nothing was changed"})
+	plan = append(plan, watchdog.Step{Name: watchdog.StepResolved, Detail: "dry run complete: nothing was changed"})
 	for _, s := range plan {
 		s.OK = true
 		r.report(s)
 	}
 	r.mu.Lock()
 	r.dryHistory = append(r.dryHistory, r.o.Now())
-	r.j.Step, r.j.StepAt = StepResolved, r.o.Now()
+	r.j.Step, r.j.StepAt = watchdog.StepResolved, r.o.Now()
 	r.mu.Unlock()
 }
 
@@ -1052,7 +1060,7 @@ func (r *Recovery) dryRestore() string {
 
 // journal records that step is about to run (with mutate's changes) and
 // saves the journal: a step that cannot be journaled does not run.
-func (r *Recovery) journal(step StepName, mutate func(*Journal)) error {
+func (r *Recovery) journal(step watchdog.StepName, mutate func(*Journal)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.j.Step, r.j.StepAt = step, r.o.Now()
@@ -1105,14 +1113,14 @@ func (r *Recovery) backoff() time.Duration {
 	return backoff.Policy{Min: r.o.RetryMin, Max: r.o.RetryMax, Rand: r.o.Jitter}.Delay(max(n, 1))
 }
 
-func (r *Recovery) report(s Step) {
+func (r *Recovery) report(s watchdog.Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reportLocked(s)
 }
 
 // reportLocked stamps s, logs it and tells the reporter.
-func (r *Recovery) reportLocked(s Step) {
+func (r *Recovery) reportLocked(s watchdog.Step) {
 	s.Incident, s.At, s.DryRun = r.j.Incident, r.o.Now(), r.o.DryRun
 	fields := logrus.Fields{"incident": s.Incident, "step": s.Name, "ok": s.OK, "dry_run": s.DryRun}
 	if s.Err != "" {
@@ -1129,13 +1137,13 @@ func (r *Recovery) reportLocked(s Step) {
 	}
 	l := r.log.WithFields(fields)
 	msg := s.Detail
-	if s.DryRun && !strings.HasPrefix(msg, "would") && s.Name != StepResolved && s.Name != StepGuardRefused && s.Name != StepFailed {
+	if s.DryRun && !strings.HasPrefix(msg, "would") && s.Name != watchdog.StepResolved && s.Name != watchdog.StepGuardRefused && s.Name != watchdog.StepFailed {
 		msg = "would: " + msg
 	}
 	switch s.Name {
-	case StepFailed:
+	case watchdog.StepFailed:
 		l.Error(msg)
-	case StepGuardRefused:
+	case watchdog.StepGuardRefused:
 		l.Warn(msg)
 	default:
 		l.Info(msg)
@@ -1173,15 +1181,6 @@ func rampWords(ws []int) string {
 		parts[i] = fmt.Sprintf("%d%%", w)
 	}
 	return strings.Join(parts, " → ")
-}
-
-// human rounds a duration for a page: tenths of a second below a minute,
-// whole seconds above.
-func human(d time.Duration) time.Duration {
-	if d < time.Minute {
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Second)
 }
 
 func orDefault(d, def time.Duration) time.Duration {

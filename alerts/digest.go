@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -63,21 +63,21 @@ func (d *Digest) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	}
 }
 
-// RecoveryStep implements actions.Reporter.
-func (d *Digest) RecoveryStep(s actions.Step) {
+// RecoveryStep implements watchdog.Reporter.
+func (d *Digest) RecoveryStep(s watchdog.Step) {
 	if s.DryRun {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch s.Name {
-	case actions.StepRestart:
+	case watchdog.StepRestart:
 		if s.OK {
 			d.restarts++
 		}
-	case actions.StepGuardRefused:
+	case watchdog.StepGuardRefused:
 		d.refusals++
-	case actions.StepFailed:
+	case watchdog.StepFailed:
 		d.failures++
 	}
 }
@@ -106,9 +106,9 @@ func (d *Digest) Report(node string, pagesSent uint64, overrides []string) strin
 	}
 	fmt.Fprintf(&b, "restarts: %d; guard refusals: %d; recovery failures: %d\n", d.restarts, d.refusals, d.failures)
 	fmt.Fprintf(&b, "time saturated: %s; hung or down: %s; unknown: %s\n",
-		shortDur(d.inState[watchdog.StateSaturated]),
-		shortDur(d.inState[watchdog.StateHung]+d.inState[watchdog.StateDown]),
-		shortDur(d.inState[watchdog.StateUnknown]))
+		humanize.GoMinutes(d.inState[watchdog.StateSaturated]),
+		humanize.GoMinutes(d.inState[watchdog.StateHung]+d.inState[watchdog.StateDown]),
+		humanize.GoMinutes(d.inState[watchdog.StateUnknown]))
 	fmt.Fprintf(&b, "pages sent: %d\n", pagesSent)
 	if len(overrides) == 0 {
 		b.WriteString("overrides in force: none")
@@ -130,11 +130,4 @@ func joinCounts(m map[watchdog.State]int) string {
 		parts[i] = fmt.Sprintf("%d %s", m[watchdog.State(k)], k)
 	}
 	return strings.Join(parts, ", ")
-}
-
-func shortDur(d time.Duration) string {
-	if d == 0 {
-		return "0"
-	}
-	return d.Round(time.Minute).String()
 }

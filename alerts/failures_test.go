@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/slack-go/slack/slacktest"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -169,8 +168,8 @@ func TestAPageRefusedForGoodIsLoggedCountedAndTheHeadStillArrives(t *testing.T) 
 	p.Observe(hung(clk.Now()), inc)
 	flush(t, p)
 	clk.Advance(15 * time.Second)
-	p.RecoveryStep(actions.Step{Incident: "inc-lost", Name: actions.StepDrain, OK: true, Detail: "haproxy vllm/node1 DRAIN", At: clk.Now()})
-	p.RecoveryStep(actions.Step{Incident: "inc-lost", Name: actions.StepDrainWait, OK: true, Detail: "no sessions left after 1s", At: clk.Now()})
+	p.RecoveryStep(watchdog.Step{Incident: "inc-lost", Name: watchdog.StepDrain, OK: true, Detail: "haproxy vllm/node1 DRAIN", At: clk.Now()})
+	p.RecoveryStep(watchdog.Step{Incident: "inc-lost", Name: watchdog.StepDrainWait, OK: true, Detail: "no sessions left after 1s", At: clk.Now()})
 	flush(t, p)
 
 	got := n.got()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackutilsx"
+
+	"github.com/vigil-dev/vigil/internal/humanize"
 )
 
 // Kind says what a page is, which decides where it goes (head of a thread
@@ -112,7 +114,7 @@ func (m Message) Fallback() string {
 	if m.Delay < lateAfter {
 		return m.Text
 	}
-	return fmt.Sprintf("%s [queued %s, sent %s late]", m.Text, clock(m.At), roughDuration(m.Delay))
+	return fmt.Sprintf("%s [queued %s, sent %s late]", m.Text, humanize.ClockUTC(m.At), humanize.Rough(m.Delay))
 }
 
 // Slack's limits on Block Kit text objects.
@@ -152,7 +154,7 @@ func (m Message) Blocks() []slack.Block {
 	context := m.Context
 	if m.Delay >= lateAfter {
 		context = append(context[:len(context):len(context)],
-			fmt.Sprintf("queued %s, sent %s late: Slack was unreachable", clock(m.At), roughDuration(m.Delay)))
+			fmt.Sprintf("queued %s, sent %s late: Slack was unreachable", humanize.ClockUTC(m.At), humanize.Rough(m.Delay)))
 	}
 	if len(context) > 0 {
 		var elems []slack.MixedElement

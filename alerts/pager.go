@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/backoff"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -43,7 +43,7 @@ type Options struct {
 	// Outlook, if set, is the guard that would refuse a restart now
 	// (actions.Recovery.Outlook), so a new incident's first page says what
 	// will really happen. It must not block.
-	Outlook func() *actions.Refusal
+	Outlook func() *watchdog.Refusal
 	// Limiter: the admission limiter is in front of the engine.
 	Limiter bool
 	// Pool, if set, gives a one-line view of the pool ("pool: 3 members —
@@ -138,14 +138,14 @@ const (
 )
 
 // Pager decides what to page (the policy) and delivers it (the outbox and
-// its sender). It implements watchdog.Pager and actions.Reporter. Observe,
+// its sender). It implements watchdog.Pager and watchdog.Reporter. Observe,
 // RecoveryStep and Notice only queue, in memory, and return at once; Run
 // delivers and writes the outbox to the state file as it changes.
 type Pager struct {
 	notifier Notifier
 	policy   policy
 	render   renderer
-	outlook  func() *actions.Refusal
+	outlook  func() *watchdog.Refusal
 	dryRun   bool
 	redact   redactor
 	size     int
@@ -172,8 +172,8 @@ type Pager struct {
 }
 
 var (
-	_ watchdog.Pager   = (*Pager)(nil)
-	_ actions.Reporter = (*Pager)(nil)
+	_ watchdog.Pager    = (*Pager)(nil)
+	_ watchdog.Reporter = (*Pager)(nil)
 )
 
 // NewPager returns a Pager delivering through n, with the outbox and
@@ -277,7 +277,7 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	}
 	// The outlook is read before p.mu: it takes the recovery's lock, and
 	// the recovery holds that lock while it reports a step to this pager.
-	var outlook *actions.Refusal
+	var outlook *watchdog.Refusal
 	if p.outlook != nil && v.State.NeedsRecovery() {
 		outlook = p.outlook()
 	}
@@ -320,7 +320,7 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 // refusalLocked is the guard refusing the restart, for a page about v: the
 // refusal the recovery reported for this incident, else (for a new hung
 // or down incident) the guard that would refuse now (outlook).
-func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *actions.Refusal) *refusalNote {
+func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *watchdog.Refusal) *refusalNote {
 	if !v.State.NeedsRecovery() {
 		return nil
 	}
@@ -335,7 +335,7 @@ func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *actions.Ref
 }
 
 // RecoveryStep queues a thread reply for one recovery step.
-func (p *Pager) RecoveryStep(s actions.Step) {
+func (p *Pager) RecoveryStep(s watchdog.Step) {
 	if s.At.IsZero() {
 		s.At = p.now()
 	}
@@ -449,7 +449,7 @@ func (p *Pager) loseHeadLocked(m Message) {
 // its incident that gets delivered. m is posted to the channel on its own
 // (it has no thread to go to), and becomes the thread's head.
 func carryLostHead(m Message, h lostHead) Message {
-	intro := "First page of this incident (it could not be posted on its own, " + clock(h.At) + "): " + h.Text
+	intro := "First page of this incident (it could not be posted on its own, " + humanize.ClockUTC(h.At) + "): " + h.Text
 	body := m.Body
 	if body == "" {
 		body = m.Text

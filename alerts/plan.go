@@ -5,8 +5,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // DescribeRecovery says in one or two sentences what vigil will do about
@@ -31,7 +32,7 @@ func DescribeRecovery(cfg configs.Config) string {
 	if drain != "" {
 		restore = "restore traffic gradually"
 		if n := len(lb.RampWeights); n > 0 && lb.RampDuration > 0 {
-			restore += fmt.Sprintf(" (%d%% → %d%% over %s)", lb.RampWeights[0], lb.RampWeights[n-1], roughDuration(lb.RampDuration))
+			restore += fmt.Sprintf(" (%d%% → %d%% over %s)", lb.RampWeights[0], lb.RampWeights[n-1], humanize.Rough(lb.RampDuration))
 		}
 	}
 	var s string
@@ -64,11 +65,11 @@ func drainTarget(lb configs.LoadBalancer) string {
 }
 
 // guardWords says why a guard refuses a restart, for the intent of a page.
-var guardWords = map[actions.Guard]string{
-	actions.GuardStartupGrace: "the engine started recently and is within its startup grace",
-	actions.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
-	actions.GuardBudget:       "the restart budget is spent (restart.budget)",
-	actions.GuardPoolLock:     "another member of the pool is out of rotation",
+var guardWords = map[watchdog.Guard]string{
+	watchdog.GuardStartupGrace: "the engine started recently and is within its startup grace",
+	watchdog.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
+	watchdog.GuardBudget:       "the restart budget is spent (restart.budget)",
+	watchdog.GuardPoolLock:     "another member of the pool is out of rotation",
 }
 
 // refusedIntent is what vigil will do about a hung or down engine while a
@@ -83,7 +84,7 @@ func refusedIntent(g refusalNote, drain string, now time.Time) string {
 	}
 	s := "Not restarting: " + why
 	if !g.Until.IsZero() && g.Until.After(now) {
-		s += fmt.Sprintf(" until %s (in %s)", clock(g.Until), roughDuration(g.Until.Sub(now)))
+		s += fmt.Sprintf(" until %s (in %s)", humanize.ClockUTC(g.Until), humanize.Rough(g.Until.Sub(now)))
 	}
 	s += "."
 	switch {

@@ -5,10 +5,8 @@ import (
 	"math"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -57,8 +55,8 @@ type thread struct {
 
 // refusalNote is a guard's refusal as the pages need it.
 type refusalNote struct {
-	Guard actions.Guard `json:"guard"`
-	Until time.Time     `json:"until,omitzero"`
+	Guard watchdog.Guard `json:"guard"`
+	Until time.Time      `json:"until,omitzero"`
 	// Serving: the host could not be taken out of rotation either.
 	Serving bool `json:"serving,omitempty"`
 	// Dry: a dry run's refusal.
@@ -222,11 +220,11 @@ func (p policy) observe(t thread, v watchdog.Verdict, inc *watchdog.Incident, no
 // step applies the policy to a recovery step: every step pages, in order,
 // except a refused guard already paged for this incident with the same
 // reason (the recoverer may be asked again every cycle).
-func (p policy) step(t thread, s actions.Step) (thread, bool) {
+func (p policy) step(t thread, s watchdog.Step) (thread, bool) {
 	if s.Incident == t.Incident {
 		t = t.followStep(s)
 	}
-	if s.Name != actions.StepGuardRefused || s.Incident != t.Incident {
+	if s.Name != watchdog.StepGuardRefused || s.Incident != t.Incident {
 		return t, true
 	}
 	key := shape(s.Detail)
@@ -240,8 +238,8 @@ func (p policy) step(t thread, s actions.Step) (thread, bool) {
 // followStep keeps what later pages must know of the recovery: the guard
 // refusing the restart, a restart in progress, and when recovery began
 // and ended.
-func (t thread) followStep(s actions.Step) thread {
-	if s.DryRun && s.Name != actions.StepGuardRefused {
+func (t thread) followStep(s watchdog.Step) thread {
+	if s.DryRun && s.Name != watchdog.StepGuardRefused {
 		return t // a dry run changes nothing the pages must follow
 	}
 	begin := func() {
@@ -250,27 +248,26 @@ func (t thread) followStep(s actions.Step) thread {
 		}
 	}
 	switch s.Name {
-	case actions.StepGuardRefused:
-		t.Refused = &refusalNote{Guard: s.Guard, Until: s.Until, Dry: s.DryRun,
-			Serving: strings.Contains(s.Detail, "still takes traffic") || strings.Contains(s.Detail, "keep reaching")}
-	case actions.StepDrain:
+	case watchdog.StepGuardRefused:
+		t.Refused = &refusalNote{Guard: s.Guard, Until: s.Until, Dry: s.DryRun, Serving: s.Serving}
+	case watchdog.StepDrain:
 		if s.OK {
 			begin()
 		}
-	case actions.StepRestarting:
+	case watchdog.StepRestarting:
 		begin()
 		t.Restarting, t.Refused = true, nil
 		if !t.TroubleSince.IsZero() && t.TroubleUntil.IsZero() {
 			t.TroubleUntil = s.At // the hang ends where vigil restarts the engine
 		}
-	case actions.StepRestart, actions.StepRestartSkipped:
+	case watchdog.StepRestart, watchdog.StepRestartSkipped:
 		begin()
 		t.Refused = nil
-	case actions.StepWaitReady, actions.StepFailed:
+	case watchdog.StepWaitReady, watchdog.StepFailed:
 		t.Restarting = false
-	case actions.StepRestore:
+	case watchdog.StepRestore:
 		t.Refused = nil
-	case actions.StepResolved:
+	case watchdog.StepResolved:
 		t.Restarting, t.Refused, t.RecoveryTo = false, nil, s.At
 	}
 	return t

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -61,7 +61,7 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 			// summed counters still move, so "no progress" would be false).
 			add("%s", v.Reason)
 		} else if e.SinceProgress > 0 {
-			add("no progress for %s with %s waiting, %s running", exactDuration(e.SinceProgress), count(e.Waiting), count(e.Running))
+			add("no progress for %s with %s waiting, %s running", humanize.Span(e.SinceProgress), humanize.Count(e.Waiting), humanize.Count(e.Running))
 		} else if v.Reason != "" {
 			add("%s", v.Reason)
 		}
@@ -72,18 +72,18 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 			add("probe %s", e.Probe)
 		}
 	case watchdog.StateSaturated, watchdog.StateHealthy:
-		load := fmt.Sprintf("%s waiting, %s running, %s tok/s", count(e.Waiting), count(e.Running), count(e.TokensPerSec))
+		load := fmt.Sprintf("%s waiting, %s running, %s tok/s", humanize.Count(e.Waiting), humanize.Count(e.Running), humanize.Count(e.TokensPerSec))
 		// A window under a second (e.g. right after a counter reset) would
 		// print as "in 0s".
 		if e.ProgressDelta > 0 && e.Window >= time.Second {
-			load += fmt.Sprintf(", counters +%s in %s", count(e.ProgressDelta), exactDuration(e.Window))
+			load += fmt.Sprintf(", counters +%s in %s", humanize.Count(e.ProgressDelta), humanize.Span(e.Window))
 		}
 		parts = append(parts, load)
 		if e.Probe != "" {
 			add("probe %s", e.Probe)
 		}
 		if e.DrainEstimate > 0 && v.State == watchdog.StateSaturated {
-			add("est. drain %s", roughDuration(e.DrainEstimate))
+			add("est. drain %s", humanize.Rough(e.DrainEstimate))
 		}
 	default: // down, misconfigured, unknown, loading: the reason leads
 		if v.Reason != "" {
@@ -184,8 +184,8 @@ func (r renderer) change(v watchdog.Verdict, inc *watchdog.Incident, d decision,
 func (r renderer) update(v watchdog.Verdict, inc *watchdog.Incident, held time.Duration, g *refusalNote) Message {
 	m := r.incidentPage(KindUpdate, fmt.Sprintf("%s Still %s on %s", stateEmoji[v.State], label(v.State), r.node), v, inc, g)
 	m.Title = "" // a reply, not a new headline
-	m.Text = strings.Replace(m.Text, r.where()+": ", r.where()+" after "+roughDuration(held)+": ", 1)
-	m.Body = "After " + roughDuration(held) + ": " + m.Body
+	m.Text = strings.Replace(m.Text, r.where()+": ", r.where()+" after "+humanize.Rough(held)+": ", 1)
+	m.Body = "After " + humanize.Rough(held) + ": " + m.Body
 	return m
 }
 
@@ -212,9 +212,9 @@ func (r renderer) resolve(v watchdog.Verdict, inc *watchdog.Incident, t thread, 
 	case was.NeedsRecovery() && d > 0:
 		// How long the engine was hung or down, from the evidence (the
 		// stall's start), not from when the incident opened.
-		story = append(story, "for "+exactDuration(d))
+		story = append(story, "for "+humanize.Span(d))
 	case !opened.IsZero() && closed.After(opened):
-		story = append(story, "for "+roughDuration(closed.Sub(opened)))
+		story = append(story, "for "+humanize.Rough(closed.Sub(opened)))
 	}
 	if !t.RecoveryFrom.IsZero() {
 		to := t.RecoveryTo
@@ -223,7 +223,7 @@ func (r renderer) resolve(v watchdog.Verdict, inc *watchdog.Incident, t thread, 
 		}
 		if to.After(t.RecoveryFrom) {
 			story[len(story)-1] += ";"
-			story = append(story, "recovery took "+exactDuration(to.Sub(t.RecoveryFrom)))
+			story = append(story, "recovery took "+humanize.Span(to.Sub(t.RecoveryFrom)))
 		}
 	}
 	ev := r.evidence(v)
@@ -256,7 +256,7 @@ func (r renderer) resolve(v watchdog.Verdict, inc *watchdog.Incident, t thread, 
 func (r renderer) headUpdate(latest Message, now time.Time) Message {
 	m := latest
 	m.Kind = KindHeadUpdate
-	m.Context = append(slices.Clip(m.Context), "latest as of "+clock(now))
+	m.Context = append(slices.Clip(m.Context), "latest as of "+humanize.ClockUTC(now))
 	return m
 }
 
@@ -268,13 +268,13 @@ func (r renderer) fields(v watchdog.Verdict) []Field {
 			f = append(f, Field{Name: name, Value: value})
 		}
 	}
-	add("Waiting / running", count(e.Waiting)+" / "+count(e.Running))
-	add("Throughput", count(e.TokensPerSec)+" tok/s")
+	add("Waiting / running", humanize.Count(e.Waiting)+" / "+humanize.Count(e.Running))
+	add("Throughput", humanize.Count(e.TokensPerSec)+" tok/s")
 	if e.Window > 0 {
-		add("Progress counters", fmt.Sprintf("+%s in %s", count(e.ProgressDelta), exactDuration(e.Window)))
+		add("Progress counters", fmt.Sprintf("+%s in %s", humanize.Count(e.ProgressDelta), humanize.Span(e.Window)))
 	}
 	if e.SinceProgress > 0 && v.State != watchdog.StateHealthy {
-		add("No progress for", exactDuration(e.SinceProgress))
+		add("No progress for", humanize.Span(e.SinceProgress))
 	}
 	add("/v1/models", e.Models)
 	add("/health", e.Health)
@@ -286,20 +286,20 @@ func (r renderer) fields(v watchdog.Verdict) []Field {
 			st := "moving"
 			switch {
 			case r.Hung:
-				st = "HUNG " + exactDuration(r.Stalled)
+				st = "HUNG " + humanize.Span(r.Stalled)
 			case r.Waiting+r.Running == 0:
 				st = "idle"
 			}
-			rs = append(rs, fmt.Sprintf("%s: %s/%s %s", r.Rank, count(r.Waiting), count(r.Running), st))
+			rs = append(rs, fmt.Sprintf("%s: %s/%s %s", r.Rank, humanize.Count(r.Waiting), humanize.Count(r.Running), st))
 		}
 		add("Ranks (waiting/running)", strings.Join(rs, ", "))
 	}
 	if e.DecodeStalled > 0 {
-		add("Decode stalled", exactDuration(e.DecodeStalled))
+		add("Decode stalled", humanize.Span(e.DecodeStalled))
 	}
 	add("Odd", strings.Join(e.Odd, "; "))
 	if e.DrainEstimate > 0 {
-		add("Est. drain", roughDuration(e.DrainEstimate))
+		add("Est. drain", humanize.Rough(e.DrainEstimate))
 	}
 	if len(e.HeartbeatDeltas) > 0 {
 		names := make([]string, 0, len(e.HeartbeatDeltas))
@@ -309,7 +309,7 @@ func (r renderer) fields(v watchdog.Verdict) []Field {
 		slices.Sort(names)
 		var lines []string
 		for _, n := range names {
-			lines = append(lines, fmt.Sprintf("%s +%s", n, count(e.HeartbeatDeltas[n])))
+			lines = append(lines, fmt.Sprintf("%s +%s", n, humanize.Count(e.HeartbeatDeltas[n])))
 		}
 		add("Heartbeats", strings.Join(lines, "\n"))
 	}
@@ -341,30 +341,30 @@ func (r renderer) context(v watchdog.Verdict, inc *watchdog.Incident) []string {
 }
 
 // stepText: the emoji and words for each recovery step that went well.
-var stepText = map[actions.StepName]struct{ emoji, done string }{
-	actions.StepGuardRefused:   {":no_entry:", "not restarting"},
-	actions.StepDrain:          {":arrow_down:", "drained at the load balancer"},
-	actions.StepDrainWait:      {":hourglass_flowing_sand:", "drain wait over"},
-	actions.StepRestarting:     {":arrows_counterclockwise:", "restarting the engine"},
-	actions.StepHeld:           {":pause_button:", "held out of rotation"},
-	actions.StepRestart:        {":arrows_counterclockwise:", "restarted the engine"},
-	actions.StepRestartSkipped: {":fast_forward:", "restart skipped: the engine already restarted itself"},
-	actions.StepWaitReady:      {":white_check_mark:", "engine ready"},
-	actions.StepRestore:        {":arrow_up:", "restoring traffic"},
-	actions.StepResolved:       {":white_check_mark:", "recovery finished"},
-	actions.StepFailed:         {":x:", "recovery step failed"},
+var stepText = map[watchdog.StepName]struct{ emoji, done string }{
+	watchdog.StepGuardRefused:   {":no_entry:", "not restarting"},
+	watchdog.StepDrain:          {":arrow_down:", "drained at the load balancer"},
+	watchdog.StepDrainWait:      {":hourglass_flowing_sand:", "drain wait over"},
+	watchdog.StepRestarting:     {":arrows_counterclockwise:", "restarting the engine"},
+	watchdog.StepHeld:           {":pause_button:", "held out of rotation"},
+	watchdog.StepRestart:        {":arrows_counterclockwise:", "restarted the engine"},
+	watchdog.StepRestartSkipped: {":fast_forward:", "restart skipped: the engine already restarted itself"},
+	watchdog.StepWaitReady:      {":white_check_mark:", "engine ready"},
+	watchdog.StepRestore:        {":arrow_up:", "restoring traffic"},
+	watchdog.StepResolved:       {":white_check_mark:", "recovery finished"},
+	watchdog.StepFailed:         {":x:", "recovery step failed"},
 }
 
-func (r renderer) step(s actions.Step) Message {
+func (r renderer) step(s watchdog.Step) Message {
 	t, ok := stepText[s.Name]
 	if !ok {
 		t.emoji, t.done = ":gear:", strings.ReplaceAll(string(s.Name), "_", " ")
 	}
 	sev := SeverityInfo
-	if s.Name == actions.StepGuardRefused || s.Name == actions.StepFailed || (!s.OK && s.Err != "") {
+	if s.Name == watchdog.StepGuardRefused || s.Name == watchdog.StepFailed || (!s.OK && s.Err != "") {
 		sev = SeverityWarning
 	}
-	if !s.OK && s.Err != "" && s.Name != actions.StepFailed && s.Name != actions.StepGuardRefused {
+	if !s.OK && s.Err != "" && s.Name != watchdog.StepFailed && s.Name != watchdog.StepGuardRefused {
 		t.emoji, t.done = ":x:", strings.ReplaceAll(string(s.Name), "_", " ")+" failed"
 	}
 	what := t.done
@@ -384,16 +384,16 @@ func (r renderer) step(s actions.Step) Message {
 		b.WriteString(sep + strings.TrimSuffix(s.Detail, "."))
 	}
 	if s.Dropped > 0 {
-		fmt.Fprintf(&b, "; aborted %s in-flight requests", count(float64(s.Dropped)))
+		fmt.Fprintf(&b, "; aborted %s in-flight requests", humanize.Count(float64(s.Dropped)))
 	}
 	b.WriteString(".")
-	if s.Name == actions.StepGuardRefused {
+	if s.Name == watchdog.StepGuardRefused {
 		if s.Until.IsZero() {
 			b.WriteString(" It has no set time to lift.")
 		} else if s.Until.After(s.At) {
-			fmt.Fprintf(&b, " Lifts at %s (in %s).", clock(s.Until), roughDuration(s.Until.Sub(s.At)))
+			fmt.Fprintf(&b, " Lifts at %s (in %s).", humanize.ClockUTC(s.Until), humanize.Rough(s.Until.Sub(s.At)))
 		} else {
-			fmt.Fprintf(&b, " Lifts at %s.", clock(s.Until))
+			fmt.Fprintf(&b, " Lifts at %s.", humanize.ClockUTC(s.Until))
 		}
 	}
 	text := b.String()

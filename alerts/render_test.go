@@ -10,7 +10,6 @@ import (
 
 	"github.com/slack-go/slack"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -196,20 +195,20 @@ func TestRecoveryStepsReadAsSentences(t *testing.T) {
 	at := t0
 	cases := []struct {
 		name string
-		step actions.Step
+		step watchdog.Step
 		want string
 	}{
-		{"a drain says where", actions.Step{Name: actions.StepDrain, OK: true, At: at, Detail: "haproxy vllm/node1 DRAIN, 3 sessions left after 15s"},
+		{"a drain says where", watchdog.Step{Name: watchdog.StepDrain, OK: true, At: at, Detail: "haproxy vllm/node1 DRAIN, 3 sessions left after 15s"},
 			":arrow_down: node1: drained at the load balancer: haproxy vllm/node1 DRAIN, 3 sessions left after 15s."},
-		{"a restart says how many requests it aborted", actions.Step{Name: actions.StepRestart, OK: true, At: at, Detail: "container vllm restarted in 4s", Dropped: 12},
+		{"a restart says how many requests it aborted", watchdog.Step{Name: watchdog.StepRestart, OK: true, At: at, Detail: "container vllm restarted in 4s", Dropped: 12},
 			":arrows_counterclockwise: node1: restarted the engine: container vllm restarted in 4s; aborted 12 in-flight requests."},
-		{"a refused guard says why and when it lifts", actions.Step{Name: actions.StepGuardRefused, At: at, Detail: "cooldown: last restart 12m ago (cooldown 30m)", Until: at.Add(18 * time.Minute)},
+		{"a refused guard says why and when it lifts", watchdog.Step{Name: watchdog.StepGuardRefused, At: at, Detail: "cooldown: last restart 12m ago (cooldown 30m)", Until: at.Add(18 * time.Minute)},
 			":no_entry: node1: not restarting: cooldown: last restart 12m ago (cooldown 30m). Lifts at 12:18 UTC (in 18m)."},
-		{"a failed step says what failed and what happens next", actions.Step{Name: actions.StepFailed, At: at, Err: "haproxy: dial unix /run/haproxy/admin.sock: no such file", Detail: "staying undrained; not restarting an undrained host"},
+		{"a failed step says what failed and what happens next", watchdog.Step{Name: watchdog.StepFailed, At: at, Err: "haproxy: dial unix /run/haproxy/admin.sock: no such file", Detail: "staying undrained; not restarting an undrained host"},
 			":x: node1: recovery step failed: haproxy: dial unix /run/haproxy/admin.sock: no such file. staying undrained; not restarting an undrained host."},
-		{"a dry run says it changed nothing", actions.Step{Name: actions.StepRestart, OK: true, At: at, DryRun: true, Detail: "would restart container vllm"},
+		{"a dry run says it changed nothing", watchdog.Step{Name: watchdog.StepRestart, OK: true, At: at, DryRun: true, Detail: "would restart container vllm"},
 			":arrows_counterclockwise: node1: [dry run] restarted the engine: would restart container vllm."},
-		{"a step that failed on its own says so", actions.Step{Name: actions.StepWaitReady, At: at, Err: "not ready after 20m"},
+		{"a step that failed on its own says so", watchdog.Step{Name: watchdog.StepWaitReady, At: at, Err: "not ready after 20m"},
 			":x: node1: wait ready failed: not ready after 20m."},
 	}
 	for _, tc := range cases {
@@ -251,22 +250,7 @@ func TestDescribeRecoveryNamesWhatVigilWillAndWillNotDo(t *testing.T) {
 	}
 }
 
-func TestFormatting(t *testing.T) {
-	for in, want := range map[float64]string{0: "0", 7: "7", 0.5: "0.5", 999: "999", 2340: "2,340", 41200: "41,200", 1234567: "1,234,567", -1500: "-1,500"} {
-		if got := count(in); got != want {
-			t.Errorf("count(%v) = %q, want %q", in, got, want)
-		}
-	}
-	for in, want := range map[time.Duration]string{95 * time.Second: "95s", 185 * time.Second: "3m05s", 6 * time.Minute: "6m", 62 * time.Minute: "1h02m"} {
-		if got := exactDuration(in); got != want {
-			t.Errorf("exactDuration(%v) = %q, want %q", in, got, want)
-		}
-	}
-	for in, want := range map[time.Duration]string{40 * time.Second: "40s", 6*time.Minute + 20*time.Second: "6m", 2*time.Hour + 5*time.Minute: "2h05m", 3 * time.Hour: "3h"} {
-		if got := roughDuration(in); got != want {
-			t.Errorf("roughDuration(%v) = %q, want %q", in, got, want)
-		}
-	}
+func TestDisplayURLDropsCredentials(t *testing.T) {
 	if got := displayURL("http://user:" + testAPIKey + "@10.0.0.5:8000/?key=" + testAPIKey); got != "http://10.0.0.5:8000/" {
 		t.Errorf("displayURL kept credentials: %q", got)
 	}

@@ -149,26 +149,26 @@ func TestResolvedSaysHowLongTheEngineWasHungAndHowLongRecoveryTook(t *testing.T)
 	v := hung(start)
 	v.Evidence.Stalled, v.Evidence.SinceProgress = 20*time.Second, 20*time.Second
 	p.Observe(v, inc)
-	step := func(name actions.StepName, detail string) {
-		p.RecoveryStep(actions.Step{Incident: "inc-25", Name: name, OK: true, Detail: detail, At: clk.Now()})
+	step := func(name watchdog.StepName, detail string) {
+		p.RecoveryStep(watchdog.Step{Incident: "inc-25", Name: name, OK: true, Detail: detail, At: clk.Now()})
 	}
 	clk.Advance(2 * time.Second)
-	step(actions.StepDrain, "haproxy vllm/node1 DRAIN")
+	step(watchdog.StepDrain, "haproxy vllm/node1 DRAIN")
 	clk.Advance(3 * time.Second)
-	step(actions.StepRestarting, "restarting docker container vllm (expected DOWN while it restarts)")
+	step(watchdog.StepRestarting, "restarting docker container vllm (expected DOWN while it restarts)")
 	for range 3 { // the engine is down while it restarts
 		clk.Advance(5 * time.Second)
 		p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now()}, inc)
 	}
-	step(actions.StepRestart, "restarted docker container vllm in 4s")
+	step(watchdog.StepRestart, "restarted docker container vllm in 4s")
 	for range 4 {
 		clk.Advance(15 * time.Second)
 		p.Observe(watchdog.Verdict{State: watchdog.StateLoading, At: clk.Now()}, inc)
 	}
-	step(actions.StepWaitReady, "engine ready 60s after the restart")
+	step(watchdog.StepWaitReady, "engine ready 60s after the restart")
 	clk.Advance(10 * time.Second)
-	step(actions.StepRestore, "haproxy vllm/node1 READY")
-	step(actions.StepResolved, "recovery took 1m30s")
+	step(watchdog.StepRestore, "haproxy vllm/node1 READY")
+	step(watchdog.StepResolved, "recovery took 1m30s")
 	clk.Advance(15 * time.Second)
 	resolved := *inc
 	resolved.Resolved = clk.Now()
@@ -201,8 +201,8 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 	t.Run("a new incident's head, with the cooldown running", func(t *testing.T) {
 		n := &memNotifier{}
 		o := testOptions(clk, sl)
-		o.Outlook = func() *actions.Refusal {
-			return &actions.Refusal{Guard: actions.GuardCooldown, Until: lifts, Reason: "cooldown"}
+		o.Outlook = func() *watchdog.Refusal {
+			return &watchdog.Refusal{Guard: watchdog.GuardCooldown, Until: lifts, Reason: "cooldown"}
 		}
 		p := newTestPager(t, n, o)
 		p.Observe(hung(clk.Now()), &watchdog.Incident{ID: "inc-cd", Opened: clk.Now(), State: watchdog.StateHung})
@@ -220,7 +220,7 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 		p := newTestPager(t, n, testOptions(clk, sl))
 		inc := &watchdog.Incident{ID: "inc-pool", Opened: clk.Now(), State: watchdog.StateHung}
 		p.Observe(hung(clk.Now()), inc)
-		p.RecoveryStep(actions.Step{Incident: "inc-pool", Name: actions.StepGuardRefused, Guard: actions.GuardBudget, Until: lifts, At: clk.Now(),
+		p.RecoveryStep(watchdog.Step{Incident: "inc-pool", Name: watchdog.StepGuardRefused, Guard: watchdog.GuardBudget, Until: lifts, At: clk.Now(), Serving: true,
 			Detail: "restart budget spent; cannot drain it either: another member is out of rotation; the host still takes traffic"})
 		clk.Advance(time.Minute)
 		down := watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused on every endpoint", At: clk.Now()}

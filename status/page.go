@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/humanize"
 )
 
 // The status page at "/": what an operator opens when a page arrives. It
@@ -18,8 +19,8 @@ import (
 // and refreshes itself every pageRefresh.
 
 var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
-	"num":   formatNum,
-	"secs":  formatSeconds,
+	"num":   humanize.Tenths,
+	"secs":  seconds,
 	"upper": strings.ToUpper,
 }).Parse(pageHTML))
 
@@ -161,9 +162,9 @@ func renderPage(snap Snapshot) ([]byte, error) {
 		}
 		ago := at.Sub(t)
 		if ago < 0 {
-			return "in " + formatSeconds((-ago).Seconds())
+			return "in " + humanize.Duration(-ago)
 		}
-		return formatSeconds(ago.Seconds()) + " ago"
+		return humanize.Duration(ago) + " ago"
 	}
 	if d.Verdict != nil {
 		d.StateClass = stateClass(d.Verdict.State)
@@ -211,53 +212,10 @@ func sortedKV(m map[string]float64) []kv {
 	return out
 }
 
-// formatNum prints counts as integers with thousands separators and rates
-// with one decimal: "41,200", "2,340.5".
-func formatNum(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return fmt.Sprint(v)
-	}
-	neg := v < 0
-	v = math.Abs(v)
-	whole := math.Floor(v)
-	frac := v - whole
-	s := fmt.Sprintf("%.0f", whole)
-	if frac >= 0.05 && frac < 0.95 && whole < 1e6 {
-		s = fmt.Sprintf("%.1f", v)
-	} else if frac >= 0.95 {
-		s = fmt.Sprintf("%.0f", whole+1)
-	}
-	intPart, dec, _ := strings.Cut(s, ".")
-	var b strings.Builder
-	for i, c := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if dec != "" {
-		b.WriteString("." + dec)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
-// formatSeconds prints a duration for people: "850ms", "42s", "6m05s",
-// "2h03m".
-func formatSeconds(sec float64) string {
-	d := time.Duration(sec * float64(time.Second))
-	switch {
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.0fs", d.Seconds())
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	default:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
+// seconds shows a duration the snapshot gives in seconds as every other
+// vigil output shows a measured duration ("850ms", "4.2s", "3m05s").
+func seconds(sec float64) string {
+	return humanize.Duration(time.Duration(sec * float64(time.Second)))
 }
 
 const pageHTML = `<!doctype html>

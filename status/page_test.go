@@ -139,20 +139,6 @@ func TestPageRoute(t *testing.T) {
 	}
 }
 
-func TestFormatNum(t *testing.T) {
-	for _, tc := range []struct {
-		in   float64
-		want string
-	}{
-		{0, "0"}, {6, "6"}, {999, "999"}, {1000, "1,000"}, {41200, "41,200"}, {2340.46, "2,340.5"},
-		{0.25, "0.2"}, {1234567, "1,234,567"}, {-1, "-1"}, {9.97, "10"},
-	} {
-		if got := formatNum(tc.in); got != tc.want {
-			t.Errorf("formatNum(%v) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
 // TestPageScreenshot renders the page served by a real status server in
 // headless Chromium and checks the screenshot shows it: a PNG of the
 // window's size, not blank, with the red of the HUNG badge in it. Without

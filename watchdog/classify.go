@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
 )
 
@@ -83,7 +84,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	grace := graceEnd(history, p)
 	if now.Before(grace) {
 		return say(StateLoading, "LOADING: engine (re)started %s ago, not serving yet (/v1/models %s); grace ends in %s; not restarting",
-			human(now.Sub(p.LastStart)), ev.Models, human(p.LastStart.Add(p.StartupGrace).Sub(now)))
+			humanize.Duration(now.Sub(p.LastStart)), ev.Models, humanize.Duration(p.LastStart.Add(p.StartupGrace).Sub(now)))
 	}
 
 	// down: only samples taken outside the grace count, so an engine
@@ -120,7 +121,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	if p.HangAfter > 0 && sc.wedge.For >= p.HangAfter {
 		ev.Hang, ev.Unanswered = HangWedged, sc.wedge.For
 		return say(StateHung, "HUNG (wedged API server): no answer at all from /v1/models, /health or /metrics for %s (timeouts, not refusals); probe %s",
-			human(sc.wedge.For), ev.Probe)
+			humanize.Duration(sc.wedge.For), ev.Probe)
 	}
 
 	if !last.readable() {
@@ -130,7 +131,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 		}
 		if sc.wedge.For > 0 {
 			return say(StateUnknown, "UNKNOWN: no endpoint has answered for %s (timeouts; hung as a wedged API server at %s); probe %s; not restarting",
-				human(sc.wedge.For), human(p.HangAfter), ev.Probe)
+				humanize.Duration(sc.wedge.For), humanize.Duration(p.HangAfter), ev.Probe)
 		}
 		return say(StateUnknown, "UNKNOWN: /metrics unreadable (%s); progress cannot be judged; probe %s; not restarting",
 			why, ev.Probe)
@@ -152,7 +153,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 				ranks = fmt.Sprintf(" (data-parallel rank %s of %d frozen with work, the others idle)", rankList(hung), len(ev.Ranks))
 			}
 			return say(StateHung, "HUNG: no progress for %s with %s waiting, %s running%s; /v1/models %s; probe %s",
-				human(sc.stall), count(m.Waiting), count(m.Running), ranks, ev.Models, ev.Probe)
+				humanize.Duration(sc.stall), humanize.Count(m.Waiting), humanize.Count(m.Running), ranks, ev.Models, ev.Probe)
 		}
 	}
 
@@ -162,7 +163,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 		var parts []string
 		for _, r := range hung {
 			parts = append(parts, fmt.Sprintf("rank %s of %d: no progress for %s with %s pending",
-				r.Rank, len(ev.Ranks), human(r.Stalled), count(r.Waiting+r.Running)))
+				r.Rank, len(ev.Ranks), humanize.Duration(r.Stalled), humanize.Count(r.Waiting+r.Running)))
 		}
 		return say(StateHung, "HUNG (data-parallel rank): %s; the other ranks %s; probe %s",
 			strings.Join(parts, "; "), othersDoing(ev.Ranks), ev.Probe)
@@ -172,7 +173,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	if sc.decode.Stalled(p.HangAfter) {
 		ev.Hang = HangDecode
 		return say(StateHung, "HUNG (decode stalled): no decode token for %s while %s requests got their first token since (prefill goes on, nobody gets a second token); %s running, %s waiting; probe %s",
-			human(sc.decode.Stall), count(sc.decode.FirstTokens), count(m.Running), count(m.Waiting), ev.Probe)
+			humanize.Duration(sc.decode.Stall), humanize.Count(sc.decode.FirstTokens), humanize.Count(m.Running), humanize.Count(m.Waiting), ev.Probe)
 	}
 
 	// saturated
@@ -180,12 +181,12 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	if sc.prevReadable != nil && sc.moving && (deep || probeSlow) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "SATURATED: %s waiting, %s running, %s tok/s, counters +%s in %s",
-			count(m.Waiting), count(m.Running), count(ev.TokensPerSec), count(ev.ProgressDelta), human(ev.Window))
+			humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec), humanize.Count(ev.ProgressDelta), humanize.Duration(ev.Window))
 		if ev.DrainEstimate > 0 {
-			fmt.Fprintf(&b, "; est. drain %s", approx(ev.DrainEstimate))
+			fmt.Fprintf(&b, "; est. drain %s", humanize.Estimate(ev.DrainEstimate))
 		}
 		if probeSlow {
-			fmt.Fprintf(&b, "; probe %s (SLO %s)", ev.Probe, human(p.ProbeSLO))
+			fmt.Fprintf(&b, "; probe %s (SLO %s)", ev.Probe, humanize.Duration(p.ProbeSLO))
 		}
 		b.WriteString("; not restarting")
 		return say(StateSaturated, "%s", b.String())
@@ -196,14 +197,14 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	if (idle || (sc.prevReadable != nil && sc.moving)) && !probeSlow && !probeFailed {
 		if !p.ProofSince.IsZero() && servedSince(history, &sc, p.ProofSince) == "" {
 			return say(StateUnknown, "UNKNOWN: %s waiting, %s running, but the engine was hung or down %s ago and has shown no sign of serving since (no counter rising, no probe completed); waiting for one before resolving; probe %s",
-				count(m.Waiting), count(m.Running), human(now.Sub(p.ProofSince)), ev.Probe)
+				humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Duration(now.Sub(p.ProofSince)), ev.Probe)
 		}
 		var reason string
 		if idle {
 			reason = fmt.Sprintf("HEALTHY: idle (0 waiting, 0 running); /v1/models %s; probe %s", ev.Models, ev.Probe)
 		} else {
 			reason = fmt.Sprintf("HEALTHY: %s waiting, %s running, %s tok/s; probe %s",
-				count(m.Waiting), count(m.Running), count(ev.TokensPerSec), ev.Probe)
+				humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec), ev.Probe)
 		}
 		if sc.reset {
 			reason += "; counters reset (engine restarted), re-baselined"
@@ -215,16 +216,16 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	switch {
 	case sc.prevReadable == nil:
 		return say(StateUnknown, "UNKNOWN: first readable scrape, progress cannot be judged yet; %s waiting, %s running; probe %s",
-			count(m.Waiting), count(m.Running), ev.Probe)
+			humanize.Count(m.Waiting), humanize.Count(m.Running), ev.Probe)
 	case !sc.moving && sc.pending && sc.stall < p.HangAfter:
 		return say(StateUnknown, "UNKNOWN: no progress for %s with %s waiting, %s running (hung at %s); /v1/models %s; probe %s; not restarting",
-			human(sc.stall), count(m.Waiting), count(m.Running), human(p.HangAfter), ev.Models, ev.Probe)
+			humanize.Duration(sc.stall), humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Duration(p.HangAfter), ev.Models, ev.Probe)
 	case probeFailed:
 		return say(StateUnknown, "UNKNOWN: %s waiting, %s running, counters moving (%s tok/s); not restarting",
-			count(m.Waiting), count(m.Running), count(ev.TokensPerSec))
+			humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec))
 	}
 	return say(StateUnknown, "UNKNOWN: %s waiting, %s running, %s tok/s; probe %s; not restarting",
-		count(m.Waiting), count(m.Running), count(ev.TokensPerSec), ev.Probe)
+		humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec), ev.Probe)
 }
 
 // engineDown: the engine itself is down at this sample, not one endpoint:

@@ -559,25 +559,3 @@ func TestEvidenceSaysWhatVigilSaw(t *testing.T) {
 		t.Errorf("state %s (%s)", v.State, v.Reason)
 	}
 }
-
-func TestHumanFormats(t *testing.T) {
-	t.Parallel()
-	cases := []struct{ got, want string }{
-		{human(850 * time.Millisecond), "850ms"},
-		{human(4200 * time.Millisecond), "4.2s"},
-		{human(45 * time.Second), "45s"},
-		{human(185 * time.Second), "3m05s"},
-		{human(62 * time.Minute), "1h02m"},
-		{approx(371 * time.Second), "6m"},
-		{approx(40 * time.Second), "40s"},
-		{count(41200), "41,200"},
-		{count(2746.6), "2,747"},
-		{count(0.4), "0.4"},
-		{count(1234567), "1,234,567"},
-	}
-	for _, c := range cases {
-		if c.got != c.want {
-			t.Errorf("got %q, want %q", c.got, c.want)
-		}
-	}
-}

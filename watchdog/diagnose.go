@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
 )
 
@@ -189,7 +190,7 @@ func (r Report) WriteText(w io.Writer) error {
 	if r.Model != "" {
 		model = ", model " + r.Model
 	}
-	line("vigil diagnose: %s%s; %d samples over %s, %s", r.Engine, model, r.Samples, human(r.Window), r.At.UTC().Format("2006-01-02 15:04:05 MST"))
+	line("vigil diagnose: %s%s; %d samples over %s, %s", r.Engine, model, r.Samples, humanize.Duration(r.Window), r.At.UTC().Format("2006-01-02 15:04:05 MST"))
 	line("")
 	line("%s (exit %d)", strings.ToUpper(string(r.State)), ExitCode(r.State))
 	line("  %s", r.Reason)
@@ -199,7 +200,7 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	if r.State == StateUnknown && ev.Stalled > 0 && ev.Stalled < r.HangAfter {
 		line("  counters were frozen for %s of the %s hang_after: run again with --window longer than %s to tell hung from slow",
-			human(ev.Stalled), human(r.HangAfter), human(r.HangAfter))
+			humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter), humanize.Duration(r.HangAfter))
 	}
 	line("")
 	line("Engine")
@@ -210,7 +211,7 @@ func (r Report) WriteText(w io.Writer) error {
 		row("/metrics", "unreadable: %s", ev.MetricsError)
 	}
 	if ev.Unanswered > 0 {
-		row("no answer", "for %s from any endpoint (hung as a wedged API server at %s)", human(ev.Unanswered), human(r.HangAfter))
+		row("no answer", "for %s from any endpoint (hung as a wedged API server at %s)", humanize.Duration(ev.Unanswered), humanize.Duration(r.HangAfter))
 	}
 	if ev.ProbeFailing != "" {
 		row("probe failing", "%s (not load: check engine.model)", ev.ProbeFailing)
@@ -220,29 +221,29 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	line("")
 	line("Queue")
-	row("waiting", "%s (saturated at %d)", count(ev.Waiting), r.SaturatedWaiting)
-	row("running", "%s", count(ev.Running))
-	row("completions/s", "%s", count(ev.CompletionsPerSec))
+	row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
+	row("running", "%s", humanize.Count(ev.Running))
+	row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
 	if ev.DrainEstimate > 0 {
-		row("est. drain", "%s", approx(ev.DrainEstimate))
+		row("est. drain", "%s", humanize.Estimate(ev.DrainEstimate))
 	}
 	line("")
-	line("Progress over %s", human(ev.Window))
-	row("tokens", "+%s (%s tok/s)", count(ev.ProgressDelta), count(ev.TokensPerSec))
+	line("Progress over %s", humanize.Duration(ev.Window))
+	row("tokens", "+%s (%s tok/s)", humanize.Count(ev.ProgressDelta), humanize.Count(ev.TokensPerSec))
 	for _, name := range sortedNames(ev.HeartbeatDeltas) {
-		row("heartbeat", "+%s %s", count(ev.HeartbeatDeltas[name]), name)
+		row("heartbeat", "+%s %s", humanize.Count(ev.HeartbeatDeltas[name]), name)
 	}
-	row("since progress", "%s", human(ev.SinceProgress))
+	row("since progress", "%s", humanize.Duration(ev.SinceProgress))
 	if ev.Stalled > 0 {
-		row("stalled", "%s with work pending (hung at %s)", human(ev.Stalled), human(r.HangAfter))
+		row("stalled", "%s with work pending (hung at %s)", humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter))
 	}
 	row("longest gap", "%s between counter moves while work was pending; hang_after (%s) must exceed the longest legitimate one",
-		human(ev.LongestGap), human(r.HangAfter))
+		humanize.Duration(ev.LongestGap), humanize.Duration(r.HangAfter))
 	if ev.CounterReset {
 		row("counters", "reset during the window (engine restarted); re-baselined")
 	}
 	if ev.DecodeStalled > 0 {
-		row("decode", "no decode token for %s while requests got first tokens (hung at %s)", human(ev.DecodeStalled), human(r.HangAfter))
+		row("decode", "no decode token for %s while requests got first tokens (hung at %s)", humanize.Duration(ev.DecodeStalled), humanize.Duration(r.HangAfter))
 	}
 	if len(ev.Ranks) > 1 {
 		line("")
@@ -251,20 +252,20 @@ func (r Report) WriteText(w io.Writer) error {
 			st := "moving"
 			switch {
 			case rk.Hung:
-				st = fmt.Sprintf("HUNG: no progress for %s with work pending", human(rk.Stalled))
+				st = fmt.Sprintf("HUNG: no progress for %s with work pending", humanize.Duration(rk.Stalled))
 			case rk.Waiting+rk.Running == 0:
 				st = "idle"
 			case rk.Stalled > 0:
-				st = fmt.Sprintf("frozen for %s with work pending (hung at %s)", human(rk.Stalled), human(r.HangAfter))
+				st = fmt.Sprintf("frozen for %s with work pending (hung at %s)", humanize.Duration(rk.Stalled), humanize.Duration(r.HangAfter))
 			}
-			row("rank "+rk.Rank, "%s waiting, %s running; %s", count(rk.Waiting), count(rk.Running), st)
+			row("rank "+rk.Rank, "%s waiting, %s running; %s", humanize.Count(rk.Waiting), humanize.Count(rk.Running), st)
 		}
 	}
 	line("")
 	line("Capacity")
 	if l := r.Load; l != nil {
-		row("in flight", "%s (Little's law: %s completions/s x %s mean latency)", count(l.InFlight), count(l.CompletionsPerSec), human(l.MeanLatency))
-		row("executing", "%s at once (latency less %s of queue time in the engine)", count(l.Executing), human(l.MeanQueue))
+		row("in flight", "%s (Little's law: %s completions/s x %s mean latency)", humanize.Count(l.InFlight), humanize.Count(l.CompletionsPerSec), humanize.Duration(l.MeanLatency))
+		row("executing", "%s at once (latency less %s of queue time in the engine)", humanize.Count(l.Executing), humanize.Duration(l.MeanQueue))
 		cap := "automatic"
 		if r.MaxInFlight > 0 {
 			cap = fmt.Sprint(r.MaxInFlight)
@@ -280,10 +281,10 @@ func (r Report) WriteText(w io.Writer) error {
 	switch rs := r.RetryStorm; {
 	case rs.Alarm:
 		row("retry storm", "ALARM: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f): the engine prefills for clients that left",
-			count(rs.PromptTokens), count(rs.PrefixCacheQueries), rs.Ratio)
+			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
 	case rs.Judged:
 		row("retry storm", "no: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f)",
-			count(rs.PromptTokens), count(rs.PrefixCacheQueries), rs.Ratio)
+			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
 	default:
 		row("retry storm", "not judged (too little traffic in the window)")
 	}

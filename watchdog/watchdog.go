@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/state"
 )
@@ -540,11 +541,11 @@ func (w *Watchdog) checkStorm() {
 	if c.Alarm {
 		l.Warn("retry storm: the engine prefills for clients that already left (prompt tokens rise much slower than prefix-cache queries)")
 		w.notice("retry_storm", fmt.Sprintf("RETRY STORM: over %s prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f): the engine prefills for clients that already left",
-			human(c.Window), count(c.PromptTokens), count(c.PrefixCacheQueries), c.Ratio))
+			humanize.Duration(c.Window), humanize.Count(c.PromptTokens), humanize.Count(c.PrefixCacheQueries), c.Ratio))
 	} else {
 		l.Info("retry storm over")
 		w.notice("retry_storm", fmt.Sprintf("retry storm over: prompt tokens +%s vs prefix-cache queries +%s over %s",
-			count(c.PromptTokens), count(c.PrefixCacheQueries), human(c.Window)))
+			humanize.Count(c.PromptTokens), humanize.Count(c.PrefixCacheQueries), humanize.Duration(c.Window)))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/robfig/cron/v3"
@@ -24,7 +25,6 @@ import (
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/sdnotify"
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
@@ -63,6 +63,9 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
+	if w := startupWatchdogWarning(cfg); w != "" {
+		log.Warn(w)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -82,9 +85,9 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				_ = sdnotify.Reloading()
+				notifyReloading()
 				d.reload(*configFile, *dryRun)
-				_ = sdnotify.Ready()
+				notify(sd.SdNotifyReady)
 			}
 		}
 	}()
@@ -194,7 +197,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	po := alerts.OptionsFromConfig(*cfg)
 	po.Store, po.Log, po.Registerer = d.store, log.WithField("part", "alerts"), d.registry
 	po.Pool = d.poolLine
-	po.Outlook = func() *actions.Refusal { return d.recovery.Outlook() } // nil-safe; built below
+	po.Outlook = func() *watchdog.Refusal { return d.recovery.Outlook() } // nil-safe; built below
 	if d.pager, err = alerts.NewPager(notifier, po); err != nil {
 		return nil, err
 	}
@@ -391,7 +394,7 @@ func (d *daemon) run(ctx context.Context) error {
 
 	<-sup.Context().Done()
 	runErr := sup.Err()
-	_ = sdnotify.Stopping()
+	notify(sd.SdNotifyStopping)
 	l := d.log
 	if runErr != nil {
 		l = l.WithError(runErr)
@@ -425,11 +428,11 @@ func (d *daemon) run(ctx context.Context) error {
 // heartbeat and systemd restarts vigil.
 func (d *daemon) onCycle(v watchdog.Verdict) {
 	d.readyOnce.Do(func() {
-		_ = sdnotify.Ready()
+		notify(sd.SdNotifyReady)
 		d.log.WithField("state", string(v.State)).Info("first sample taken; ready")
 	})
-	_ = sdnotify.Watchdog()
-	_ = sdnotify.Status(fmt.Sprintf("%s: %s", v.State, v.Reason))
+	notify(sd.SdNotifyWatchdog)
+	notifyStatus(fmt.Sprintf("%s: %s", v.State, v.Reason))
 	if d.onCycleFn != nil {
 		d.onCycleFn(v)
 	}
@@ -470,7 +473,7 @@ func (t tee) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	t.pager.Observe(v, inc)
 }
 
-func (t tee) RecoveryStep(s actions.Step) {
+func (t tee) RecoveryStep(s watchdog.Step) {
 	t.digest.RecoveryStep(s)
 	t.pager.RecoveryStep(s)
 }

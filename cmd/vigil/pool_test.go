@@ -25,10 +25,10 @@ type poolMember struct {
 
 type stepLog struct {
 	mu    sync.Mutex
-	steps []actions.Step
+	steps []watchdog.Step
 }
 
-func (l *stepLog) RecoveryStep(s actions.Step) {
+func (l *stepLog) RecoveryStep(s watchdog.Step) {
 	l.mu.Lock()
 	l.steps = append(l.steps, s)
 	l.mu.Unlock()

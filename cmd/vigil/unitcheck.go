@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/vigil-dev/vigil/configs"
 )
@@ -34,6 +35,8 @@ type unitSettings struct {
 	environment             []string
 	privateTmp, protectHome bool
 	inaccessible            []string
+	watchdogSec             time.Duration // 0: systemd's watchdog is off
+	watchdogSecErr          error
 }
 
 func unitWarnings(cfg *configs.Config, root string) []string {
@@ -41,11 +44,17 @@ func unitWarnings(cfg *configs.Config, root string) []string {
 	if !ok {
 		return nil
 	}
-	if u.user == "" || u.user == "root" {
-		return nil // root in the unit: nothing below applies
-	}
 	var warns []string
 	warnf := func(format string, args ...any) { warns = append(warns, fmt.Sprintf(format, args...)) }
+	// The heartbeat (systemd.go) matters whoever vigil runs as.
+	if u.watchdogSecErr != nil {
+		warnf("%s: WatchdogSec: %v; vigil cannot check its cycle against it", u.file, u.watchdogSecErr)
+	} else if w := watchdogSecWarning(cfg, u.watchdogSec, "WatchdogSec in "+u.file); w != "" {
+		warns = append(warns, w)
+	}
+	if u.user == "" || u.user == "root" {
+		return warns // root in the unit: nothing below applies
+	}
 
 	switch cfg.Restart.Kind {
 	case "systemd":
@@ -192,6 +201,8 @@ func (u *unitSettings) apply(file string) {
 			for _, e := range strings.Fields(val) {
 				u.environment = append(u.environment, strings.Trim(e, `"`))
 			}
+		case "WatchdogSec":
+			u.watchdogSec, u.watchdogSecErr = parseTimespan(val)
 		case "PrivateTmp":
 			u.privateTmp = isTrue(val)
 		case "ProtectHome":

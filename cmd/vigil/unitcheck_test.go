@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vigil-dev/vigil/configs"
 )
@@ -117,6 +118,16 @@ func TestUnitWarnings(t *testing.T) {
 			r.group("docker", "")
 		}}, func(c *configs.Config) { c.Restart.Kind, c.Restart.Docker.Container = "docker", "vllm" }, 1,
 			[]string{"restart.docker.host: /var/run/docker.sock", "not in group docker"}},
+		{"WatchdogSec too short for the cycle", []func(*fakeRoot){unit, func(r *fakeRoot) {
+			r.write("etc/systemd/system/vigil.service.d/watchdog.conf", "[Service]\nWatchdogSec=40s\n")
+		}}, func(c *configs.Config) { c.Watchdog.Interval = 30 * time.Second }, 1,
+			[]string{"WatchdogSec in /lib/systemd/system/vigil.service is 40s", "watchdog.interval 30s", "engine.request_timeout 10s"}},
+		{"WatchdogSec is checked for a root unit too", []func(*fakeRoot){unit, func(r *fakeRoot) {
+			r.write("etc/systemd/system/vigil.service.d/root.conf", "[Service]\nUser=root\nWatchdogSec=1min\n")
+		}}, func(c *configs.Config) { c.Watchdog.Interval = time.Minute }, 1, []string{"systemd will kill vigil"}},
+		{"WatchdogSec unreadable", []func(*fakeRoot){unit, func(r *fakeRoot) {
+			r.write("etc/systemd/system/vigil.service.d/watchdog.conf", "[Service]\nWatchdogSec=soon\n")
+		}}, func(*configs.Config) {}, 1, []string{"WatchdogSec: time span \"soon\""}},
 		{"restart command through sudo", []func(*fakeRoot){unit}, func(c *configs.Config) {
 			c.Restart.Kind, c.Restart.Command.Argv = "command", []string{"/usr/bin/sudo", "systemctl", "restart", "vllm"}
 		}, 1, []string{"/usr/bin/sudo cannot gain privileges"}},

@@ -50,6 +50,21 @@ type conn struct {
 	bw     *bufio.Writer
 	idleAt time.Time
 	reused bool
+	// sent counts the bytes of the current request that reached the
+	// connection: none means the engine cannot have seen any of it.
+	sent int64
+}
+
+// countingWriter is the connection under a conn's write buffer, counting
+// what was handed to the kernel.
+type countingWriter struct {
+	c *conn
+}
+
+func (w countingWriter) Write(p []byte) (int, error) {
+	n, err := w.c.nc.Write(p)
+	w.c.sent += int64(n)
+	return n, err
 }
 
 var (
@@ -81,12 +96,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// A reused connection that fails before a byte of the answer is most
 	// likely one the engine closed while it sat idle (its keep-alive ran
-	// out as the request went): the request is sent again, once, on a new
-	// connection, if its body can be replayed. Unlike net/http, which
-	// replays only idempotent requests, this replays a POST too: a
-	// completion has no effect beyond its cost, and the engine that closed
-	// the connection dropped whatever it had read of it.
-	if errors.Is(err, errNoAnswer) && c.reused && ctx.Err() == nil {
+	// out as the request went). The request is sent again, once, on a new
+	// connection, by net/http's rule: when none of it reached the
+	// connection, or when it is idempotent or carries an idempotency key.
+	// Otherwise the engine may have read it and be running it: an LLM call
+	// sent twice costs twice, and a tool-calling agent may act twice.
+	if errors.Is(err, errNoAnswer) && c.reused && ctx.Err() == nil && (c.sent == 0 || idempotent(req)) {
 		if body, ok := rewind(req); ok {
 			again := *req // the caller's request stays as it was
 			again.Body = body
@@ -116,6 +131,7 @@ func (t *Transport) roundTrip(c *conn, req *http.Request) (*http.Response, error
 		c.nc.Close()
 		return nil, err
 	}
+	c.sent = 0
 	if err := req.Write(c.bw); err != nil {
 		return fail(noAnswer(err))
 	}
@@ -145,6 +161,21 @@ func (t *Transport) roundTrip(c *conn, req *http.Request) (*http.Response, error
 	}
 	resp.Body = &body{t: t, c: c, r: resp.Body, stop: stop, keep: keep}
 	return resp, nil
+}
+
+// idempotent reports whether req may be sent twice: as net/http's
+// Transport decides it, a GET, HEAD, OPTIONS or TRACE, or a request that
+// carries an Idempotency-Key or X-Idempotency-Key header (even empty).
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	if _, ok := req.Header["Idempotency-Key"]; ok {
+		return true
+	}
+	_, ok := req.Header["X-Idempotency-Key"]
+	return ok
 }
 
 // noAnswer marks an error that came before any byte of the answer.
@@ -200,7 +231,9 @@ func (t *Transport) get(ctx context.Context, addr string, pooled bool) (*conn, e
 	if err != nil {
 		return nil, err
 	}
-	return &conn{nc: nc, addr: addr, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, nil
+	c := &conn{nc: nc, addr: addr, br: bufio.NewReaderSize(nc, 16<<10)}
+	c.bw = bufio.NewWriterSize(countingWriter{c}, 16<<10)
+	return c, nil
 }
 
 func (t *Transport) idleTimeout() time.Duration {

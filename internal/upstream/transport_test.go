@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -765,33 +766,40 @@ func TestStaleIdleConnection(t *testing.T) {
 
 // TestRetryOnReusedConnection: a reused connection the engine closes after
 // reading a request, without answering, gets the request sent again on a
-// new connection when its body can be replayed; otherwise the error stands.
+// new connection only as net/http would: the request is idempotent (by
+// method or an idempotency key) and its body can be replayed. Otherwise
+// the error stands and the engine has seen the request once: a POST
+// without a key is an LLM call that must not run twice.
 func TestRetryOnReusedConnection(t *testing.T) {
 	const payload = "the request body"
+	withHeader := func(req *http.Request, k string) *http.Request { req.Header[k] = []string{"k-1"}; return req }
 	cases := []struct {
-		name    string
-		req     func(t *testing.T, url string) *http.Request
-		body    string // what the server should see of request 2
-		wantErr bool
+		name  string
+		req   func(t *testing.T, url string) *http.Request
+		body  string // what the server should see of request 2, each time
+		retry bool
 	}{
-		{"replayable body", func(t *testing.T, url string) *http.Request {
+		{"POST without a key: sent once", func(t *testing.T, url string) *http.Request {
 			return newRequest(t, t.Context(), "POST", url, strings.NewReader(payload))
 		}, payload, false},
-		{"bytes body", func(t *testing.T, url string) *http.Request {
-			return newRequest(t, t.Context(), "POST", url, bytes.NewReader([]byte(payload)))
-		}, payload, false},
-		{"no body", func(t *testing.T, url string) *http.Request {
-			return newRequest(t, t.Context(), "GET", url, nil)
-		}, "", false},
-		{"NoBody", func(t *testing.T, url string) *http.Request {
+		{"POST without a body or a key: sent once", func(t *testing.T, url string) *http.Request {
 			return newRequest(t, t.Context(), "POST", url, http.NoBody)
 		}, "", false},
-		{"non-replayable body", func(t *testing.T, url string) *http.Request {
+		{"POST with Idempotency-Key", func(t *testing.T, url string) *http.Request {
+			return withHeader(newRequest(t, t.Context(), "POST", url, strings.NewReader(payload)), "Idempotency-Key")
+		}, payload, true},
+		{"POST with X-Idempotency-Key, bytes body", func(t *testing.T, url string) *http.Request {
+			return withHeader(newRequest(t, t.Context(), "POST", url, bytes.NewReader([]byte(payload))), "X-Idempotency-Key")
+		}, payload, true},
+		{"GET", func(t *testing.T, url string) *http.Request {
+			return newRequest(t, t.Context(), "GET", url, nil)
+		}, "", true},
+		{"key but a body that cannot be replayed", func(t *testing.T, url string) *http.Request {
 			// A ReadCloser of its own type: NewRequest sets no GetBody.
 			req := newRequest(t, t.Context(), "POST", url, &trackedBody{Reader: strings.NewReader(payload)})
 			req.ContentLength = int64(len(payload))
-			return req
-		}, payload, true},
+			return withHeader(req, "Idempotency-Key")
+		}, payload, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -814,18 +822,15 @@ func TestRetryOnReusedConnection(t *testing.T) {
 			tr, dials := dialCounter(t)
 			fetch(t, tr, "GET", s.url+"/1", nil)
 			req := c.req(t, s.url+"/2")
-			if replayable := req.GetBody != nil || req.Body == nil || req.Body == http.NoBody; replayable == c.wantErr {
-				t.Fatalf("replayable %v, but wantErr %v", replayable, c.wantErr)
-			}
 			sent := req.Body
 			resp, err := tr.RoundTrip(req)
 			mu.Lock()
 			got := bodies
 			mu.Unlock()
-			if c.wantErr {
+			if !c.retry {
 				if err == nil {
 					resp.Body.Close()
-					t.Fatal("RoundTrip succeeded, want an error (body not replayable)")
+					t.Fatal("RoundTrip succeeded, want an error (the request must not be sent again)")
 				}
 				if !errors.Is(err, errNoAnswer) {
 					t.Errorf("error %v, want one wrapping errNoAnswer", err)
@@ -836,7 +841,7 @@ func TestRetryOnReusedConnection(t *testing.T) {
 				if n := dials.Load(); n != 1 {
 					t.Errorf("%d dials, want 1 (no retry)", n)
 				}
-				if !sent.(*trackedBody).closed.Load() {
+				if tb, ok := sent.(*trackedBody); ok && !tb.closed.Load() {
 					t.Error("request body not closed")
 				}
 				return
@@ -859,6 +864,61 @@ func TestRetryOnReusedConnection(t *testing.T) {
 				t.Error("the retry replaced the caller's request body (a RoundTripper must not modify the request)")
 			}
 		})
+	}
+}
+
+// failingConn is a connection whose writes fail, without a byte sent,
+// once fail is set: a reused connection found dead as the request is
+// written.
+type failingConn struct {
+	net.Conn
+	fail *atomic.Bool
+}
+
+func (c failingConn) Write(p []byte) (int, error) {
+	if c.fail.Load() {
+		return 0, syscall.EPIPE
+	}
+	return c.Conn.Write(p)
+}
+
+// TestRetryWhenNothingWasSent: a POST without a key that never reached
+// the dead connection is sent on a new one, as net/http does: the engine
+// cannot have seen it. It reaches the engine once.
+func TestRetryWhenNothingWasSent(t *testing.T) {
+	var mu sync.Mutex
+	var posts int
+	s := newRawServer(t, loop(func(i, n int, req *http.Request, body []byte) (string, bool) {
+		if req.Method == "POST" {
+			mu.Lock()
+			posts++
+			mu.Unlock()
+		}
+		return ok("conn " + strconv.Itoa(i)), false
+	}))
+	var fail atomic.Bool
+	var dials atomic.Int32
+	var d net.Dialer
+	tr := newTransport(t, &Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if dials.Add(1) == 1 {
+			return failingConn{nc, &fail}, nil
+		}
+		return nc, nil
+	}})
+	fetch(t, tr, "GET", s.url, nil)
+	fail.Store(true)
+	_, got := fetch(t, tr, "POST", s.url, strings.NewReader("the prompt"))
+	if got != "conn 1" {
+		t.Errorf("answer %q, want it from the new connection", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if posts != 1 || dials.Load() != 2 {
+		t.Errorf("engine read the POST %d times over %d dials, want once over 2", posts, dials.Load())
 	}
 }
 

@@ -1,6 +1,13 @@
-package actions
+package watchdog
 
 import "time"
+
+// The recovery's vocabulary lives here, beside the verdict it answers,
+// because the watchdog owns the ports between the three parts of the
+// daemon: it asks the Recoverer (package actions) to repair, and the
+// Recoverer reports each Step to a Reporter (the pager, package alerts).
+// With the types here, alerts needs nothing from actions, and so nothing
+// of the Docker client actions drives.
 
 // StepName names one step of the recovery sequence (docs/design.md section 5).
 type StepName string
@@ -19,6 +26,9 @@ const (
 	StepRestore        StepName = "restore"         // READY with the weight ramp, limiter slow start
 	StepResolved       StepName = "resolved"        // recovery finished
 	StepFailed         StepName = "failed"          // a step failed; Err says why, Detail what vigil does next
+	// StepTurn reports the pool's turn (pool.coordination: etcd): waited
+	// for, taken, taken back from the journal, or given back.
+	StepTurn StepName = "pool_turn"
 )
 
 // Step is one journaled recovery step with its result, reported to the
@@ -37,6 +47,11 @@ type Step struct {
 	// Until is when a refused guard lifts (zero when it lifts on someone
 	// else's action, e.g. another server being restored).
 	Until time.Time `json:"until,omitzero"`
+	// Serving says, for StepGuardRefused, that the refusal leaves the host
+	// taking traffic (no load balancer, or vigil could not drain it);
+	// false when the host is held, or in a dry run would be held, out of
+	// rotation. The pager words its pages from this, never from Detail.
+	Serving bool `json:"serving,omitempty"`
 	// Dropped is how many in-flight requests a restart aborted.
 	Dropped int  `json:"dropped,omitempty"`
 	DryRun  bool `json:"dry_run,omitempty"`
@@ -46,4 +61,38 @@ type Step struct {
 // It must not block.
 type Reporter interface {
 	RecoveryStep(s Step)
+}
+
+// Guard names one of the checks that must pass before vigil drains and
+// restarts (docs/design.md section 5, step 1).
+type Guard string
+
+// The guards, in the order they are checked.
+const (
+	// GuardStartupGrace: the engine (re)started recently and may still be
+	// loading.
+	GuardStartupGrace Guard = "startup_grace"
+	// GuardCooldown: vigil restarted the engine recently.
+	GuardCooldown Guard = "cooldown"
+	// GuardBudget: vigil has used its restarts for the window.
+	GuardBudget Guard = "budget"
+	// GuardPoolLock: another member of the pool is drained (the load
+	// balancer's state is the pool's lock), or this host was drained by
+	// someone else.
+	GuardPoolLock Guard = "pool_lock"
+	// GuardCoordinator: the pool's turn could not be taken (etcd
+	// unreachable, or others held every place for too long).
+	GuardCoordinator Guard = "pool_coordinator"
+	// GuardCapacityFloor: fewer than min_serving other members would keep
+	// serving.
+	GuardCapacityFloor Guard = "capacity_floor"
+)
+
+// Refusal is a guard's no: which guard, why in words, and when it lifts.
+type Refusal struct {
+	Guard  Guard  `json:"guard"`
+	Reason string `json:"reason"`
+	// Until is when the guard lifts; zero when that depends on someone
+	// else (another server being restored).
+	Until time.Time `json:"until,omitzero"`
 }

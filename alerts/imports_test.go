@@ -1,0 +1,32 @@
+package alerts
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The pager only needs the recovery's vocabulary (watchdog.Step and its
+// kin), never the recovery itself: importing actions would pull in the
+// Docker client and everything it drags along into every binary that
+// pages. go list answers for the package as built (test files aside), in
+// one process.
+func TestAlertsNeverImportsActionsOrDocker(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list -deps: %v\n%s", err, stderr)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) == 0 {
+		t.Fatal("go list -deps printed nothing")
+	}
+	for _, p := range deps {
+		if p == "github.com/vigil-dev/vigil/actions" || strings.HasPrefix(p, "github.com/docker/") {
+			t.Errorf("alerts depends on %s; the recovery's types belong in watchdog (watchdog.Step, watchdog.Reporter, watchdog.Refusal)", p)
+		}
+	}
+}
