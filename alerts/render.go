@@ -201,6 +201,11 @@ func (r renderer) resolve(v watchdog.Verdict, inc *watchdog.Incident, t thread, 
 		}
 		if !inc.Resolved.IsZero() {
 			closed = inc.Resolved
+			if inc.State == watchdog.StateHealthy && !inc.Changed.IsZero() && inc.Changed.Before(closed) {
+				// Healthy since Changed; the calm period (alerts.
+				// resolve_after) that confirmed it is not trouble.
+				closed = inc.Changed
+			}
 		}
 	}
 	title := fmt.Sprintf("%s RESOLVED on %s", stateEmoji[watchdog.StateHealthy], r.node)

@@ -12,6 +12,12 @@ type Alerts struct {
 	UpdateEvery time.Duration `yaml:"update_every"`
 	// UnknownAfter: an unknown verdict pages only once it lasts this long.
 	UnknownAfter time.Duration `yaml:"unknown_after"`
+	// ResolveAfter: an incident that needed no recovery (saturated,
+	// unknown, misconfigured) resolves only once the engine has been
+	// healthy this long, so an overload hovering at the threshold is one
+	// incident, not a RESOLVED and a new page every few seconds. Hung and
+	// down incidents resolve on their proof of progress instead.
+	ResolveAfter time.Duration `yaml:"resolve_after"`
 	// OutboxSize bounds pages queued while Slack is unreachable; the oldest
 	// updates are dropped first and the count of dropped pages is reported.
 	OutboxSize int `yaml:"outbox_size"`
@@ -41,6 +47,7 @@ func defaultAlerts() Alerts {
 		Kind:         "log",
 		UpdateEvery:  10 * time.Minute,
 		UnknownAfter: 5 * time.Minute,
+		ResolveAfter: time.Minute,
 		OutboxSize:   500,
 		Digest:       "0 9 * * *",
 	}
@@ -69,6 +76,9 @@ func (a *Alerts) validate(v *validator) {
 	v.positive("alerts.update_every", a.UpdateEvery)
 	if a.UnknownAfter < 0 {
 		v.errorf("alerts.unknown_after", "must be >= 0")
+	}
+	if a.ResolveAfter < 0 {
+		v.errorf("alerts.resolve_after", "must be >= 0")
 	}
 	if a.OutboxSize < 1 {
 		v.errorf("alerts.outbox_size", "must be >= 1")

@@ -36,6 +36,10 @@ type tracker struct {
 	// Persisted, so a vigil restarted on a hung idle engine does not take
 	// its frozen gauges for health.
 	ProofSince time.Time `json:"proof_since,omitzero"`
+	// CalmSince is the first of the current run of healthy verdicts inside
+	// an open incident that needed no recovery; it resolves once the run
+	// has lasted the calm period (see observe).
+	CalmSince time.Time `json:"calm_since,omitzero"`
 }
 
 // counts reports whether v opens (or keeps) an incident on its own: every
@@ -55,7 +59,19 @@ func (t *tracker) counts(v Verdict, unknownAfter time.Duration) bool {
 // resolved. An incident opens on the first verdict that counts, follows
 // every later state, and resolves on a healthy verdict unless a recovery
 // is still busy.
-func (t *tracker) observe(v Verdict, busy bool, unknownAfter time.Duration, node string) (inc *Incident, opened, resolved bool) {
+//
+// An incident that never needed a recovery (its peak is saturated,
+// unknown or misconfigured) resolves only once the engine has stayed
+// healthy for calm: an overload whose queue dips under saturated_waiting
+// for a cycle or two (as it does with the limiter keeping it near that
+// depth) is the same overload, not a RESOLVED and a new SATURATED page
+// every few seconds. A hung or down incident resolves on its proof
+// instead (ProofSince): its healthy verdict already needed counters
+// rising or a probe completing.
+func (t *tracker) observe(v Verdict, busy bool, unknownAfter, calm time.Duration, node string) (inc *Incident, opened, resolved bool) {
+	if v.State != StateHealthy || t.Open == nil {
+		t.CalmSince = time.Time{}
+	}
 	if v.State == StateUnknown {
 		if t.UnknownSince.IsZero() {
 			t.UnknownSince = v.At
@@ -86,8 +102,20 @@ func (t *tracker) observe(v Verdict, busy bool, unknownAfter time.Duration, node
 		opened = true
 	case t.Open == nil:
 		return nil, false, false
+	case v.State == StateHealthy && !busy && calm > 0 && !t.Open.Peak.NeedsRecovery() &&
+		(t.CalmSince.IsZero() || v.At.Sub(t.CalmSince) < calm):
+		if t.CalmSince.IsZero() {
+			t.CalmSince = v.At
+			t.Open.State, t.Open.Changed = StateHealthy, v.At
+		}
 	case v.State == StateHealthy && !busy:
-		t.Open.State, t.Open.Changed, t.Open.Resolved = StateHealthy, v.At, v.At
+		// Changed stays when the calm began: the trouble ended then, the
+		// incident only now.
+		if t.CalmSince.IsZero() || t.Open.State != StateHealthy {
+			t.Open.Changed = v.At
+		}
+		t.CalmSince = time.Time{}
+		t.Open.State, t.Open.Resolved = StateHealthy, v.At
 		c := *t.Open
 		t.Open = nil
 		return &c, false, true

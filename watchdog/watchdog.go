@@ -38,6 +38,10 @@ type Options struct {
 	// UnknownAfter: an unknown verdict opens an incident only once it has
 	// lasted this long (alerts.unknown_after).
 	UnknownAfter time.Duration
+	// CalmFor: an incident that needed no recovery (saturated, unknown,
+	// misconfigured) resolves once verdicts have been healthy this long
+	// (alerts.resolve_after); zero resolves it on the first healthy one.
+	CalmFor time.Duration
 	// Node prefixes incident IDs (the config's node name).
 	Node string
 
@@ -227,7 +231,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	w.history = trim(w.history, now, w.retention())
 	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
 	v.Recovering = busy
-	inc, opened, resolved := w.tracker.observe(v, busy, w.opts.UnknownAfter, w.opts.Node)
+	inc, opened, resolved := w.tracker.observe(v, busy, w.opts.UnknownAfter, w.opts.CalmFor, w.opts.Node)
 	prev, first := w.current, !w.cycled
 	w.current, w.cycled = v, true
 	snapshot := persisted{tracker: w.tracker, LastReady: w.lastReady, History: w.history}

@@ -451,7 +451,7 @@ func TestIncidentStateMachine(t *testing.T) {
 	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
 	var tr tracker
 	step := func(m int, s State, busy bool) (*Incident, bool, bool) {
-		return tr.observe(Verdict{State: s, At: at(m)}, busy, 5*time.Minute, "")
+		return tr.observe(Verdict{State: s, At: at(m)}, busy, 5*time.Minute, 0, "")
 	}
 	if inc, _, _ := step(0, StateHealthy, false); inc != nil {
 		t.Fatal("healthy opened an incident")
@@ -481,6 +481,80 @@ func TestIncidentStateMachine(t *testing.T) {
 	inc, opened, _ = step(7, StateDown, false)
 	if !opened || inc.ID != "20260301T030700Z-2" {
 		t.Fatalf("second incident: %+v", inc)
+	}
+}
+
+// A saturation whose queue dips under the threshold now and then (the
+// limiter keeps it near there) is one incident: it resolves only after
+// the engine has stayed healthy for the calm period. A hung incident
+// resolves on its proof, calm period or not.
+func TestIncidentResolvesAfterACalmPeriod(t *testing.T) {
+	t.Parallel()
+	const calm = time.Minute
+	type obs struct {
+		sec      int
+		state    State
+		opened   bool
+		resolved bool
+		id       int // which incident (1, 2...), 0 for none
+	}
+	cases := []struct {
+		name string
+		seq  []obs
+	}{
+		{"saturation flapping every few seconds pages once and resolves a minute after the last dip", []obs{
+			{0, StateSaturated, true, false, 1},
+			{2, StateHealthy, false, false, 1},
+			{4, StateSaturated, false, false, 1},
+			{6, StateHealthy, false, false, 1},
+			{8, StateSaturated, false, false, 1},
+			{10, StateHealthy, false, false, 1},
+			{69, StateHealthy, false, false, 1},
+			{70, StateHealthy, false, true, 1},
+			{72, StateSaturated, true, false, 2},
+		}},
+		{"unknown inside a calm period restarts it", []obs{
+			{0, StateSaturated, true, false, 1},
+			{10, StateHealthy, false, false, 1},
+			{50, StateUnknown, false, false, 1},
+			{60, StateHealthy, false, false, 1},
+			{119, StateHealthy, false, false, 1},
+			{120, StateHealthy, false, true, 1},
+		}},
+		{"a hung incident resolves on its first healthy verdict", []obs{
+			{0, StateSaturated, true, false, 1},
+			{10, StateHung, false, false, 1},
+			{20, StateHealthy, false, true, 1},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var tr tracker
+			ids := map[string]int{}
+			for _, o := range tc.seq {
+				at := t0.Add(time.Duration(o.sec) * time.Second)
+				inc, opened, resolved := tr.observe(Verdict{State: o.state, At: at}, false, time.Minute, calm, "n")
+				if inc == nil {
+					t.Fatalf("%ds %s: no incident", o.sec, o.state)
+				}
+				if _, ok := ids[inc.ID]; !ok {
+					ids[inc.ID] = len(ids) + 1
+				}
+				if opened != o.opened || resolved != o.resolved || ids[inc.ID] != o.id {
+					t.Fatalf("%ds %s: opened=%v resolved=%v incident #%d (%s), want %v %v #%d",
+						o.sec, o.state, opened, resolved, ids[inc.ID], inc.ID, o.opened, o.resolved, o.id)
+				}
+				if resolved && !inc.Resolved.Equal(at) {
+					t.Fatalf("resolved at %s, want %s", inc.Resolved, at)
+				}
+				if resolved && o.sec == 70 && !inc.Changed.Equal(t0.Add(10*time.Second)) {
+					t.Fatalf("healthy since %s, want the calm's start (10s)", inc.Changed)
+				}
+				if !resolved && inc.Open() && o.state == StateHealthy && inc.State != StateHealthy {
+					t.Fatalf("%ds: calm incident shows %s", o.sec, inc.State)
+				}
+			}
+		})
 	}
 }
 

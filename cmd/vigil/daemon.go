@@ -253,7 +253,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 
 	// The watchdog.
 	wo := watchdog.Options{
-		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, Node: cfg.Node,
+		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
 		Pager: d.fanout(), Recoverer: d.recovery, Store: d.store,
 		Log: log.WithField("part", "watchdog"), Registerer: d.registry,
 		OnCycle: d.onCycle, Notice: d.notice,

@@ -114,6 +114,7 @@ func demoConfig(engineURL, stateFile string) *configs.Config {
 	cfg.Watchdog.StartupGrace = 8 * time.Second
 	cfg.Watchdog.StateFile = stateFile
 	cfg.Alerts.UnknownAfter = 5 * time.Second
+	cfg.Alerts.ResolveAfter = 3 * time.Second // 30 s of engine time
 	cfg.LoadBalancer.Kind = "haproxy"
 	cfg.LoadBalancer.HAProxy.Backend, cfg.LoadBalancer.HAProxy.Server = "vllm", "node1"
 	cfg.LoadBalancer.DrainTimeoutHung = time.Second
@@ -233,6 +234,13 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	d.say("  but /v1/models and /health still answer 200, and the gauges freeze where they were.")
 	load.setRate(0.5 * capacity)
 	sleep(time.Second)
+	// The overload's incident resolves once the engine has stayed healthy
+	// for alerts.resolve_after; the hang is a new incident after that.
+	for calm := time.Now().Add(10 * time.Second); time.Now().Before(calm); {
+		if _, inc := vd.watchdog.Current(); inc == nil || !sleep(250*time.Millisecond) {
+			break
+		}
+	}
 	restartsBeforeHang := d.restartCount()
 	d.currentEngine().Engine.Hang()
 	hungAt := time.Now()
