@@ -2,13 +2,14 @@ package harness
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // Command sends one runtime API command to a HAProxy started by
@@ -45,39 +46,7 @@ func (h *HAProxy) ServerStats(ctx context.Context, backend string) (map[string]m
 	if err != nil {
 		return nil, err
 	}
-	return ParseServerStats(out, backend)
-}
-
-// ParseServerStats reads the CSV of "show stat" and keeps backend's
-// server rows.
-func ParseServerStats(out, backend string) (map[string]map[string]string, error) {
-	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(out, "# ")))
-	r.FieldsPerRecord = -1
-	header, err := r.Read()
-	if err != nil {
-		return nil, fmt.Errorf("haproxy: show stat header: %w", err)
-	}
-	res := map[string]map[string]string{}
-	for {
-		rec, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("haproxy: show stat: %w", err)
-		}
-		if len(rec) < 2 || rec[0] != backend || rec[1] == "BACKEND" || rec[1] == "FRONTEND" {
-			continue
-		}
-		row := map[string]string{}
-		for i, name := range header {
-			if i < len(rec) {
-				row[name] = rec[i]
-			}
-		}
-		res[rec[1]] = row
-	}
-	return res, nil
+	return testinfra.ParseShowStat(out, backend)
 }
 
 // WaitServersUp waits up to timeout until every server of backend reports

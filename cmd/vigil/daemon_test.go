@@ -200,19 +200,29 @@ func TestSIGHUPWithABrokenConfigKeepsTheOldOne(t *testing.T) {
 	}
 }
 
-func TestSystemdNotificationsComeFromTheLoop(t *testing.T) {
+// notifySocket is systemd's notification socket as a test reads it: a
+// unixgram socket named by NOTIFY_SOCKET for the test's duration. (Its
+// directory is short: a unix socket path has a 108-byte limit that
+// t.TempDir can exceed.)
+func notifySocket(t *testing.T) *net.UnixConn {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "vn")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "notify")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	t.Setenv("NOTIFY_SOCKET", sock)
+	return conn
+}
+
+func TestSystemdNotificationsComeFromTheLoop(t *testing.T) {
+	conn := notifySocket(t)
 
 	s := startEngine(t, nil)
 	td := startDaemon(t, daemonConfig(t, s.URL()))

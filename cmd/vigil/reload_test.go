@@ -125,20 +125,7 @@ func TestSIGHUPAppliesLiveKeysAndNamesTheRest(t *testing.T) {
 			td.d.reload(td.cfgPath, false)
 			doc := td.statusDoc(t)
 			tc.check(t, td, doc.Config, doc.DryRun)
-			logs := td.logs.String()
-			for _, w := range tc.wantLogs {
-				if !strings.Contains(logs, w) {
-					t.Errorf("logs lack %q", w)
-				}
-			}
-			for _, w := range tc.notLogs {
-				if strings.Contains(logs, w) {
-					t.Errorf("logs say %q", w)
-				}
-			}
-			if t.Failed() {
-				t.Logf("logs:\n%s", logs)
-			}
+			checkLogs(t, td.logs.String(), tc.wantLogs, tc.notLogs)
 		})
 	}
 }
@@ -294,20 +281,25 @@ func TestSIGHUPRefusalsAndNoChange(t *testing.T) {
 			tc.edit(t, td)
 			td.d.reload(td.cfgPath, false)
 			tc.check(t, td, td.statusDoc(t).Config)
-			logs := td.logs.String()
-			for _, w := range tc.wantLogs {
-				if !strings.Contains(logs, w) {
-					t.Errorf("logs lack %q", w)
-				}
-			}
-			for _, w := range tc.notLogs {
-				if strings.Contains(logs, w) {
-					t.Errorf("logs say %q", w)
-				}
-			}
-			if t.Failed() {
-				t.Logf("logs:\n%s", logs)
-			}
+			checkLogs(t, td.logs.String(), tc.wantLogs, tc.notLogs)
 		})
+	}
+}
+
+// checkLogs wants each of want in logs and none of not.
+func checkLogs(t *testing.T, logs string, want, not []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(logs, w) {
+			t.Errorf("logs lack %q", w)
+		}
+	}
+	for _, w := range not {
+		if strings.Contains(logs, w) {
+			t.Errorf("logs say %q", w)
+		}
+	}
+	if t.Failed() {
+		t.Logf("logs:\n%s", logs)
 	}
 }

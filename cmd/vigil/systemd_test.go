@@ -3,7 +3,6 @@ package main
 import (
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -124,18 +123,7 @@ func TestParseTimespan(t *testing.T) {
 // TestSystemdNotificationsComeFromTheLoop reads): a reload carries
 // MONOTONIC_USEC, and a status line never starts a new assignment.
 func TestReloadAndStatusNotifications(t *testing.T) {
-	dir, err := os.MkdirTemp("", "vn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Setenv("NOTIFY_SOCKET", sock)
+	conn := notifySocket(t)
 	read := func() string {
 		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		buf := make([]byte, 4096)

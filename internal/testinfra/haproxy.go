@@ -217,6 +217,13 @@ func (h *HAProxy) Servers() (map[string]map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("haproxy \"show stat\": %w", err)
 	}
+	return ParseShowStat(out, h.Backend)
+}
+
+// ParseShowStat reads the CSV of "show stat" and keeps backend's server
+// rows (not its FRONTEND/BACKEND aggregates): server name → column
+// (status, scur, stot, ...) → value.
+func ParseShowStat(out, backend string) (map[string]map[string]string, error) {
 	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(out, "# ")))
 	r.FieldsPerRecord = -1
 	header, err := r.Read()
@@ -232,7 +239,7 @@ func (h *HAProxy) Servers() (map[string]map[string]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("show stat: %w", err)
 		}
-		if len(rec) < 2 || rec[0] != h.Backend || rec[1] == "BACKEND" {
+		if len(rec) < 2 || rec[0] != backend || rec[1] == "BACKEND" || rec[1] == "FRONTEND" {
 			continue
 		}
 		row := map[string]string{}
