@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/configs"
 )
 
@@ -32,7 +33,7 @@ const (
 // key identifies one call: the tenant's key hash, the idempotency key, the
 // method, the path with its query, and the body, hashed with SHA-256 so that
 // a reused idempotency key with another body is another call.
-type key [sha256.Size]byte
+type key = core.CallKey
 
 func coalesceKey(tenant, idem, method, uri string, body []byte) key {
 	h := sha256.New()
@@ -376,27 +377,27 @@ func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, 
 
 // execute runs a keyed call upstream and tees its answer into the
 // execution's buffer.
-func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket) {
-	o := outcome{completionTokens: -1, totalTokens: -1}
+func (l *Limiter) execute(ex *execution, req *http.Request, tk *core.Listener) {
+	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
 	complete := false
 	var failure *rejection
 	defer func() {
 		if p := recover(); p != nil {
 			l.log.WithField("panic", fmt.Sprint(p)).Error("admission: upstream execution panicked")
-			o.dropped = true
+			o.Dropped = true
 			failure = badGateway()
 		}
 		if !complete && ex.ctx.Err() != nil {
-			o.cancelled = true
+			o.Cancelled = true
 		}
-		tk.done(o)
+		tk.Release(o)
 		l.co.finish(ex, complete, failure, l.clock.Now())
 	}()
 	m := meter{sent: l.clock.Now()}
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
 		if ex.ctx.Err() == nil {
-			o.dropped = true
+			o.Dropped = true
 			l.c.upstreamErrors.Add(1)
 			l.log.WithError(err).Debug("admission: upstream call failed")
 		}
@@ -405,7 +406,7 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket) {
 	}
 	defer resp.Body.Close()
 	m.sse = isSSE(resp.Header)
-	o.dropped = resp.StatusCode >= 500
+	o.Dropped = resp.StatusCode >= 500
 	l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
 	_, readErr := l.pump(resp, &m, tk, func(p []byte) error {
 		l.co.append(ex, p)
@@ -413,15 +414,15 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket) {
 	})
 	if readErr != nil {
 		if ex.ctx.Err() == nil {
-			o.dropped = true
+			o.Dropped = true
 			l.c.upstreamErrors.Add(1)
 		}
 		return
 	}
 	complete = true
-	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.streamed = m.sse
-	o.completionTokens, o.totalTokens = m.tokens(tk.prompt)
+	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.Streamed = m.sse
+	o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 }
 
 func badGateway() *rejection {

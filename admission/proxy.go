@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/admission/core"
 )
 
 // hopHeaders are connection-level headers a proxy must not forward
@@ -44,34 +46,6 @@ func (l *Limiter) passThrough(w http.ResponseWriter, r *http.Request) {
 	}
 	req := l.upstreamRequest(r.Context(), r, body, r.ContentLength)
 	l.forward(w, r, req, nil)
-}
-
-// requestInfo is what admission needs from a request body.
-type requestInfo struct {
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            json.RawMessage `json:"messages"`
-	Input               json.RawMessage `json:"input"`
-}
-
-// estimateTokens charges a request before the engine has seen it: about 4
-// bytes a token of the prompt (or of the whole body), plus max_tokens.
-func estimateTokens(body []byte, info *requestInfo) (prompt, total int) {
-	n := len(info.Prompt) + len(info.Messages) + len(info.Input)
-	if n == 0 {
-		n = len(body)
-	}
-	prompt = max(1, (n+3)/4)
-	out := defaultMaxTokens
-	switch {
-	case info.MaxTokens != nil:
-		out = *info.MaxTokens
-	case info.MaxCompletionTokens != nil:
-		out = *info.MaxCompletionTokens
-	}
-	return prompt, prompt + max(0, out)
 }
 
 func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
@@ -175,15 +149,14 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	timeout := clientTimeout(r)
-	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, prompt: promptTokens, retry: budgeted,
-		unexecutedRetry: retry && !budgeted, maxWait: l.queueWaitFor(timeout, coalesce), deadline: timeout,
-		keyed: idem != "", k: k, bytes: int64(len(body))})
+	tk, crj, err := l.core.Acquire(r.Context(), core.Request{Tenant: tenant, Tokens: tokens, Prompt: promptTokens,
+		Retry: retry, NeverExecuted: retry && !budgeted, Timeout: clientTimeout(r),
+		Keyed: idem != "", Coalesced: coalesce, Key: k, Bytes: int64(len(body))})
 	switch {
 	case err != nil:
 		return // the client left while queued; nobody to answer
-	case rj != nil:
-		l.reject(w, rj)
+	case crj != nil:
+		l.reject(w, fromCore(crj))
 		return
 	}
 	if !coalesce {
@@ -199,14 +172,14 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case res != nil:
 		// Another attempt of this call finished while this one queued.
-		tk.cancel()
+		tk.Ignore()
 		l.c.stored.Add(1)
 		found()
 		res.write(w)
 		return
 	case !created:
 		// Another attempt of this call got its slot first: ride along.
-		tk.cancel()
+		tk.Ignore()
 		l.c.attached.Add(1)
 		found()
 		l.listen(w, r, ex, cur)
@@ -294,31 +267,31 @@ func copyResponseHeader(dst, src http.Header) {
 // for requests without an idempotency key, whose upstream call is cancelled
 // the moment the client leaves (the request context ends, the transport
 // closes the connection, the engine aborts).
-func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *ticket) {
+func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *core.Listener) {
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
 	req = req.WithContext(ctx)
-	o := outcome{completionTokens: -1, totalTokens: -1}
+	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
 	if tk != nil {
-		defer func() { tk.done(o) }()
+		defer func() { tk.Release(o) }()
 	}
 	m := meter{sent: l.clock.Now()}
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
 		if r.Context().Err() != nil {
-			o.cancelled = true
+			o.Cancelled = true
 			if tk != nil {
 				l.c.cancelledImmediate.Add(1)
 			}
 			return
 		}
-		o.dropped = true
+		o.Dropped = true
 		l.upstreamFailed(w, err)
 		return
 	}
 	defer resp.Body.Close()
 	m.sse = isSSE(resp.Header)
-	o.dropped = resp.StatusCode >= 500
+	o.Dropped = resp.StatusCode >= 500
 	copyResponseHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
@@ -336,7 +309,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 		return nil
 	})
 	if sinkErr != nil || (readErr != nil && r.Context().Err() != nil) {
-		o.cancelled = true
+		o.Cancelled = true
 		if tk != nil {
 			l.c.cancelledImmediate.Add(1)
 		}
@@ -345,14 +318,14 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	if readErr != nil {
 		// The engine broke off mid-answer: make the client see a broken
 		// answer, not a complete-looking short one.
-		o.dropped = true
+		o.Dropped = true
 		l.c.upstreamErrors.Add(1)
 		panic(http.ErrAbortHandler)
 	}
-	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.streamed = m.sse
+	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.Streamed = m.sse
 	if tk != nil { // no ticket: the limiter is bypassed and reads no outcome
-		o.completionTokens, o.totalTokens = m.tokens(tk.prompt)
+		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 	}
 }
 
@@ -379,7 +352,7 @@ func formatBytes(n int64) string {
 // the automatic cap (tk may be nil for uncapped calls). It returns the
 // sink's error (the reader went away) or the read error (the engine broke
 // off); both are nil at a clean end.
-func (l *Limiter) pump(resp *http.Response, m *meter, tk *ticket, sink func([]byte) error) (sinkErr, readErr error) {
+func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink func([]byte) error) (sinkErr, readErr error) {
 	bufp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bufp)
 	buf := *bufp
@@ -390,7 +363,7 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *ticket, sink func([]by
 			first := m.first.IsZero()
 			m.chunk(buf[:n], now)
 			if first && tk != nil && m.sse && resp.StatusCode < 300 {
-				tk.firstByte(now.Sub(m.sent))
+				tk.FirstToken(now.Sub(m.sent))
 			}
 			if err := sink(buf[:n]); err != nil {
 				return err, nil
