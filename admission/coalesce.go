@@ -152,11 +152,24 @@ func newCoalescer(cfg configs.Admission, clock Clock, onDeferred, onImmediate fu
 
 // markSeen records a call key and reports whether it was seen before (an
 // attempt whose key is known is a retry) and whether any attempt of it got
-// an execution: only then can a retry amplify work.
-func (c *coalescer) markSeen(k key, now time.Time) (seen, executed bool) {
+// an execution: only then can a retry amplify work. gaveUp is how long
+// the previous attempt's client waited before it left without an answer
+// (0: it did not); a retry confirms that was its timeout. It is reported
+// once.
+func (c *coalescer) markSeen(k key, now time.Time) (seen, executed bool, gaveUp time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.seen.mark(k, now)
+}
+
+// markGaveUp records that an attempt of call k (announcing no timeout)
+// left after waiting d for an answer that had not begun.
+func (c *coalescer) markGaveUp(k key, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.seen.byKey[k]; ok {
+		e.Value.(*seenEntry).gaveUp = d
+	}
 }
 
 // markExecuted records that an attempt of call k started an execution, so
@@ -323,8 +336,9 @@ func (c *coalescer) stats() (results int, bytes int64, running int) {
 
 // listen sends an execution's answer to one client from its first byte:
 // a listener that attaches late gets the stream replayed from its start,
-// then live. It returns when the answer ends or the client leaves.
-func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) {
+// then live. It returns when the answer ends or the client leaves, and
+// reports whether the client left before the answer began.
+func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) (gaveUp bool) {
 	defer l.co.leave(ex, cur)
 	rc := http.NewResponseController(w)
 	wrote, stream := false, false
@@ -370,7 +384,7 @@ func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, 
 		select {
 		case <-changed:
 		case <-r.Context().Done():
-			return
+			return !wrote
 		}
 	}
 }
@@ -517,24 +531,27 @@ type seenKeys struct {
 type seenEntry struct {
 	k        key
 	at       time.Time
-	executed bool // an attempt of this call started an execution
+	executed bool          // an attempt of this call started an execution
+	gaveUp   time.Duration // the last attempt's client left after this long, unanswered
 }
 
 // mark records k and reports whether it was seen within the TTL and, if so,
-// whether it ever got an execution.
-func (s *seenKeys) mark(k key, now time.Time) (seen, executed bool) {
+// whether it ever got an execution and how long its last attempt's client
+// waited before it gave up (0: it did not).
+func (s *seenKeys) mark(k key, now time.Time) (seen, executed bool, gaveUp time.Duration) {
 	if e, ok := s.byKey[k]; ok {
 		ent := e.Value.(*seenEntry)
 		fresh := now.Sub(ent.at) <= s.ttl
 		ent.at = now
 		s.lru.MoveToFront(e)
+		gaveUp, ent.gaveUp = ent.gaveUp, 0
 		if !fresh {
-			ent.executed = false
+			ent.executed, gaveUp = false, 0
 		}
-		return fresh, ent.executed
+		return fresh, ent.executed, gaveUp
 	}
 	s.insert(k, now)
-	return false, false
+	return false, false, 0
 }
 
 // executed records that call k got an execution (inserting k if it was

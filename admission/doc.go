@@ -43,10 +43,16 @@
 //     bytes/4 plus max_tokens, 256 when absent), whether it is a retry
 //     (X-Stainless-Retry-Count > 0, or its call key was seen before, and
 //     whether that call ever got an execution here), the client's timeout
-//     (X-Stainless-Timeout), its call key and body size. core.Acquire
+//     (X-Stainless-Timeout; the OpenAI Node SDK sends it only with a
+//     per-request timeout, so the core infers the rest: the path is the
+//     route it learns timeouts for, from the clients this package sees
+//     leave before their answer began, and from the keyed retries that
+//     follow), whether the body asks for a stream, its call key and body
+//     size. core.Acquire
 //     answers with a slot, or a rejection this package sends as 429
 //     (rate_limit_error: the key's quotas, the retry budget) or 503
-//     (server_error: queue full, wait expired, engine restarting).
+//     (server_error: queue full, wait expired, a stream the queue would not
+//     reach in time, engine restarting).
 //  4. Upstream: the engine's API key replaces the client's Authorization
 //     when inject_api_key is on. The answer streams back unbuffered, every
 //     read flushed, with X-Accel-Buffering: no on SSE.

@@ -59,6 +59,7 @@ func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
 
 // admit is the admission-controlled path.
 func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
+	start := l.clock.Now() // the client's own timeout runs from about here
 	if r.ContentLength > l.cfg.MaxBodyBytes {
 		// Refuse before reading a byte, and close: draining 100 MB to keep
 		// the connection would be the slow path the limit exists to avoid.
@@ -109,11 +110,36 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	retry := stainlessRetry(r)
 	budgeted := retry
 	idem := r.Header.Get(l.cfg.IdempotencyHeader)
+	timeout, route := clientTimeout(r), r.URL.Path
 	var k key
 	if idem != "" {
 		k = coalesceKey(tenant, idem, r.Method, r.URL.RequestURI(), body)
-		if seen, executed := l.co.markSeen(k, l.clock.Now()); seen {
+		seen, executed, gaveUp := l.co.markSeen(k, l.clock.Now())
+		if seen {
 			retry, budgeted = true, executed
+		}
+		if seen && gaveUp > 0 && timeout == 0 {
+			// The last attempt's client left unanswered, and came back:
+			// it timed out. That wait was its timeout.
+			l.core.GaveUp(route, gaveUp)
+		}
+	}
+	// leftUnanswered notes a client that left before its answer began, for
+	// the route's inferred timeout (only clients that announce none): a
+	// keyed call's is confirmed by its retry (above), an unkeyed one's
+	// counts at once.
+	leftUnanswered := func() {
+		switch d := l.clock.Now().Sub(start); {
+		case timeout > 0:
+		case idem != "":
+			l.co.markGaveUp(k, d)
+		default:
+			l.core.GaveUp(route, d)
+		}
+	}
+	listen := func(ex *execution, cur *cursor) {
+		if l.listen(w, r, ex, cur) {
+			leftUnanswered()
 		}
 	}
 	if retry {
@@ -144,17 +170,18 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		case ex != nil:
 			l.c.attached.Add(1)
 			found()
-			l.listen(w, r, ex, cur)
+			listen(ex, cur)
 			return
 		}
 	}
 
 	tk, crj, err := l.core.Acquire(r.Context(), core.Request{Tenant: tenant, Tokens: tokens, Prompt: promptTokens,
-		Retry: retry, NeverExecuted: retry && !budgeted, Timeout: clientTimeout(r),
+		Retry: retry, NeverExecuted: retry && !budgeted, Timeout: timeout, Route: route, Stream: info.Stream,
 		Keyed: idem != "", Coalesced: coalesce, Key: k, Bytes: int64(len(body))})
 	switch {
 	case err != nil:
-		return // the client left while queued; nobody to answer
+		leftUnanswered() // the client left while queued; nobody to answer
+		return
 	case crj != nil:
 		l.reject(w, fromCore(crj))
 		return
@@ -165,7 +192,9 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		}
 		req := l.upstreamRequest(r.Context(), r, bytes.NewReader(body), int64(len(body)))
 		l.c.executions.Add(1)
-		l.forward(w, r, req, tk)
+		if l.forward(w, r, req, tk) {
+			leftUnanswered()
+		}
 		return
 	}
 	res, ex, cur, created := l.co.start(k, l.base, l.clock.Now())
@@ -182,13 +211,13 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		tk.Ignore()
 		l.c.attached.Add(1)
 		found()
-		l.listen(w, r, ex, cur)
+		listen(ex, cur)
 		return
 	}
 	l.c.executions.Add(1)
 	req := l.upstreamRequest(ex.ctx, r, bytes.NewReader(body), int64(len(body)))
 	go l.execute(ex, req, tk)
-	l.listen(w, r, ex, cur)
+	listen(ex, cur)
 }
 
 func tooLarge(limit int64) *rejection {
@@ -266,8 +295,9 @@ func copyResponseHeader(dst, src http.Header) {
 // the answer back, flushing every read of a stream: used for pass-through (tk nil) and
 // for requests without an idempotency key, whose upstream call is cancelled
 // the moment the client leaves (the request context ends, the transport
-// closes the connection, the engine aborts).
-func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *core.Listener) {
+// closes the connection, the engine aborts). It reports whether the client
+// left before the engine's answer began.
+func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *core.Listener) (gaveUp bool) {
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
 	req = req.WithContext(ctx)
@@ -283,7 +313,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 			if tk != nil {
 				l.c.cancelledImmediate.Add(1)
 			}
-			return
+			return true
 		}
 		o.Dropped = true
 		l.upstreamFailed(w, err)
@@ -313,7 +343,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 		if tk != nil {
 			l.c.cancelledImmediate.Add(1)
 		}
-		return
+		return false
 	}
 	if readErr != nil {
 		// The engine broke off mid-answer: make the client see a broken
@@ -327,6 +357,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	if tk != nil { // no ticket: the limiter is bypassed and reads no outcome
 		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 	}
+	return false
 }
 
 // upstreamFailed answers a request whose upstream call failed before any

@@ -20,6 +20,7 @@ const (
 	ReasonQueueFull      = core.ReasonQueueFull      // 503: the wait queue is at max_queue
 	ReasonQueueTimeout   = core.ReasonQueueTimeout   // 503: waited max_queue_wait (or half the client's timeout)
 	ReasonRecovering     = core.ReasonRecovering     // 503: the engine is being restarted
+	ReasonStreamDeadline = core.ReasonStreamDeadline // 503: the queue would not reach a stream within its bound
 	ReasonTenantRPM      = core.ReasonTenantRPM      // 429: the key's requests per minute
 	ReasonTenantTPM      = core.ReasonTenantTPM      // 429: the key's tokens per minute
 	ReasonTenantInFlight = core.ReasonTenantInFlight // 429: the key's concurrent requests

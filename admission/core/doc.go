@@ -66,6 +66,35 @@
 //     overload keeps its turn across its attempts, while newest_first keeps
 //     fresh calls on time.
 //
+// Streams: a streamed request's first token is worth little once its
+// client stops waiting for it, so its queue wait is bounded by half its
+// client's announced timeout when there is one, otherwise by
+// stream_queue_wait (0: ttft_target, else 10 s; and half an inferred
+// timeout when shorter). When the queue would not reach it within that
+// bound, it is turned away at once (ReasonStreamDeadline, 503) instead of
+// queueing only to be turned away later: the estimate is its position over
+// the measured drain rate (admissions a second over the last 10 s, or since
+// the engine was last idle, at least a second). Its position: fifo, every
+// live waiter; newest_first, the first attempts waiting (it goes before
+// them now, but a backlog of them means arrivals outpace the slots, and
+// newer ones pass it in turn), or every live waiter for a retry. Unary
+// calls keep the queue as above.
+//
+// # Deadlines
+//
+// Not every client announces its timeout: the OpenAI Node SDK sends
+// X-Stainless-Timeout only with a per-request timeout, none with the usual
+// client-level one, and plain HTTP clients send nothing.
+// When a request announces none, its client's timeout is inferred (in
+// order): the tenant's client_timeout, the route's (client_timeouts), or
+// the route's learned one: the median of its clients' last 16 give-ups,
+// from 3 on, as the transport reports them with GaveUp (a client that
+// left before its answer began: at once without an idempotency key, or
+// once a retry of the same key confirms it timed out rather than
+// cancelled). An inferred timeout is used wherever an announced one is:
+// the queue wait cut to half of it (97% for a coalesced keyed call), and
+// the automatic cap's deadline ceiling for plain answers.
+//
 // Every Rejection's Wait is the queue ahead divided by the measured
 // completion rate (answers per second over the last 10 s), or the quota's
 // own refill time; the transport caps it at MaxRetryAfter.
@@ -98,8 +127,9 @@
 // engine is busy" from "the engine is queueing". What bounds the cap below
 // capacity is what the clients wait for:
 //
-//   - Plain answers whose client announced its timeout (X-Stainless-Timeout,
-//     sent by every OpenAI SDK attempt): an answer arriving after its client
+//   - Plain answers whose client's timeout is known (announced, e.g.
+//     X-Stainless-Timeout, or inferred: see Deadlines): an answer arriving
+//     after its client
 //     gave up is waste, and a retry. Past the engine's knee its throughput X
 //     is flat, so by Little's law an answer's time grows in proportion to
 //     the N in flight (S = N/X, the tail in proportion). Each answer gives

@@ -56,10 +56,18 @@ type Request struct {
 	// execution; it cannot amplify work, so it is neither budgeted nor
 	// counted as a first attempt.
 	Retry, NeverExecuted bool
-	// Timeout is the client's own timeout (announced, e.g. the SDKs'
-	// X-Stainless-Timeout; 0: unknown): the queue wait is cut to part of
-	// it, and the automatic cap keeps plain answers within it.
+	// Timeout is the client's own timeout as it announced it (e.g. the
+	// SDKs' X-Stainless-Timeout; 0: none, then it is inferred: see
+	// GaveUp): the queue wait is cut to part of it, and the automatic cap
+	// keeps plain answers within it.
 	Timeout time.Duration
+	// Route names what is asked (the HTTP path): client timeouts are
+	// configured and learned per route.
+	Route string
+	// Stream: the answer is streamed. Its queue wait is bounded by what
+	// its first token is still worth, and it is turned away at once when
+	// the queue would not reach it within that bound.
+	Stream bool
 	// Keyed: the call has a Key; its queue place survives the attempt.
 	// Coalesced: its execution, too, outlives the attempt (a retry attaches
 	// to it), so it may wait longer (see keyedWaitShare).
@@ -119,6 +127,11 @@ type Limiter struct {
 	tenants     *tenantTable
 	budget      *retryBudget
 	completions *slidingSum
+	deadlines   *deadlines
+	// admissions over the last completionSpan, since busySince (when the
+	// last idle spell ended): the queue's drain rate.
+	admissions *slidingSum
+	busySince  time.Time
 	// Last reading of the engine's queue gauges (-1: none yet).
 	engineWaiting, engineRunning float64
 
@@ -139,6 +152,8 @@ func New(cfg configs.Admission, opts ...Option) *Limiter {
 		engineRunning: -1,
 		budget:        newRetryBudget(cfg.RetryRatio, cfg.RetryWindow),
 		completions:   newSlidingSum(completionSpan, 10),
+		admissions:    newSlidingSum(completionSpan, 10),
+		deadlines:     newDeadlines(cfg.ClientTimeouts),
 	}
 	for _, o := range opts {
 		o(l)
@@ -197,7 +212,8 @@ func (l *Limiter) capLocked(now time.Time) int {
 func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection, error) {
 	l.mu.Lock()
 	now := l.clock.Now()
-	lis, rj := l.chargeLocked(now, r)
+	timeout := l.timeoutLocked(r)
+	lis, rj := l.chargeLocked(now, r, timeout)
 	if rj != nil {
 		l.mu.Unlock()
 		return nil, rj, nil
@@ -212,6 +228,14 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		return lis, nil, nil
 	}
 	l.limitLocked().OnDemand()
+	maxWait := l.maxWaitLocked(r, timeout)
+	if r.Stream {
+		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
+			l.undoLocked(now, lis)
+			l.mu.Unlock()
+			return nil, rj, nil
+		}
+	}
 	if rj := l.makeRoomLocked(now, r.Bytes, ph == nil); rj != nil {
 		l.undoLocked(now, lis)
 		l.mu.Unlock()
@@ -219,13 +243,13 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	}
 	w := l.enqueueLocked(now, r, ph)
 	l.mu.Unlock()
-	return l.wait(ctx, r, lis, w)
+	return l.wait(ctx, r, lis, w, maxWait)
 }
 
 // chargeLocked turns a request away while the engine restarts, or over its
 // tenant's quotas or the retry budget; otherwise it charges both and
 // returns the Listener the slot will be granted to.
-func (l *Limiter) chargeLocked(now time.Time, r Request) (*Listener, *Rejection) {
+func (l *Limiter) chargeLocked(now time.Time, r Request, timeout time.Duration) (*Listener, *Rejection) {
 	if l.recovering {
 		return nil, recoveringRejection()
 	}
@@ -252,7 +276,7 @@ func (l *Limiter) chargeLocked(now time.Time, r Request) (*Listener, *Rejection)
 	if t != nil {
 		t.charge(now, r.Tokens)
 	}
-	return &Listener{l: l, tenant: t, tokens: r.Tokens, prompt: r.Prompt, retry: r.budgeted(), deadline: r.Timeout}, nil
+	return &Listener{l: l, tenant: t, tokens: r.Tokens, prompt: r.Prompt, retry: r.budgeted(), deadline: timeout}, nil
 }
 
 // admitLocked grants a slot at once when one is free and nobody waits for
@@ -267,6 +291,7 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	}
 	l.addInFlightLocked(now, 1)
 	l.admitted.Add(1)
+	l.admissions.add(now, 1)
 	if l.inFlight >= c {
 		l.limitLocked().OnDemand()
 	}
@@ -276,8 +301,8 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 
 // wait blocks until the request's slot, its rejection (queue full behind
 // newer work, wait expired, recovery), or its client's departure.
-func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter) (*Listener, *Rejection, error) {
-	stop := l.clock.AfterFunc(l.queueWaitFor(r.Timeout, r.Coalesced), func() { l.expire(r, w) })
+func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter, maxWait time.Duration) (*Listener, *Rejection, error) {
+	stop := l.clock.AfterFunc(maxWait, func() { l.expire(r, w) })
 	defer stop()
 	var res waitResult
 	select {
@@ -387,6 +412,9 @@ func (l *Limiter) addInFlightLocked(now time.Time, d int) {
 		l.inFlightArea += float64(l.inFlight) * now.Sub(l.inFlightSince).Seconds()
 	}
 	l.inFlightSince = now
+	if l.inFlight == 0 && d > 0 {
+		l.busySince = now
+	}
 	l.inFlight += d
 }
 

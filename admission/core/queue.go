@@ -133,6 +133,7 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 		w := l.removeWaiterLocked(e)
 		l.addInFlightLocked(now, 1)
 		l.admitted.Add(1)
+		l.admissions.add(now, 1)
 		w.ch <- waitResult{inFlight: l.inFlight, at: now, area: l.inFlightArea}
 	}
 }

@@ -8,6 +8,7 @@ const (
 	ReasonQueueFull      = "queue_full"       // the wait queue is at max_queue (or max_queue_bytes)
 	ReasonQueueTimeout   = "queue_timeout"    // waited max_queue_wait (or half the client's timeout)
 	ReasonRecovering     = "recovering"       // the engine is being restarted
+	ReasonStreamDeadline = "stream_deadline"  // a stream the queue would not reach within its bound
 	ReasonTenantRPM      = "tenant_rpm"       // the key's requests per minute
 	ReasonTenantTPM      = "tenant_tpm"       // the key's tokens per minute
 	ReasonTenantInFlight = "tenant_in_flight" // the key's concurrent requests
@@ -21,7 +22,7 @@ const (
 )
 
 // Reasons lists every reason the core gives, for counters keyed by it.
-var Reasons = []string{ReasonQueueFull, ReasonQueueTimeout, ReasonRecovering, ReasonTenantRPM,
+var Reasons = []string{ReasonQueueFull, ReasonQueueTimeout, ReasonRecovering, ReasonStreamDeadline, ReasonTenantRPM,
 	ReasonTenantTPM, ReasonTenantInFlight, ReasonRetryBudget}
 
 // MaxRetryAfter is the longest wait the official OpenAI SDKs honour; past
