@@ -170,8 +170,17 @@ func TestAClientTimeoutLearnedFromKeyedRetriesAppliesToUnannouncedCalls(t *testi
 		})
 	}
 	wg.Wait()
-	eventually(t, 2*time.Second, "the attempts abandoned", func() bool { return p.l.Stats().QueueAbandoned == 3 })
-	time.Sleep(20 * time.Millisecond) // the handlers note who left after the queue lets go
+	eventually(t, 2*time.Second, "the give-ups noted", func() bool {
+		p.l.co.mu.Lock()
+		defer p.l.co.mu.Unlock()
+		n := 0
+		for _, e := range p.l.co.seen.byKey {
+			if e.Value.(*seenEntry).gaveUp > 0 {
+				n++
+			}
+		}
+		return n == 3
+	})
 	// Their retries tell it was a timeout. (Once learned, a retry is told
 	// to come back just before its client would give up: 503 or a timeout.)
 	for i := range 3 {
@@ -186,6 +195,9 @@ func TestAClientTimeoutLearnedFromKeyedRetriesAppliesToUnannouncedCalls(t *testi
 	}
 	wg.Wait()
 
+	if got := p.l.Stats().LearnedClientTimeouts["/v1/completions"]; got < clientTimeout/2 || got > 2*clientTimeout {
+		t.Errorf("learned %v for /v1/completions, want about %v", got, clientTimeout)
+	}
 	begin := time.Now()
 	a := call(context.Background(), c, p.url, completionBody)
 	took := time.Since(begin)

@@ -71,6 +71,9 @@ type Stats struct {
 	Running       int   `json:"running_executions"`
 	StoredResults int   `json:"stored_results"`
 	StoredBytes   int64 `json:"stored_bytes"`
+	// LearnedClientTimeouts are the client timeouts learned per path from
+	// clients that announce none and give up (see admission.client_timeouts).
+	LearnedClientTimeouts map[string]time.Duration `json:"learned_client_timeouts_ns,omitempty"`
 }
 
 // Stats returns a snapshot.
@@ -103,6 +106,7 @@ func (l *Limiter) Stats() Stats {
 	s.Saturated, s.Recovering, s.SlowStart = cs.Saturated, cs.Recovering, cs.SlowStart
 	s.CompletionRate = cs.CompletionRate
 	s.EngineWaiting, s.EngineRunning = cs.EngineWaiting, cs.EngineRunning
+	s.LearnedClientTimeouts = cs.LearnedTimeouts
 	return s
 }
 

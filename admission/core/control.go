@@ -135,6 +135,9 @@ type Stats struct {
 	// ServiceBaseline is the automatic cap's minimum service time of
 	// answers (its knee's baseline; 0: not learned or another Limit).
 	ServiceBaseline time.Duration
+	// LearnedTimeouts are the client timeouts learned per route from
+	// clients giving up (see GaveUp), for requests that announce none.
+	LearnedTimeouts map[string]time.Duration
 }
 
 // Stats returns a snapshot.
@@ -153,6 +156,14 @@ func (l *Limiter) Stats() Stats {
 	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
 	s.CompletionRate = l.completions.sum(now) / completionSpan.Seconds()
 	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning
+	for route, g := range l.deadlines.learned {
+		if d := g.median(); d > 0 {
+			if s.LearnedTimeouts == nil {
+				s.LearnedTimeouts = map[string]time.Duration{}
+			}
+			s.LearnedTimeouts[route] = d
+		}
+	}
 	if a, ok := l.auto.(*autoLimit); ok {
 		s.ServiceBaseline = time.Duration(a.svcMin * float64(time.Second))
 	}
