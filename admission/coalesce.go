@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/configs"
 )
 
@@ -32,7 +33,7 @@ const (
 // key identifies one call: the tenant's key hash, the idempotency key, the
 // method, the path with its query, and the body, hashed with SHA-256 so that
 // a reused idempotency key with another body is another call.
-type key [sha256.Size]byte
+type key = core.CallKey
 
 func coalesceKey(tenant, idem, method, uri string, body []byte) key {
 	h := sha256.New()
@@ -151,11 +152,24 @@ func newCoalescer(cfg configs.Admission, clock Clock, onDeferred, onImmediate fu
 
 // markSeen records a call key and reports whether it was seen before (an
 // attempt whose key is known is a retry) and whether any attempt of it got
-// an execution: only then can a retry amplify work.
-func (c *coalescer) markSeen(k key, now time.Time) (seen, executed bool) {
+// an execution: only then can a retry amplify work. gaveUp is how long
+// the previous attempt's client waited before it left without an answer
+// (0: it did not); a retry confirms that was its timeout. It is reported
+// once.
+func (c *coalescer) markSeen(k key, now time.Time) (seen, executed bool, gaveUp time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.seen.mark(k, now)
+}
+
+// markGaveUp records that an attempt of call k (announcing no timeout)
+// left after waiting d for an answer that had not begun.
+func (c *coalescer) markGaveUp(k key, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.seen.byKey[k]; ok {
+		e.Value.(*seenEntry).gaveUp = d
+	}
 }
 
 // markExecuted records that an attempt of call k started an execution, so
@@ -322,8 +336,9 @@ func (c *coalescer) stats() (results int, bytes int64, running int) {
 
 // listen sends an execution's answer to one client from its first byte:
 // a listener that attaches late gets the stream replayed from its start,
-// then live. It returns when the answer ends or the client leaves.
-func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) {
+// then live. It returns when the answer ends or the client leaves, and
+// reports whether the client left before the answer began.
+func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) (gaveUp bool) {
 	defer l.co.leave(ex, cur)
 	rc := http.NewResponseController(w)
 	wrote, stream := false, false
@@ -369,34 +384,34 @@ func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, 
 		select {
 		case <-changed:
 		case <-r.Context().Done():
-			return
+			return !wrote
 		}
 	}
 }
 
 // execute runs a keyed call upstream and tees its answer into the
 // execution's buffer.
-func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket) {
-	o := outcome{completionTokens: -1, totalTokens: -1}
+func (l *Limiter) execute(ex *execution, req *http.Request, tk *core.Listener) {
+	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
 	complete := false
 	var failure *rejection
 	defer func() {
 		if p := recover(); p != nil {
 			l.log.WithField("panic", fmt.Sprint(p)).Error("admission: upstream execution panicked")
-			o.dropped = true
+			o.Dropped = true
 			failure = badGateway()
 		}
 		if !complete && ex.ctx.Err() != nil {
-			o.cancelled = true
+			o.Cancelled = true
 		}
-		tk.done(o)
+		tk.Release(o)
 		l.co.finish(ex, complete, failure, l.clock.Now())
 	}()
 	m := meter{sent: l.clock.Now()}
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
 		if ex.ctx.Err() == nil {
-			o.dropped = true
+			o.Dropped = true
 			l.c.upstreamErrors.Add(1)
 			l.log.WithError(err).Debug("admission: upstream call failed")
 		}
@@ -405,7 +420,7 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket) {
 	}
 	defer resp.Body.Close()
 	m.sse = isSSE(resp.Header)
-	o.dropped = resp.StatusCode >= 500
+	o.Dropped = resp.StatusCode >= 500
 	l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
 	_, readErr := l.pump(resp, &m, tk, func(p []byte) error {
 		l.co.append(ex, p)
@@ -413,15 +428,15 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *ticket) {
 	})
 	if readErr != nil {
 		if ex.ctx.Err() == nil {
-			o.dropped = true
+			o.Dropped = true
 			l.c.upstreamErrors.Add(1)
 		}
 		return
 	}
 	complete = true
-	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.streamed = m.sse
-	o.completionTokens, o.totalTokens = m.tokens(tk.prompt)
+	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.Streamed = m.sse
+	o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 }
 
 func badGateway() *rejection {
@@ -516,24 +531,27 @@ type seenKeys struct {
 type seenEntry struct {
 	k        key
 	at       time.Time
-	executed bool // an attempt of this call started an execution
+	executed bool          // an attempt of this call started an execution
+	gaveUp   time.Duration // the last attempt's client left after this long, unanswered
 }
 
 // mark records k and reports whether it was seen within the TTL and, if so,
-// whether it ever got an execution.
-func (s *seenKeys) mark(k key, now time.Time) (seen, executed bool) {
+// whether it ever got an execution and how long its last attempt's client
+// waited before it gave up (0: it did not).
+func (s *seenKeys) mark(k key, now time.Time) (seen, executed bool, gaveUp time.Duration) {
 	if e, ok := s.byKey[k]; ok {
 		ent := e.Value.(*seenEntry)
 		fresh := now.Sub(ent.at) <= s.ttl
 		ent.at = now
 		s.lru.MoveToFront(e)
+		gaveUp, ent.gaveUp = ent.gaveUp, 0
 		if !fresh {
-			ent.executed = false
+			ent.executed, gaveUp = false, 0
 		}
-		return fresh, ent.executed
+		return fresh, ent.executed, gaveUp
 	}
 	s.insert(k, now)
-	return false, false
+	return false, false, 0
 }
 
 // executed records that call k got an execution (inserting k if it was

@@ -12,6 +12,14 @@
 // gone. Capping the work admitted restores it, and rejecting early with an
 // honest Retry-After costs the client less than a timeout.
 //
+// # Where to look
+//
+// What decides admission is package core (admission/core; its doc.go says
+// what decides, in order). How HTTP reaches it is this package: request.go
+// reads a request's facts into a core.Request, proxy.go admits it and
+// forwards it, coalesce.go runs keyed calls once for all their attempts,
+// reject.go answers the core's rejections.
+//
 // # What a request goes through
 //
 // GET, HEAD and OPTIONS pass through uncapped (/v1/models, /health and
@@ -28,42 +36,24 @@
 //     replayed from its first byte and then live; an attempt whose call
 //     finished within result_ttl gets the stored 2xx answer (LRU, bounded by
 //     result_store_bytes). Neither costs a slot or quota.
-//  3. Tenants (by the SHA-256 of the bearer key): rpm, tpm and max_in_flight
-//     per key, 429 when over. Tokens are charged at admission (prompt bytes/4
-//     plus max_tokens, 256 when absent) and corrected from the answer's usage.
-//     A request larger than the key's whole tpm gets x-should-retry: false.
-//     A tenant's in-flight count includes its queued requests.
-//  4. Retry budget: an attempt is a retry when X-Stainless-Retry-Count > 0 or
-//     its call key was seen before. A retry amplifies work only if it would
-//     start a second execution of its call, so the budget charges keyed
-//     retries only when an attempt of the call got an execution; a retry of
-//     a call that was only ever turned away is neither budgeted nor counted
-//     as a first attempt (unkeyed retries cannot be told apart: budgeted).
-//     Budgeted retries may number retry_ratio of first attempts over
-//     retry_window (at least 5 per window, so a quiet system can still
-//     retry); beyond that, 429.
-//  5. The in-flight cap: a free slot admits at once; otherwise the request
-//     waits in a queue bounded by max_queue, max_queue_bytes (the bodies it
-//     holds) and max_queue_wait, cut to half the client's X-Stainless-Timeout
-//     (97% of it for a coalesced keyed call, which loses nothing by being
-//     admitted late: its execution outlives the attempt, and a 503 with a
-//     Retry-After just before the client's own timeout stretches the call's
-//     life more than the SDK's short backoff would). newest_first (the
-//     default) serves first attempts newest first (the oldest first
-//     attempt's client is about to give up), then retries oldest call first
-//     (their clients missed their first deadline already; the oldest call
-//     has the fewest attempts left), so retries never displace fresh work;
-//     when the queue is full it turns away the oldest waiter; fifo
-//     turns away the newcomer. Full or expired: 503. An unkeyed waiter whose
-//     client leaves is removed at once. A keyed waiter's place outlives its
-//     attempt, as its execution would: when its client leaves, or its wait
-//     expires, the place is kept as a placeholder for cancel_after (plus
-//     the Retry-After it was given), and a retry of the same call takes it
-//     over; otherwise it is dropped. A placeholder holds no body, is never
-//     admitted and never counts in flight. So a call queued through an
-//     overload keeps its turn across its attempts, while newest_first keeps
-//     fresh calls on time.
-//  6. Upstream: the engine's API key replaces the client's Authorization
+//  3. Admission, decided by package core (see its documentation: tenants'
+//     quotas, the retry budget, the in-flight cap and its queue). This
+//     package reads the request's facts into a core.Request: the tenant
+//     (the SHA-256 of the bearer key), the tokens it asks for (prompt
+//     bytes/4 plus max_tokens, 256 when absent), whether it is a retry
+//     (X-Stainless-Retry-Count > 0, or its call key was seen before, and
+//     whether that call ever got an execution here), the client's timeout
+//     (X-Stainless-Timeout; the OpenAI Node SDK sends it only with a
+//     per-request timeout, so the core infers the rest: the path is the
+//     route it learns timeouts for, from the clients this package sees
+//     leave before their answer began, and from the keyed retries that
+//     follow), whether the body asks for a stream, its call key and body
+//     size. core.Acquire
+//     answers with a slot, or a rejection this package sends as 429
+//     (rate_limit_error: the key's quotas, the retry budget) or 503
+//     (server_error: queue full, wait expired, a stream the queue would not
+//     reach in time, engine restarting).
+//  4. Upstream: the engine's API key replaces the client's Authorization
 //     when inject_api_key is on. The answer streams back unbuffered, every
 //     read flushed, with X-Accel-Buffering: no on SSE.
 //
@@ -79,104 +69,14 @@
 // queue ahead divided by the measured completion rate (plus up to 20% jitter
 // so rejected clients do not return together), and x-should-retry.
 //
-// # The cap needs no tuning
+// # The cap and the control surface
 //
-// max_in_flight 0 (the default) derives the cap from the engine and from
-// the clients' own deadlines; there is no capacity figure to measure or
-// guess. The automatic cap is the most work the engine runs at once without
-// queueing it, kept within what the clients wait for: the timeout each
-// announces for a plain answer, the TTFT objective (ttft_target, default
-// 2 s, the latency promised to clients, not a capacity) for a streamed one.
-// Anything beyond waits in vigil's queue instead of the engine's: bounded,
-// fresh work first, dropped when its client leaves, answered with an honest
-// Retry-After.
-//
-// Why these signals. A continuous-batching engine (vLLM) starts every
-// request it has room for at once, so its own waiting gauge
-// (vllm:num_requests_waiting, read from its /metrics four times a second
-// while requests are in flight) counts the work the cap let in beyond the
-// engine's batch or KV capacity. With chunked prefill a long prompt or two
-// always waits a step for the step's token budget: that is the engine at
-// full use, not a queue. By Little's law waiting/running is the time a
-// request waits over the time it runs, so for plain answers the queue counts
-// once it is over 1 and over a tenth of those running; a streamed answer's
-// first token waits out the whole queue, so there any queue over 1 counts.
-// Below the engine's capacity latency still rises with the batch, so a
-// latency-ratio limiter (Netflix-style gradient) stops far below capacity
-// and throws throughput away; and no latency signal alone can tell "the
-// engine is busy" from "the engine is queueing". What bounds the cap below
-// capacity is what the clients wait for:
-//
-//   - Plain answers whose client announced its timeout (X-Stainless-Timeout,
-//     sent by every OpenAI SDK attempt): an answer arriving after its client
-//     gave up is waste, and a retry. Past the engine's knee its throughput X
-//     is flat, so by Little's law an answer's time grows in proportion to
-//     the N in flight (S = N/X, the tail in proportion). Each answer gives
-//     its time over (its timeout x the mean N it ran beside, over its whole
-//     life); the 99th percentile of the last 400 gives the ceiling: the N at
-//     which the slowest 1% still arrive within their timeout. Normalised by
-//     N, answers measured at any cap are comparable, so the ceiling needs no
-//     step-by-step probing of a tail that shows only minutes after each
-//     step. Below the knee the normalisation overstates the cost of N and
-//     errs low, so only answers that ran beside at least 3/4 of the cap
-//     (once they number 50) judge it and can cut it; answers from lighter
-//     load only bound its growth, and while the engine's queue is empty
-//     (a surge after a quiet spell) the cap may grow to twice that bound.
-//     This maximises
-//     throughput (a backlog drains as fast as it can) while the answers
-//     still arrive in time.
-//   - Streamed answers: TTFT against the objective, judged at the p90; and
-//     the engine's knee by the mean service time S = N/X (from admission,
-//     once the client's whole body is in, so a client sending it slowly
-//     counts for nothing, to the answer's last byte), kept within three
-//     times its minimum (the lowest estimate, which doubles over ten minutes
-//     unless seen again, so a slower engine is relearned; an excess under
-//     50 ms, less than a decode step, is no knee): two thirds of the
-//     throughput ceiling; unlike a TTFT ratio it judges whole answers, which
-//     a batch below the knee barely slows. The minimum is that of answers
-//     of like size: an estimate whose answers are on average more than
-//     twice as large or as small as those that set it (size in decode
-//     steps: output tokens plus one per 256 prompt tokens, from the answer's
-//     usage, else from max_tokens and the body's length) starts a new
-//     minimum instead. A one-token answer takes one step whatever the load:
-//     with one minimum for all sizes, a burst of them set it, every longer
-//     answer after it read as past the knee, and the cap stayed at its floor
-//     for the hour the minimum took to decay. A mix of chat lengths varies
-//     by far less over 20 answers, so it keeps one minimum.
-//
-// Upstream failures (5xx, refused, reset) cut the cap too.
-//
-// The law (see autoLimit): evidence is gathered in windows; TTFT and
-// failures count only for requests admitted after the last change, so each
-// change is judged by its own effect. The engine's queue cuts the cap to
-// the requests the engine runs (at most by half; set, not multiplied, as
-// the queue outlasts the cut until answers free seats); a TTFT p90 over the objective cuts it
-// by target/p90; a mean service time S over three times its minimum by
-// 3*Smin/S (each estimate of S, every 20 answers, used once); a cap above the
-// deadline ceiling to the ceiling; failures by 10% (never more than half at
-// once). Otherwise, when demand filled the cap and answers are flowing, and
-// the p90 and S are within 80% of their bounds, it grows: by x1.25 a window
-// while probing (from the start until the engine first queues) or while a
-// deadline ceiling bounds it, and otherwise by a quarter of itself per
-// turnover (0.25 per answer finished), since a step's evidence arrives one
-// service time later. It starts at 16 and stays within [2, 256]. Without
-// readable metrics it falls back to the objectives and failures. Measured
-// (bench/README.md): on streamed chat traffic it matches the best fixed cap's
-// goodput; on the metastable-overload workload (plain 12k-token prompts,
-// 120 s client timeouts) it runs 90-110 in flight through the backlog, where
-// a rule without the deadline held 20-46.
-//
-// # Control
-//
-// The watchdog steers the limiter through a narrow surface. SetSaturated(true)
-// (the engine progresses under a deep queue of its own, which the limiter's
-// signal missed, e.g. traffic that bypasses it): a fixed cap admits 3/4 of
-// itself, the automatic cap is cut by 1/4 once and does not grow until
-// cleared; the excess waits and is shed by the bounded queue with 503.
-// SetRecovering(true) (restarting): every request and waiter gets 503 with
-// Retry-After 30 s; clearing it starts SlowStart: the cap ramps from 10% to
-// full over slow_start, and the automatic cap relearns its baselines.
-// SetMaxInFlight and MaxInFlight serve expiring overrides (0 = automatic).
+// The in-flight cap needs no tuning: max_in_flight 0 (the default) derives
+// it from the engine (its waiting gauge, read from its /metrics four times
+// a second while requests are in flight, by this package) and from the
+// clients' own deadlines; package core documents the law. The watchdog
+// steers the limiter through SetSaturated, SetRecovering, SlowStart and
+// SetMaxInFlight, which this package passes to the core.
 //
 // Everything is counted in Stats and as vigil_admission_* metrics: calls and
 // executions (retry amplification), retries, admitted, queued, abandoned,

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/sirupsen/logrus"
 )
 
 const (
@@ -107,10 +106,7 @@ func (l *Limiter) pollEngine() {
 		case <-tick:
 		}
 		wait = pollEvery
-		l.mu.Lock()
-		busy := l.fixed == 0 && l.inFlight > 0
-		l.mu.Unlock()
-		if !busy {
+		if !l.core.ReadsEngine() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(l.base, pollTimeout)
@@ -132,13 +128,6 @@ func (l *Limiter) pollEngine() {
 			l.log.Info("admission: reading the engine's queue again")
 			failing = false
 		}
-		l.mu.Lock()
-		l.engineWaiting, l.engineRunning = w, r
-		if now := l.clock.Now(); l.fixed == 0 && l.auto.observeEngine(w, r, now) {
-			l.log.WithFields(logrus.Fields{"cap": l.auto.cap(), "engine_waiting": w, "engine_running": r}).
-				Debug("admission: automatic cap changed")
-			l.dispatchLocked(now)
-		}
-		l.mu.Unlock()
+		l.core.ObserveEngine(w, r)
 	}
 }

@@ -17,10 +17,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/configs"
 )
 
 const engineKey = "engine-secret-key"
+
+// Figures of the core the tests here count with.
+const (
+	autoInitial    = core.AutoInitial
+	retryFloor     = core.RetryFloor
+	serviceSamples = core.ServiceSamples
+)
 
 // testConfig is the default config with a fixed small cap and timeouts
 // short enough for unit tests.

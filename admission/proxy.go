@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/admission/core"
 )
 
 // hopHeaders are connection-level headers a proxy must not forward
@@ -46,34 +48,6 @@ func (l *Limiter) passThrough(w http.ResponseWriter, r *http.Request) {
 	l.forward(w, r, req, nil)
 }
 
-// requestInfo is what admission needs from a request body.
-type requestInfo struct {
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            json.RawMessage `json:"messages"`
-	Input               json.RawMessage `json:"input"`
-}
-
-// estimateTokens charges a request before the engine has seen it: about 4
-// bytes a token of the prompt (or of the whole body), plus max_tokens.
-func estimateTokens(body []byte, info *requestInfo) (prompt, total int) {
-	n := len(info.Prompt) + len(info.Messages) + len(info.Input)
-	if n == 0 {
-		n = len(body)
-	}
-	prompt = max(1, (n+3)/4)
-	out := defaultMaxTokens
-	switch {
-	case info.MaxTokens != nil:
-		out = *info.MaxTokens
-	case info.MaxCompletionTokens != nil:
-		out = *info.MaxCompletionTokens
-	}
-	return prompt, prompt + max(0, out)
-}
-
 func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
 	if c := l.c.rejected[rj.reason]; c != nil {
 		c.Add(1)
@@ -85,6 +59,7 @@ func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
 
 // admit is the admission-controlled path.
 func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
+	start := l.clock.Now() // the client's own timeout runs from about here
 	if r.ContentLength > l.cfg.MaxBodyBytes {
 		// Refuse before reading a byte, and close: draining 100 MB to keep
 		// the connection would be the slow path the limit exists to avoid.
@@ -135,11 +110,36 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	retry := stainlessRetry(r)
 	budgeted := retry
 	idem := r.Header.Get(l.cfg.IdempotencyHeader)
+	timeout, route := clientTimeout(r), r.URL.Path
 	var k key
 	if idem != "" {
 		k = coalesceKey(tenant, idem, r.Method, r.URL.RequestURI(), body)
-		if seen, executed := l.co.markSeen(k, l.clock.Now()); seen {
+		seen, executed, gaveUp := l.co.markSeen(k, l.clock.Now())
+		if seen {
 			retry, budgeted = true, executed
+		}
+		if seen && gaveUp > 0 && timeout == 0 {
+			// The last attempt's client left unanswered, and came back:
+			// it timed out. That wait was its timeout.
+			l.core.GaveUp(route, gaveUp)
+		}
+	}
+	// leftUnanswered notes a client that left before its answer began, for
+	// the route's inferred timeout (only clients that announce none): a
+	// keyed call's is confirmed by its retry (above), an unkeyed one's
+	// counts at once.
+	leftUnanswered := func() {
+		switch d := l.clock.Now().Sub(start); {
+		case timeout > 0:
+		case idem != "":
+			l.co.markGaveUp(k, d)
+		default:
+			l.core.GaveUp(route, d)
+		}
+	}
+	listen := func(ex *execution, cur *cursor) {
+		if l.listen(w, r, ex, cur) {
+			leftUnanswered()
 		}
 	}
 	if retry {
@@ -170,20 +170,20 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		case ex != nil:
 			l.c.attached.Add(1)
 			found()
-			l.listen(w, r, ex, cur)
+			listen(ex, cur)
 			return
 		}
 	}
 
-	timeout := clientTimeout(r)
-	tk, rj, err := l.enter(r.Context(), admission{tenant: tenant, tokens: tokens, prompt: promptTokens, retry: budgeted,
-		unexecutedRetry: retry && !budgeted, maxWait: l.queueWaitFor(timeout, coalesce), deadline: timeout,
-		keyed: idem != "", k: k, bytes: int64(len(body))})
+	tk, crj, err := l.core.Acquire(r.Context(), core.Request{Tenant: tenant, Tokens: tokens, Prompt: promptTokens,
+		Retry: retry, NeverExecuted: retry && !budgeted, Timeout: timeout, Route: route, Stream: info.Stream,
+		Keyed: idem != "", Coalesced: coalesce, Key: k, Bytes: int64(len(body))})
 	switch {
 	case err != nil:
-		return // the client left while queued; nobody to answer
-	case rj != nil:
-		l.reject(w, rj)
+		leftUnanswered() // the client left while queued; nobody to answer
+		return
+	case crj != nil:
+		l.reject(w, fromCore(crj))
 		return
 	}
 	if !coalesce {
@@ -192,30 +192,32 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 		}
 		req := l.upstreamRequest(r.Context(), r, bytes.NewReader(body), int64(len(body)))
 		l.c.executions.Add(1)
-		l.forward(w, r, req, tk)
+		if l.forward(w, r, req, tk) {
+			leftUnanswered()
+		}
 		return
 	}
 	res, ex, cur, created := l.co.start(k, l.base, l.clock.Now())
 	switch {
 	case res != nil:
 		// Another attempt of this call finished while this one queued.
-		tk.cancel()
+		tk.Ignore()
 		l.c.stored.Add(1)
 		found()
 		res.write(w)
 		return
 	case !created:
 		// Another attempt of this call got its slot first: ride along.
-		tk.cancel()
+		tk.Ignore()
 		l.c.attached.Add(1)
 		found()
-		l.listen(w, r, ex, cur)
+		listen(ex, cur)
 		return
 	}
 	l.c.executions.Add(1)
 	req := l.upstreamRequest(ex.ctx, r, bytes.NewReader(body), int64(len(body)))
 	go l.execute(ex, req, tk)
-	l.listen(w, r, ex, cur)
+	listen(ex, cur)
 }
 
 func tooLarge(limit int64) *rejection {
@@ -293,32 +295,33 @@ func copyResponseHeader(dst, src http.Header) {
 // the answer back, flushing every read of a stream: used for pass-through (tk nil) and
 // for requests without an idempotency key, whose upstream call is cancelled
 // the moment the client leaves (the request context ends, the transport
-// closes the connection, the engine aborts).
-func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *ticket) {
+// closes the connection, the engine aborts). It reports whether the client
+// left before the engine's answer began.
+func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *core.Listener) (gaveUp bool) {
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
 	req = req.WithContext(ctx)
-	o := outcome{completionTokens: -1, totalTokens: -1}
+	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
 	if tk != nil {
-		defer func() { tk.done(o) }()
+		defer func() { tk.Release(o) }()
 	}
 	m := meter{sent: l.clock.Now()}
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
 		if r.Context().Err() != nil {
-			o.cancelled = true
+			o.Cancelled = true
 			if tk != nil {
 				l.c.cancelledImmediate.Add(1)
 			}
-			return
+			return true
 		}
-		o.dropped = true
+		o.Dropped = true
 		l.upstreamFailed(w, err)
 		return
 	}
 	defer resp.Body.Close()
 	m.sse = isSSE(resp.Header)
-	o.dropped = resp.StatusCode >= 500
+	o.Dropped = resp.StatusCode >= 500
 	copyResponseHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
@@ -336,24 +339,25 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 		return nil
 	})
 	if sinkErr != nil || (readErr != nil && r.Context().Err() != nil) {
-		o.cancelled = true
+		o.Cancelled = true
 		if tk != nil {
 			l.c.cancelledImmediate.Add(1)
 		}
-		return
+		return false
 	}
 	if readErr != nil {
 		// The engine broke off mid-answer: make the client see a broken
 		// answer, not a complete-looking short one.
-		o.dropped = true
+		o.Dropped = true
 		l.c.upstreamErrors.Add(1)
 		panic(http.ErrAbortHandler)
 	}
-	o.success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.streamed = m.sse
+	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.Streamed = m.sse
 	if tk != nil { // no ticket: the limiter is bypassed and reads no outcome
-		o.completionTokens, o.totalTokens = m.tokens(tk.prompt)
+		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 	}
+	return false
 }
 
 // upstreamFailed answers a request whose upstream call failed before any
@@ -379,7 +383,7 @@ func formatBytes(n int64) string {
 // the automatic cap (tk may be nil for uncapped calls). It returns the
 // sink's error (the reader went away) or the read error (the engine broke
 // off); both are nil at a clean end.
-func (l *Limiter) pump(resp *http.Response, m *meter, tk *ticket, sink func([]byte) error) (sinkErr, readErr error) {
+func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink func([]byte) error) (sinkErr, readErr error) {
 	bufp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bufp)
 	buf := *bufp
@@ -390,7 +394,7 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *ticket, sink func([]by
 			first := m.first.IsZero()
 			m.chunk(buf[:n], now)
 			if first && tk != nil && m.sse && resp.StatusCode < 300 {
-				tk.firstByte(now.Sub(m.sent))
+				tk.FirstToken(now.Sub(m.sent))
 			}
 			if err := sink(buf[:n]); err != nil {
 				return err, nil

@@ -5,37 +5,35 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/vigil-dev/vigil/admission/core"
 )
 
 // Reasons a request is answered by the limiter instead of the engine. They
-// label vigil_admission_rejected_total and key Stats.Rejected.
+// label vigil_admission_rejected_total and key Stats.Rejected. The core's
+// (package core) are 429 when the client's own quota or retry budget is
+// spent, 503 when capacity is.
 const (
-	ReasonQueueFull      = "queue_full"       // 503: the wait queue is at max_queue
-	ReasonQueueTimeout   = "queue_timeout"    // 503: waited max_queue_wait (or half the client's timeout)
-	ReasonRecovering     = "recovering"       // 503: the engine is being restarted
-	ReasonTenantRPM      = "tenant_rpm"       // 429: the key's requests per minute
-	ReasonTenantTPM      = "tenant_tpm"       // 429: the key's tokens per minute
-	ReasonTenantInFlight = "tenant_in_flight" // 429: the key's concurrent requests
-	ReasonRetryBudget    = "retry_budget"     // 429: retries over retry_ratio of first attempts
-	ReasonBodyTooLarge   = "body_too_large"   // 413
-	ReasonInvalidJSON    = "invalid_json"     // 400
-	ReasonBadBody        = "bad_body"         // 400/408: the body could not be read
+	ReasonQueueFull      = core.ReasonQueueFull      // 503: the wait queue is at max_queue
+	ReasonQueueTimeout   = core.ReasonQueueTimeout   // 503: waited max_queue_wait (or half the client's timeout)
+	ReasonRecovering     = core.ReasonRecovering     // 503: the engine is being restarted
+	ReasonStreamDeadline = core.ReasonStreamDeadline // 503: the queue would not reach a stream within its bound
+	ReasonTenantRPM      = core.ReasonTenantRPM      // 429: the key's requests per minute
+	ReasonTenantTPM      = core.ReasonTenantTPM      // 429: the key's tokens per minute
+	ReasonTenantInFlight = core.ReasonTenantInFlight // 429: the key's concurrent requests
+	ReasonRetryBudget    = core.ReasonRetryBudget    // 429: retries over retry_ratio of first attempts
+	ReasonBodyTooLarge   = "body_too_large"          // 413
+	ReasonInvalidJSON    = "invalid_json"            // 400
+	ReasonBadBody        = "bad_body"                // 400/408: the body could not be read
 )
 
-const (
-	reasonTenantRPM      = ReasonTenantRPM
-	reasonTenantTPM      = ReasonTenantTPM
-	reasonTenantInFlight = ReasonTenantInFlight
-)
+var allReasons = append(slices.Clone(core.Reasons), ReasonBodyTooLarge, ReasonInvalidJSON, ReasonBadBody)
 
-var allReasons = []string{ReasonQueueFull, ReasonQueueTimeout, ReasonRecovering, ReasonTenantRPM,
-	ReasonTenantTPM, ReasonTenantInFlight, ReasonRetryBudget, ReasonBodyTooLarge, ReasonInvalidJSON, ReasonBadBody}
-
-// maxRetryAfter is the longest wait the official OpenAI SDKs honour; past
-// it they ignore the header and fall back to their own short backoff.
-const maxRetryAfter = 60 * time.Second
+// maxRetryAfter is the longest wait the official OpenAI SDKs honour.
+const maxRetryAfter = core.MaxRetryAfter
 
 // rejection is one answer the limiter gives in the engine's place.
 type rejection struct {
@@ -64,6 +62,18 @@ func (rj rejection) write(w http.ResponseWriter) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(rj.status)
 	_ = json.NewEncoder(w).Encode(errorBody{Error: errorDetail{Message: rj.message, Type: rj.typ, Code: rj.reason}})
+}
+
+// fromCore answers a core rejection: 429 rate_limit_error when the client
+// spent its own quota or retry budget, 503 server_error when capacity ran
+// out.
+func fromCore(r *core.Rejection) *rejection {
+	rj := &rejection{status: http.StatusServiceUnavailable, reason: r.Reason, typ: "server_error",
+		message: r.Message, wait: r.Wait, final: r.Final}
+	if r.RateLimited() {
+		rj.status, rj.typ = http.StatusTooManyRequests, "rate_limit_error"
+	}
+	return rj
 }
 
 type errorBody struct {

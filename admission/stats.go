@@ -71,6 +71,9 @@ type Stats struct {
 	Running       int   `json:"running_executions"`
 	StoredResults int   `json:"stored_results"`
 	StoredBytes   int64 `json:"stored_bytes"`
+	// LearnedClientTimeouts are the client timeouts learned per path from
+	// clients that announce none and give up (see admission.client_timeouts).
+	LearnedClientTimeouts map[string]time.Duration `json:"learned_client_timeouts_ns,omitempty"`
 }
 
 // Stats returns a snapshot.
@@ -84,9 +87,6 @@ func (l *Limiter) Stats() Stats {
 		Calls:              l.c.calls.Load(),
 		Executions:         l.c.executions.Load(),
 		Retries:            l.c.retries.Load(),
-		Admitted:           l.c.admitted.Load(),
-		Queued:             l.c.queued.Load(),
-		QueueAbandoned:     l.c.abandoned.Load(),
 		Rejected:           make(map[string]uint64, len(l.c.rejected)),
 		CoalescedAttached:  l.c.attached.Load(),
 		CoalescedStored:    l.c.stored.Load(),
@@ -99,19 +99,14 @@ func (l *Limiter) Stats() Stats {
 		s.Rejected[r] = c.Load()
 	}
 	s.StoredResults, s.StoredBytes, s.Running = l.co.stats()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.clock.Now()
-	s.QueueDepth, s.QueueHeld = l.liveWaitersLocked(), len(l.held)
-	if e := l.nextOldestLocked(); e != nil {
-		s.OldestQueued = now.Sub(e.Value.(*waiter).at)
-	}
-	s.InFlight = l.inFlight
-	s.Cap = l.capLocked(now)
-	s.Automatic = l.fixed == 0
-	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
-	s.CompletionRate = l.completions.sum(now) / completionSpan.Seconds()
-	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning
+	cs := l.core.Stats()
+	s.Admitted, s.Queued, s.QueueAbandoned = cs.Admitted, cs.Queued, cs.Abandoned
+	s.QueueDepth, s.QueueHeld, s.OldestQueued = cs.QueueDepth, cs.QueueHeld, cs.OldestQueued
+	s.InFlight, s.Cap, s.Automatic = cs.InFlight, cs.Cap, cs.Automatic
+	s.Saturated, s.Recovering, s.SlowStart = cs.Saturated, cs.Recovering, cs.SlowStart
+	s.CompletionRate = cs.CompletionRate
+	s.EngineWaiting, s.EngineRunning = cs.EngineWaiting, cs.EngineRunning
+	s.LearnedClientTimeouts = cs.LearnedTimeouts
 	return s
 }
 

@@ -1,6 +1,9 @@
 package configs
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Admission configures the embedded limiter, a reverse proxy in front of
 // the engine's OpenAI API (docs/design.md section 6).
@@ -25,11 +28,30 @@ type Admission struct {
 	// count, by the request bodies it holds, and by age. The queue is
 	// meant to hold an overload's backlog (the engine's own queue stays
 	// shallow), so it is long; a request's wait is also cut to half its
-	// client's announced timeout (X-Stainless-Timeout), and a keyed call
-	// keeps its place across its attempts. MaxQueueBytes 0 = no byte bound.
+	// client's timeout (announced in X-Stainless-Timeout, else inferred:
+	// see ClientTimeouts), and a keyed call keeps its place across its
+	// attempts. MaxQueueBytes 0 = no byte bound.
 	MaxQueue      int           `yaml:"max_queue"`
 	MaxQueueBytes int64         `yaml:"max_queue_bytes"`
 	MaxQueueWait  time.Duration `yaml:"max_queue_wait"`
+	// StreamQueueWait bounds the queue wait of a streamed request whose
+	// client announced no timeout: past it the first token is worth little
+	// (a chat user has given up on it). 0 (the default) = ttft_target, or
+	// 10 s when there is no objective. A new stream that the queue could
+	// not reach within its bound, at the measured drain rate, is answered
+	// at once with 503 and an honest Retry-After instead of queueing.
+	// Plain (unary) calls keep max_queue_wait.
+	StreamQueueWait time.Duration `yaml:"stream_queue_wait"`
+	// ClientTimeouts is the timeout assumed for the clients of a path when
+	// a request announces none (the OpenAI Node SDK sends
+	// X-Stainless-Timeout only with a per-request timeout, not with the
+	// usual client-level one): the queue wait is cut to half
+	// of it, and the automatic cap keeps plain answers within it, as for
+	// an announced one. A tenant's client_timeout comes first; without
+	// either, the timeout is learned from when the path's clients give up
+	// (disconnects before any answer, and retries of the same
+	// Idempotency-Key).
+	ClientTimeouts []RouteTimeout `yaml:"client_timeouts"`
 	// Order: newest_first (default: first attempts newest first, as the
 	// oldest first attempt's client is about to give up; then retries,
 	// oldest call first) or fifo.
@@ -76,6 +98,16 @@ type TenantLimits struct {
 	RPM         int `yaml:"rpm"`
 	TPM         int `yaml:"tpm"`
 	MaxInFlight int `yaml:"max_in_flight"`
+	// ClientTimeout is the timeout the key's clients are assumed to have
+	// when a request announces none (0: see admission.client_timeouts).
+	ClientTimeout time.Duration `yaml:"client_timeout"`
+}
+
+// RouteTimeout is the client timeout assumed on one path (e.g.
+// /v1/chat/completions).
+type RouteTimeout struct {
+	Path    string        `yaml:"path"`
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // TenantEntry names one client key by its SHA-256 (hex).
@@ -130,6 +162,21 @@ func (a *Admission) validate(v *validator) {
 		v.errorf("admission.max_queue_bytes", "must be >= 0 (0 = no byte bound)")
 	}
 	v.positive("admission.max_queue_wait", a.MaxQueueWait)
+	if a.StreamQueueWait < 0 {
+		v.errorf("admission.stream_queue_wait", "must be >= 0 (0 = ttft_target, or 10s without one)")
+	}
+	seen := map[string]bool{}
+	for i, rt := range a.ClientTimeouts {
+		p := indexPath("admission.client_timeouts", i)
+		switch {
+		case !strings.HasPrefix(rt.Path, "/"):
+			v.errorf(p+".path", "must be a request path starting with /, e.g. /v1/chat/completions; got %q", rt.Path)
+		case seen[rt.Path]:
+			v.errorf(p+".path", "%s is listed twice", rt.Path)
+		}
+		seen[rt.Path] = true
+		v.positive(p+".timeout", rt.Timeout)
+	}
 	if a.Order != "fifo" && a.Order != "newest_first" {
 		v.errorf("admission.order", "must be fifo or newest_first; got %q", a.Order)
 	}
@@ -164,6 +211,9 @@ func (a *Admission) validate(v *validator) {
 		}
 		if l.MaxInFlight < 0 {
 			v.errorf(path+".max_in_flight", "must be >= 0")
+		}
+		if l.ClientTimeout < 0 {
+			v.errorf(path+".client_timeout", "must be >= 0 (0 = not set)")
 		}
 	}
 	checkLimits("admission.tenants.default", a.Tenants.Default)

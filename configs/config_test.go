@@ -63,6 +63,9 @@ var invalidCases = []struct {
 	{"slack-token", "alerts.slack.token (line 3): file or env is required when kind is slack"},
 	{"secret-both", "engine.api_key (line 2): set file or env, not both"},
 	{"admission-order", `admission.order (line 2): must be fifo or newest_first; got "lifo"`},
+	{"admission-client-timeouts", `admission.client_timeouts[0].path (line 3): must be a request path starting with /, ` +
+		`e.g. /v1/chat/completions; got "v1/completions"`},
+	{"admission-stream-queue-wait", "admission.stream_queue_wait (line 2): must be >= 0 (0 = ttft_target, or 10s without one)"},
 	{"status-remote", "status.listen (line 4): 0.0.0.0:9108 is not a loopback address: " +
 		"the override API changes limits without authentication; bind it to 127.0.0.1 or set status.allow_remote: true"},
 	{"admission-remote", "admission.listen (line 4): :8001 is not a loopback address: " +

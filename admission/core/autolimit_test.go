@@ -1,10 +1,8 @@
-package admission
+package core
 
 import (
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 )
@@ -320,33 +318,6 @@ func TestSlidingSumForgetsWhatLeftTheWindow(t *testing.T) {
 	}
 }
 
-func TestMeterCountsEventsAndReadsUsage(t *testing.T) {
-	stream := "data: {\"a\":1}\n\ndata: {\"a\":2}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2,\"total_tokens\":9}}\n\ndata: [DONE]\n\n"
-	t0 := time.Unix(1000, 0)
-	for _, split := range []int{1, 3, 7, len(stream)} {
-		m := meter{sse: true}
-		for i := 0; i < len(stream); i += split {
-			m.chunk([]byte(stream[i:min(len(stream), i+split)]), t0.Add(time.Duration(i)*time.Millisecond))
-		}
-		if m.events != 4 {
-			t.Errorf("split %d: %d events, want 4", split, m.events)
-		}
-		if c, tot := m.tokens(100); c != 2 || tot != 9 {
-			t.Errorf("split %d: tokens %d/%d, want 2/9 from usage", split, c, tot)
-		}
-	}
-	noUsage := meter{sse: true}
-	noUsage.chunk([]byte("data: {}\n\ndata: {}\n\ndata: [DONE]\n\n"), t0)
-	if c, tot := noUsage.tokens(10); c != 2 || tot != 12 {
-		t.Errorf("stream without usage: tokens %d/%d, want 2/12 counted from events", c, tot)
-	}
-	m := meter{}
-	m.chunk([]byte(`{"id":"x","usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`), t0)
-	if c, tot := m.tokens(100); c != 4 || tot != 7 {
-		t.Errorf("unary tokens %d/%d, want 4/7", c, tot)
-	}
-}
-
 func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	const deadline = 120 * time.Second
@@ -565,35 +536,32 @@ func TestAnswersAreJudgedByWhatRanBesideThem(t *testing.T) {
 	clk := newFakeClock()
 	cfg := testConfig()
 	cfg.MaxInFlight = 0
-	l, err := New(cfg, mustURL("http://127.0.0.1:1"), "", WithClock(clk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	l.auto.limit = autoMax
-	enter := func() *ticket {
-		tk, rj, err := l.enter(t.Context(), admission{tokens: 1, maxWait: time.Second, deadline: 120 * time.Second})
+	l := New(cfg, WithClock(clk))
+	auto := l.auto.(*autoLimit)
+	auto.limit = autoMax
+	enter := func() *Listener {
+		tk, rj, err := l.Acquire(t.Context(), Request{Tokens: 1, Timeout: 120 * time.Second})
 		if err != nil || rj != nil {
 			t.Fatalf("enter: %v %v", err, rj)
 		}
 		return tk
 	}
 	first := enter()
-	others := make([]*ticket, 99)
+	others := make([]*Listener, 99)
 	for i := range others {
 		others[i] = enter()
 	}
 	clk.Advance(90 * time.Second)
 	for _, tk := range others[:90] {
-		tk.done(outcome{success: true})
+		tk.Release(Outcome{Success: true})
 	}
 	clk.Advance(10 * time.Second)
-	l.auto.dl = nil // only the first answer's sample below
-	first.done(outcome{success: true})
-	if len(l.auto.dl) != 1 {
-		t.Fatalf("%d deadline samples, want 1", len(l.auto.dl))
+	auto.dl = nil // only the first answer's sample below
+	first.Release(Outcome{Success: true})
+	if len(auto.dl) != 1 {
+		t.Fatalf("%d deadline samples, want 1", len(auto.dl))
 	}
-	if n := l.auto.dl[0].n; n != 91 {
+	if n := auto.dl[0].n; n != 91 {
 		t.Errorf("the answer ran beside %d by the limiter's count, want 91 (100 for 90 s, 10 for 10 s)", n)
 	}
 }
@@ -708,48 +676,19 @@ func TestTheKneeIsJudgedBySize(t *testing.T) {
 	}
 }
 
-// TestServiceTimeStartsOnceTheBodyIsIn: a client that sends its body
-// slowly holds no slot while it does (the body is read before admission),
-// and the time it took is no part of the service time the knee learns:
-// 300 ms of dribbled body on an engine that answers at once must leave a
-// baseline of milliseconds, not of the client's pace.
-func TestServiceTimeStartsOnceTheBodyIsIn(t *testing.T) {
-	eng := newFakeEngine(t, okJSON)
-	cfg := testConfig()
-	cfg.MaxInFlight = 0
-	p := startProxy(t, cfg, eng.srv.URL)
-	c := newClient(t)
-	const body = `{"model":"m","prompt":"x","max_tokens":1}`
-	var wg sync.WaitGroup
-	for range serviceSamples {
-		wg.Go(func() {
-			if a := callSlowBody(c, p.url, body, 3, 100*time.Millisecond); a.err != nil || a.status != http.StatusOK {
-				t.Errorf("slow-bodied call: status %d, err %v", a.status, a.err)
-			}
-		})
-	}
-	wg.Wait()
-	p.l.mu.Lock()
-	defer p.l.mu.Unlock()
-	if base := p.l.auto.svcMin; base == 0 || base > 0.1 {
-		t.Errorf("service-time baseline %.3f s after %d calls whose bodies took 300 ms, want under 0.1 s (and learned)",
-			base, serviceSamples)
-	}
-}
-
 func TestAnAnswersSizeComesFromItsUsageElseTheEstimate(t *testing.T) {
 	// Admitted with an estimate of 2,560 prompt tokens (10 steps) and
 	// max_tokens 300.
-	tk := &ticket{prompt: 2560, tokens: 2560 + 300}
+	tk := &Listener{prompt: 2560, tokens: 2560 + 300}
 	for _, tc := range []struct {
 		name string
-		o    outcome
+		o    Outcome
 		want int
 	}{
-		{"usage: 12,800 prompt tokens and 40 output tokens", outcome{completionTokens: 40, totalTokens: 12840}, 40 + 50},
-		{"a stream without usage: 7 events, the prompt estimated", outcome{completionTokens: 7, totalTokens: 2560 + 7}, 7 + 10},
-		{"nothing known: max_tokens and the prompt estimated", outcome{completionTokens: -1, totalTokens: -1}, 300 + 10},
-		{"an inconsistent total: the prompt estimated", outcome{completionTokens: 5, totalTokens: 3}, 5 + 10},
+		{"usage: 12,800 prompt tokens and 40 output tokens", Outcome{CompletionTokens: 40, TotalTokens: 12840}, 40 + 50},
+		{"a stream without usage: 7 events, the prompt estimated", Outcome{CompletionTokens: 7, TotalTokens: 2560 + 7}, 7 + 10},
+		{"nothing known: max_tokens and the prompt estimated", Outcome{CompletionTokens: -1, TotalTokens: -1}, 300 + 10},
+		{"an inconsistent total: the prompt estimated", Outcome{CompletionTokens: 5, TotalTokens: 3}, 5 + 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tk.size(tc.o); got != tc.want {

@@ -1,4 +1,4 @@
-package admission
+package core
 
 import "time"
 
@@ -19,3 +19,6 @@ func (realClock) Now() time.Time { return time.Now() }
 func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
 }
+
+// WallClock is the real time source, the default of New.
+var WallClock Clock = realClock{}

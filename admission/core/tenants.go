@@ -1,9 +1,6 @@
-package admission
+package core
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"net/http"
 	"strings"
 	"time"
 
@@ -18,22 +15,7 @@ const (
 	// until idle keys are swept. A flood of fresh keys cannot grow memory.
 	maxTenantStates = 10000
 	tenantSweep     = time.Minute
-	// defaultMaxTokens stands in for an absent max_tokens in the token
-	// estimate; the charge is corrected from the answer's usage.
-	defaultMaxTokens = 256
 )
-
-// tenantKey identifies a client by the SHA-256 of its bearer key, the same
-// form the config lists keys in; the key itself is never kept.
-func tenantKey(r *http.Request) string {
-	auth := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok {
-		tok, _ = strings.CutPrefix(auth, "bearer ")
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return hex.EncodeToString(sum[:])
-}
 
 // tenantState is one key's usage against its limits (under Limiter.mu).
 type tenantState struct {

@@ -1,0 +1,171 @@
+package core
+
+import (
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// SetSaturated is the watchdog's verdict that the engine is saturated
+// (progressing under a deep queue of its own). While it holds, a fixed cap
+// admits only 3/4 of itself; the automatic cap is cut by 1/4 once and does
+// not grow. Requests over the cap wait in the bounded queue and are turned
+// away when it is full or their wait expires.
+func (l *Limiter) SetSaturated(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on == l.saturated {
+		return
+	}
+	now := l.clock.Now()
+	l.saturated = on
+	l.limitLocked().SetSaturated(on, now)
+	l.log.WithFields(logrus.Fields{"saturated": on, "cap": l.capLocked(now)}).Info("admission: engine saturation changed")
+	l.dispatchLocked(now)
+}
+
+// SetRecovering marks the engine as being restarted: new requests and every
+// waiter are turned away (ReasonRecovering, 30 s) until it is cleared.
+// Clearing it does not start a slow start by itself: the recovery calls
+// SlowStart once the engine is back, and a recovery that failed leaves the
+// cap as it was.
+func (l *Limiter) SetRecovering(on bool) {
+	l.mu.Lock()
+	if on == l.recovering {
+		l.mu.Unlock()
+		return
+	}
+	l.recovering = on
+	if on {
+		for l.waiters.Len() > 0 {
+			if w := l.removeWaiterLocked(l.waiters.Front()); !w.placeholder {
+				w.ch <- waitResult{rej: recoveringRejection()}
+			}
+		}
+	}
+	l.mu.Unlock()
+	l.log.WithField("recovering", on).Info("admission: engine recovery changed")
+}
+
+// SlowStart ramps the cap from 10% back to full over the configured
+// slow_start, for an engine that just came back. The automatic cap also
+// forgets its evidence (a restarted engine may differ) and probes again from
+// at least its initial value.
+func (l *Limiter) SlowStart() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	if l.cfg.SlowStart > 0 {
+		l.slowFrom = now
+	}
+	l.auto.Restart(now)
+	l.log.WithFields(logrus.Fields{"slow_start_seconds": l.cfg.SlowStart.Seconds(), "cap": l.capLocked(now)}).
+		Info("admission: slow start")
+}
+
+// SetMaxInFlight sets a fixed cap (n > 0) or returns to the automatic one
+// (n == 0); overrides use it and restore the old value at expiry. The cap
+// taking over is told whether the engine is saturated.
+func (l *Limiter) SetMaxInFlight(n int) {
+	if n < 0 {
+		n = 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	l.fixed = n
+	if n > 0 {
+		l.fixedCap = NewFixed(n)
+	}
+	l.limitLocked().SetSaturated(l.saturated, now)
+	l.log.WithFields(logrus.Fields{"max_in_flight": n, "cap": l.capLocked(now)}).Info("admission: max_in_flight set")
+	l.dispatchLocked(now)
+}
+
+// MaxInFlight is the configured cap: the fixed value, or 0 for automatic
+// (Stats.Cap is the cap in force).
+func (l *Limiter) MaxInFlight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fixed
+}
+
+// ReadsEngine reports whether the engine's queue gauges are wanted now:
+// the automatic cap is in force and requests are in flight (an idle
+// engine is left alone).
+func (l *Limiter) ReadsEngine() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fixed == 0 && l.inFlight > 0
+}
+
+// ObserveEngine feeds one reading of the engine's queue gauges (waiting
+// and running requests) to the automatic cap.
+func (l *Limiter) ObserveEngine(waiting, running float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.engineWaiting, l.engineRunning = waiting, running
+	if now := l.clock.Now(); l.fixed == 0 && l.auto.OnEngine(waiting, running, now) {
+		l.log.WithFields(logrus.Fields{"cap": l.auto.Limit(), "engine_waiting": waiting, "engine_running": running}).
+			Debug("admission: automatic cap changed")
+		l.dispatchLocked(now)
+	}
+}
+
+// Stats is a snapshot of the core's decisions and what it holds.
+type Stats struct {
+	// Admitted counts requests given a slot; Queued those that waited for
+	// one; Abandoned those whose client left while waiting.
+	Admitted, Queued, Abandoned uint64
+	// QueueDepth counts live waiters; QueueHeld the places held for keyed
+	// calls whose attempt ended; OldestQueued is the oldest waiter's age.
+	QueueDepth, QueueHeld int
+	OldestQueued          time.Duration
+	InFlight              int
+	// Cap is the cap in force (after slow start and saturation);
+	// Automatic: max_in_flight 0.
+	Cap                              int
+	Automatic                        bool
+	Saturated, Recovering, SlowStart bool
+	// CompletionRate: answers finished per second over the last 10 s.
+	CompletionRate float64
+	// EngineWaiting and EngineRunning: the engine's gauges as last read
+	// (-1: never).
+	EngineWaiting, EngineRunning float64
+	// ServiceBaseline is the automatic cap's minimum service time of
+	// answers (its knee's baseline; 0: not learned or another Limit).
+	ServiceBaseline time.Duration
+	// LearnedTimeouts are the client timeouts learned per route from
+	// clients giving up (see GaveUp), for requests that announce none.
+	LearnedTimeouts map[string]time.Duration
+}
+
+// Stats returns a snapshot.
+func (l *Limiter) Stats() Stats {
+	s := Stats{Admitted: l.admitted.Load(), Queued: l.queued.Load(), Abandoned: l.abandoned.Load()}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clock.Now()
+	s.QueueDepth, s.QueueHeld = l.liveWaitersLocked(), len(l.held)
+	if e := l.nextOldestLocked(); e != nil {
+		s.OldestQueued = now.Sub(e.Value.(*waiter).at)
+	}
+	s.InFlight = l.inFlight
+	s.Cap = l.capLocked(now)
+	s.Automatic = l.fixed == 0
+	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
+	s.CompletionRate = l.completions.sum(now) / completionSpan.Seconds()
+	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning
+	for route, g := range l.deadlines.learned {
+		if d := g.median(); d > 0 {
+			if s.LearnedTimeouts == nil {
+				s.LearnedTimeouts = map[string]time.Duration{}
+			}
+			s.LearnedTimeouts[route] = d
+		}
+	}
+	if a, ok := l.auto.(*autoLimit); ok {
+		s.ServiceBaseline = time.Duration(a.svcMin * float64(time.Second))
+	}
+	return s
+}

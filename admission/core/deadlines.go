@@ -1,0 +1,204 @@
+package core
+
+import (
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/configs"
+)
+
+const (
+	// giveUpSamples: the learned timeout of a route is the median of its
+	// clients' last give-ups, from giveUpMin of them on. The median, so a
+	// user who cancels early (or a client with a longer timeout) does not
+	// move it.
+	giveUpSamples = 16
+	giveUpMin     = 3
+	// maxLearnedRoutes bounds the routes learned (paths are the client's
+	// choice); past it, new routes are not learned.
+	maxLearnedRoutes = 256
+	// defaultStreamWait bounds a stream's queue wait when neither
+	// stream_queue_wait nor ttft_target is set: about as long as a person
+	// waits for a first word before giving up.
+	defaultStreamWait = 10 * time.Second
+)
+
+// deadlines infers a client's timeout when its request announces none:
+// the tenant's configured client_timeout, else the route's
+// (client_timeouts), else the route's learned one (under Limiter.mu).
+type deadlines struct {
+	routes  map[string]time.Duration
+	learned map[string]*giveUps
+}
+
+func newDeadlines(cfg []configs.RouteTimeout) *deadlines {
+	d := &deadlines{routes: map[string]time.Duration{}, learned: map[string]*giveUps{}}
+	for _, rt := range cfg {
+		d.routes[rt.Path] = rt.Timeout
+	}
+	return d
+}
+
+// giveUps is a ring of the times after which a route's clients gave up.
+type giveUps struct {
+	ring [giveUpSamples]time.Duration
+	n    int
+	next int
+}
+
+func (g *giveUps) add(d time.Duration) {
+	g.ring[g.next] = d
+	g.next = (g.next + 1) % giveUpSamples
+	g.n = min(g.n+1, giveUpSamples)
+}
+
+// median is the learned timeout, 0 while fewer than giveUpMin are known.
+func (g *giveUps) median() time.Duration {
+	if g == nil || g.n < giveUpMin {
+		return 0
+	}
+	s := slices.Clone(g.ring[:g.n])
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// infer is the timeout assumed for a request of route from a tenant whose
+// configured client_timeout is tenantTimeout (0: none); 0 when unknown.
+func (d *deadlines) infer(route string, tenantTimeout time.Duration) time.Duration {
+	if tenantTimeout > 0 {
+		return tenantTimeout
+	}
+	if t, ok := d.routes[route]; ok {
+		return t
+	}
+	return d.learned[route].median()
+}
+
+// gaveUp records that a client of route left after waiting `after` for
+// an answer that had not begun: its timeout, most likely. It returns the
+// route's learned timeout before and after.
+func (d *deadlines) gaveUp(route string, after time.Duration) (before, now time.Duration) {
+	g := d.learned[route]
+	if after <= 0 {
+		return g.median(), g.median()
+	}
+	if g == nil {
+		if len(d.learned) >= maxLearnedRoutes {
+			return 0, 0
+		}
+		g = &giveUps{}
+		d.learned[route] = g
+	}
+	before = g.median()
+	g.add(after)
+	return before, g.median()
+}
+
+// clientTimeout is the configured client_timeout of a key (listed, else
+// the default's); 0: none.
+func (t *tenantTable) clientTimeout(hash string) time.Duration {
+	if e, ok := t.listed[hash]; ok {
+		return e.ClientTimeout
+	}
+	return t.def.ClientTimeout
+}
+
+// GaveUp reports that a client of route (a request without an announced
+// timeout) left after waiting `after` for an answer that had not begun:
+// queued, or waiting for the engine's first byte. For a keyed call the
+// transport reports it once a retry of the same call confirms the client
+// timed out (rather than cancelled). The route's clients' timeout is
+// learned from these (the median of the last 16, from 3 on) and used for
+// its requests that announce none, as an announced one would be.
+func (l *Limiter) GaveUp(route string, after time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	before, now := l.deadlines.gaveUp(route, after)
+	if now != before && (before == 0 || now > before*6/5 || now < before*5/6) {
+		l.log.WithFields(logrus.Fields{"route": route, "client_timeout_seconds": now.Seconds()}).
+			Info("admission: learned the client timeout of a route from its clients giving up")
+	}
+}
+
+// timeoutLocked is the client's timeout: announced, else inferred.
+func (l *Limiter) timeoutLocked(r Request) time.Duration {
+	if r.Timeout > 0 {
+		return r.Timeout
+	}
+	return l.deadlines.infer(r.Route, l.tenants.clientTimeout(r.Tenant))
+}
+
+// streamQueueWait bounds the queue wait of a stream whose client announced
+// no timeout: stream_queue_wait, else ttft_target, else defaultStreamWait.
+func (l *Limiter) streamQueueWait() time.Duration {
+	switch {
+	case l.cfg.StreamQueueWait > 0:
+		return l.cfg.StreamQueueWait
+	case l.cfg.TTFTTarget > 0:
+		return l.cfg.TTFTTarget
+	}
+	return defaultStreamWait
+}
+
+// maxWaitLocked is the longest r may wait in the queue: max_queue_wait,
+// cut to part of its client's timeout (timeout: announced or inferred);
+// for a stream whose client announced none, also its first token's worth
+// (streamQueueWait).
+func (l *Limiter) maxWaitLocked(r Request, timeout time.Duration) time.Duration {
+	d := l.queueWaitFor(timeout, r.Coalesced)
+	if r.Stream && r.Timeout <= 0 {
+		d = min(d, l.streamQueueWait())
+	}
+	return d
+}
+
+// drainRateLocked is the queue's measured drain rate: admissions per
+// second over the last completionSpan, or since the busy period began
+// when that is shorter (at least a second), so a burst after a quiet
+// spell is not read as a slow engine.
+func (l *Limiter) drainRateLocked(now time.Time) float64 {
+	span := min(completionSpan, max(time.Second, now.Sub(l.busySince)))
+	return l.admissions.sum(now) / span.Seconds()
+}
+
+// positionLocked is how many live waiters the queue serves before r
+// (placeholders aside): fifo, every one in front of it; newest_first, for
+// a first attempt, the first attempts waiting (it goes before them now,
+// but a backlog of them means arrivals outpace the slots, and newer ones
+// pass it in turn), for a retry every live waiter; a retry resuming a held
+// place (ph) counts from there.
+func (l *Limiter) positionLocked(r Request, ph *waiter) int {
+	if ph != nil && ph.queued {
+		return l.aheadLocked(ph)
+	}
+	if l.cfg.Order == "fifo" || r.Retry {
+		return l.liveWaitersLocked()
+	}
+	n := 0
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*waiter); !w.placeholder && !w.retry {
+			n++
+		}
+	}
+	return n
+}
+
+// streamCheckLocked turns a stream away at once when the queue would not
+// reach it within its bound at the measured drain rate: queued, it would
+// only be answered 503 later, after its first token stopped being worth
+// anything. With no admission measured, it queues while nobody is ahead.
+func (l *Limiter) streamCheckLocked(now time.Time, r Request, ph *waiter, bound time.Duration) *Rejection {
+	pos := l.positionLocked(r, ph)
+	rate := l.drainRateLocked(now)
+	if rate <= 0 && pos == 0 {
+		return nil
+	}
+	if rate > 0 && float64(pos+1)/rate <= bound.Seconds() {
+		return nil
+	}
+	return &Rejection{Reason: ReasonStreamDeadline, Wait: l.estimatedWaitLocked(now, pos),
+		Message: "The engine is at capacity and the queue would not reach this stream before its first token " +
+			"is due; retry after the indicated delay."}
+}

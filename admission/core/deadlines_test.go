@@ -1,0 +1,125 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/configs"
+)
+
+func TestAClientsTimeoutIsAnnouncedElseInferred(t *testing.T) {
+	const listedKey = "aa"
+	cfg := testConfig()
+	cfg.ClientTimeouts = []configs.RouteTimeout{{Path: "/v1/chat/completions", Timeout: 60 * time.Second}}
+	cfg.Tenants.Keys = []configs.TenantEntry{{Name: "batch", KeySHA256: listedKey,
+		TenantLimits: configs.TenantLimits{ClientTimeout: 600 * time.Second}}}
+	l := New(cfg)
+	for range 3 {
+		l.GaveUp("/v1/completions", 6*time.Second)
+		l.GaveUp("/v1/chat/completions", 6*time.Second)
+	}
+	l.GaveUp("/v1/embeddings", 6*time.Second) // one give-up is no evidence
+	for _, tc := range []struct {
+		name string
+		r    Request
+		want time.Duration
+	}{
+		{"announced, whatever else is known", Request{Timeout: 30 * time.Second, Route: "/v1/completions", Tenant: listedKey}, 30 * time.Second},
+		{"the tenant's configured timeout", Request{Route: "/v1/chat/completions", Tenant: listedKey}, 600 * time.Second},
+		{"the route's configured timeout, before what was learned", Request{Route: "/v1/chat/completions"}, 60 * time.Second},
+		{"learned from the route's clients giving up", Request{Route: "/v1/completions"}, 6 * time.Second},
+		{"too little evidence", Request{Route: "/v1/embeddings"}, 0},
+		{"nothing known", Request{Route: "/other"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if got := l.timeoutLocked(tc.r); got != tc.want {
+				t.Errorf("timeout %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTheLearnedTimeoutIsTheMedianOfTheLastGiveUps(t *testing.T) {
+	var g giveUps
+	for _, d := range []time.Duration{6, 6, 1, 6, 30} { // a user who cancelled at 1 s, one slow client
+		g.add(d * time.Second)
+	}
+	if got := g.median(); got != 6*time.Second {
+		t.Errorf("learned %v, want 6s", got)
+	}
+	for range giveUpSamples { // the clients changed their timeout
+		g.add(20 * time.Second)
+	}
+	if got := g.median(); got != 20*time.Second {
+		t.Errorf("learned %v after the clients changed, want 20s", got)
+	}
+	d := newDeadlines(nil)
+	for i := range maxLearnedRoutes + 10 {
+		d.gaveUp("/r"+string(rune('a'+i%26))+string(rune('a'+i/26)), time.Second)
+	}
+	if len(d.learned) != maxLearnedRoutes {
+		t.Errorf("%d routes learned, want at most %d", len(d.learned), maxLearnedRoutes)
+	}
+}
+
+// TestAStreamsBoundAndPlace: what bounds a stream's queue wait, and where
+// it stands in the queue for the drain estimate.
+func TestAStreamsBoundAndPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(*configs.Admission)
+		r    Request
+		want time.Duration
+	}{
+		{"stream_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = 700 * time.Millisecond },
+			Request{Stream: true}, 700 * time.Millisecond},
+		{"else ttft_target", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
+			Request{Stream: true}, 1500 * time.Millisecond},
+		{"else 10 s", func(c *configs.Admission) { c.TTFTTarget = 0; c.MaxQueueWait = time.Minute },
+			Request{Stream: true}, defaultStreamWait},
+		{"an announced timeout instead: half of it", func(c *configs.Admission) { c.MaxQueueWait = time.Minute },
+			Request{Stream: true, Timeout: 60 * time.Second}, 30 * time.Second},
+		{"an inferred one bounds it too", func(c *configs.Admission) {
+			c.StreamQueueWait = 10 * time.Second
+			c.ClientTimeouts = []configs.RouteTimeout{{Path: "/s", Timeout: 4 * time.Second}}
+		}, Request{Stream: true, Route: "/s"}, 2 * time.Second},
+		{"a plain call keeps max_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = time.Second },
+			Request{}, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			tc.cfg(&cfg)
+			l := New(cfg)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if got := l.maxWaitLocked(tc.r, l.timeoutLocked(tc.r)); got != tc.want {
+				t.Errorf("bound %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	// The queue, oldest first: a held place, a retry, two first attempts.
+	for _, tc := range []struct {
+		order string
+		r     Request
+		want  int
+	}{
+		{"fifo", Request{}, 3},
+		{"newest_first", Request{}, 2},            // the first attempts: a backlog it is overtaken in
+		{"newest_first", Request{Retry: true}, 3}, // behind every live waiter
+	} {
+		l := &Limiter{cfg: configs.Admission{Order: tc.order}, held: map[CallKey]*waiter{}}
+		for _, k := range []string{"held", "retry", "first", "first"} {
+			w := &waiter{queued: true, placeholder: k == "held", retry: k == "retry"}
+			w.elem = l.waiters.PushBack(w)
+			if w.placeholder {
+				l.held[CallKey{1}] = w
+			}
+		}
+		if got := l.positionLocked(tc.r, nil); got != tc.want {
+			t.Errorf("%s, retry %v: position %d, want %d", tc.order, tc.r.Retry, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package core
+
+import "time"
+
+// Limit is the algorithm that sets the in-flight cap: the automatic cap
+// (NewAuto, the default) or a fixed one (NewFixed). The core feeds it what
+// it sees of the engine and asks it for the cap; every call is made under
+// the core's lock, with the time it happened, so an implementation needs
+// no lock or clock of its own. The On* methods report whether the cap
+// changed, so freed room is handed to the queue at once.
+type Limit interface {
+	// Limit is the cap now, before slow start.
+	Limit() int
+	// OnDemand: a request found the cap full (the cap is being used).
+	OnDemand()
+	// OnFirstToken: a streamed answer's first byte came ttft after its
+	// request was sent upstream.
+	OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool
+	// OnSample: an answer ended, successfully or dropped by the engine.
+	OnSample(s Sample, now time.Time) bool
+	// OnEngine: one reading of the engine's own queue gauges.
+	OnEngine(waiting, running float64, now time.Time) bool
+	// SetSaturated is the watchdog's verdict that the engine progresses
+	// under a deep queue of its own (see Limiter.SetSaturated).
+	SetSaturated(on bool, now time.Time)
+	// Restart: the engine came back from a restart; its capacity may
+	// differ from the old one's.
+	Restart(now time.Time)
+}
+
+// Sample is one answer that ended: a success or a drop (an upstream
+// failure). Answers cancelled or refused by the engine are no sample.
+type Sample struct {
+	Admitted time.Time
+	Dropped  bool
+	// Deadline is the client's timeout (announced or inferred); 0: none.
+	Deadline time.Duration
+	Streamed bool
+	// InFlight: the mean number of requests in flight while it ran, itself
+	// included.
+	InFlight int
+	// Size is its work for the engine in decode steps (answerSize).
+	Size int
+}
+
+// Exported figures of the automatic cap, for the transport's tests and
+// docs.
+const (
+	AutoInitial    = autoInitial    // the automatic cap's start
+	ServiceSamples = serviceSamples // answers per service-time estimate
+	RetryFloor     = retryFloor     // budgeted retries always allowed per window
+)
+
+// NewAuto is the automatic cap (see autoLimit): no capacity figure, only
+// the TTFT objective (0: none).
+func NewAuto(ttftTarget time.Duration, now time.Time) Limit { return newAutoLimit(ttftTarget, now) }
+
+func (a *autoLimit) Limit() int { return a.cap() }
+func (a *autoLimit) OnDemand()  { a.markDemand() }
+
+func (a *autoLimit) OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool {
+	return a.observeTTFT(admitted, ttft, now)
+}
+
+func (a *autoLimit) OnSample(s Sample, now time.Time) bool {
+	if s.Dropped {
+		return a.drop(s.Admitted, now)
+	}
+	return a.observeDone(s.Admitted, now, s.Deadline, s.Streamed, s.InFlight, s.Size)
+}
+
+func (a *autoLimit) OnEngine(waiting, running float64, now time.Time) bool {
+	return a.observeEngine(waiting, running, now)
+}
+
+// SetSaturated stops growth while it holds, and cuts the cap by a quarter
+// once when it starts.
+func (a *autoLimit) SetSaturated(on bool, now time.Time) {
+	was := a.hold
+	a.hold = on
+	if on && !was {
+		a.tighten(now)
+	}
+}
+
+// Restart forgets the evidence and probes again, from at least the
+// initial cap.
+func (a *autoLimit) Restart(now time.Time) {
+	keep := max(a.limit, autoInitial)
+	a.reset(now)
+	a.limit = keep
+}
+
+// saturatedShare of a fixed cap stays admitted while the watchdog reports
+// the engine saturated.
+const saturatedShare = 0.75
+
+// fixedCap is a cap set by the operator (max_in_flight, or an override).
+type fixedCap struct {
+	n         int
+	saturated bool
+}
+
+// NewFixed is a fixed cap of n (> 0); it admits 3/4 of itself while the
+// engine is reported saturated.
+func NewFixed(n int) Limit { return &fixedCap{n: n} }
+
+func (f *fixedCap) Limit() int {
+	if f.saturated {
+		return max(1, int(float64(f.n)*saturatedShare))
+	}
+	return f.n
+}
+
+func (f *fixedCap) OnDemand()                                             {}
+func (f *fixedCap) OnFirstToken(time.Time, time.Duration, time.Time) bool { return false }
+func (f *fixedCap) OnSample(Sample, time.Time) bool                       { return false }
+func (f *fixedCap) OnEngine(float64, float64, time.Time) bool             { return false }
+func (f *fixedCap) SetSaturated(on bool, _ time.Time)                     { f.saturated = on }
+func (f *fixedCap) Restart(time.Time)                                     {}

@@ -1,0 +1,434 @@
+package core
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/configs"
+)
+
+const (
+	// completionSpan is the window of the measured completion rate that
+	// Retry-After is computed from.
+	completionSpan = 10 * time.Second
+	// unknownWait is the Retry-After when nothing has completed lately, so
+	// no rate is known.
+	unknownWait = 5 * time.Second
+	// recoveringWait is the Retry-After while the engine restarts: engines
+	// load for minutes, and the SDKs ignore anything over 60 s.
+	recoveringWait = 30 * time.Second
+	// slowStartFloor is where the cap starts its ramp after a recovery.
+	slowStartFloor = 0.1
+	// keyedWaitShare of its client's timeout is the queue wait of a
+	// coalesced keyed call: the 503 with Retry-After must reach the client
+	// before its own timeout does, so it waits out the delay and resumes
+	// its held place instead of retrying at once. As late as that allows:
+	// the call's place and its execution both outlive the attempt, so a
+	// longer wait costs it nothing, and each attempt answered just before
+	// the client gives up, followed by a Retry-After of up to 60 s,
+	// stretches the call's life (4 attempts of 116 s and 3 waits of 60 s
+	// for an SDK with 120 s and 3 retries). 3% of the timeout (3.6 s of
+	// 120 s) is left for the network and the client's own clock.
+	keyedWaitShare = 0.97
+)
+
+// CallKey identifies one call across its attempts (the transport derives
+// it, e.g. from an idempotency key and the request); a keyed call's queue
+// place outlives its attempt for a retry to resume.
+type CallKey [sha256.Size]byte
+
+// Request is what the core needs to know of a request asking for a slot,
+// whatever transport carried it.
+type Request struct {
+	Tenant string // the client key's hash; its quotas apply (see configs.Tenants)
+	Tokens int    // estimated prompt plus output tokens, charged to the tenant
+	Prompt int    // the estimated prompt tokens (of Tokens)
+	// Retry: a later attempt of a call (the client says so, or its key was
+	// seen). NeverExecuted: a retry of a call none of whose attempts got an
+	// execution; it cannot amplify work, so it is neither budgeted nor
+	// counted as a first attempt.
+	Retry, NeverExecuted bool
+	// Timeout is the client's own timeout as it announced it (e.g. the
+	// SDKs' X-Stainless-Timeout; 0: none, then it is inferred: see
+	// GaveUp): the queue wait is cut to part of it, and the automatic cap
+	// keeps plain answers within it.
+	Timeout time.Duration
+	// Route names what is asked (the HTTP path): client timeouts are
+	// configured and learned per route.
+	Route string
+	// Stream: the answer is streamed. Its queue wait is bounded by what
+	// its first token is still worth, and it is turned away at once when
+	// the queue would not reach it within that bound.
+	Stream bool
+	// Keyed: the call has a Key; its queue place survives the attempt.
+	// Coalesced: its execution, too, outlives the attempt (a retry attaches
+	// to it), so it may wait longer (see keyedWaitShare).
+	Keyed, Coalesced bool
+	Key              CallKey
+	Bytes            int64 // the body it holds while queued
+}
+
+// budgeted: a retry that would start a new execution of its call.
+func (r Request) budgeted() bool { return r.Retry && !r.NeverExecuted }
+
+// ErrClientGone is Acquire's error when the context ended while the
+// request waited in the queue: nobody is left to answer.
+var ErrClientGone = errors.New("client went away")
+
+// Option adjusts a Limiter built by New.
+type Option func(*Limiter)
+
+// WithClock replaces the wall clock (tests).
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+
+// WithLogger sets where the core logs its control changes; the default
+// discards.
+func WithLogger(e *logrus.Entry) Option { return func(l *Limiter) { l.log = e } }
+
+// WithLimit replaces the automatic cap, the limit in force while
+// max_in_flight is 0.
+func WithLimit(lim Limit) Option { return func(l *Limiter) { l.auto = lim } }
+
+// Limiter decides admission: which request gets one of the cap's slots
+// now, which waits in the queue and for how long, and which is turned away
+// with the delay after which a retry can succeed. Acquire asks; the
+// Listener it returns ends the slot with the request's outcome.
+type Limiter struct {
+	cfg   configs.Admission
+	clock Clock
+	log   *logrus.Entry
+
+	mu       sync.Mutex
+	fixed    int   // > 0: a fixed cap; 0: the automatic one
+	auto     Limit // the automatic cap, in force while fixed == 0
+	fixedCap Limit // the fixed cap, while fixed > 0
+	inFlight int
+	// inFlightArea is the integral of inFlight over time (request-seconds)
+	// up to inFlightSince: the difference between two readings over the
+	// time between them is the mean in flight, what an answer ran beside.
+	inFlightArea  float64
+	inFlightSince time.Time
+	waiters       list.List // of *waiter, oldest first
+	// held indexes the placeholders in waiters: queue places of keyed calls
+	// whose attempt ended, kept for a retry of the same call to take over.
+	held        map[CallKey]*waiter
+	queuedBytes int64 // request bodies held by live waiters
+	saturated   bool
+	recovering  bool
+	slowFrom    time.Time // zero: no slow start running
+	tenants     *tenantTable
+	budget      *retryBudget
+	completions *slidingSum
+	deadlines   *deadlines
+	// admissions over the last completionSpan, since busySince (when the
+	// last idle spell ended): the queue's drain rate.
+	admissions *slidingSum
+	busySince  time.Time
+	// Last reading of the engine's queue gauges (-1: none yet).
+	engineWaiting, engineRunning float64
+
+	admitted, queued, abandoned atomic.Uint64
+}
+
+// New builds the core from the admission config (validated by package
+// configs): max_in_flight, ttft_target, the queue's bounds and order,
+// cancel_after, the retry budget, slow_start and the tenants.
+func New(cfg configs.Admission, opts ...Option) *Limiter {
+	l := &Limiter{
+		cfg:           cfg,
+		clock:         WallClock,
+		fixed:         cfg.MaxInFlight,
+		tenants:       newTenantTable(cfg.Tenants),
+		held:          map[CallKey]*waiter{},
+		engineWaiting: -1,
+		engineRunning: -1,
+		budget:        newRetryBudget(cfg.RetryRatio, cfg.RetryWindow),
+		completions:   newSlidingSum(completionSpan, 10),
+		admissions:    newSlidingSum(completionSpan, 10),
+		deadlines:     newDeadlines(cfg.ClientTimeouts),
+	}
+	for _, o := range opts {
+		o(l)
+	}
+	if l.log == nil {
+		l.log = discardLogger()
+	}
+	if l.auto == nil {
+		l.auto = NewAuto(cfg.TTFTTarget, l.clock.Now())
+	}
+	if l.fixed > 0 {
+		l.fixedCap = NewFixed(l.fixed)
+	}
+	return l
+}
+
+func discardLogger() *logrus.Entry {
+	lg := logrus.New()
+	lg.SetOutput(discard{})
+	return logrus.NewEntry(lg)
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// limitLocked is the Limit in force.
+func (l *Limiter) limitLocked() Limit {
+	if l.fixed > 0 {
+		return l.fixedCap
+	}
+	return l.auto
+}
+
+// capLocked is the cap in force now: fixed or automatic, ramped by slow
+// start.
+func (l *Limiter) capLocked(now time.Time) int {
+	c := l.limitLocked().Limit()
+	if !l.slowFrom.IsZero() {
+		el := now.Sub(l.slowFrom)
+		if el >= l.cfg.SlowStart {
+			l.slowFrom = time.Time{}
+		} else {
+			f := slowStartFloor + (1-slowStartFloor)*float64(el)/float64(l.cfg.SlowStart)
+			c = max(1, int(math.Round(float64(c)*f)))
+		}
+	}
+	return c
+}
+
+// Acquire asks for a slot. It applies, in order: recovery, the tenant's
+// quotas, the retry budget, then the cap and its queue. It returns the
+// slot's Listener, a Rejection, or ErrClientGone when ctx ended while the
+// request was queued (it leaves the queue at once; a keyed call's place
+// is held for its retry).
+func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection, error) {
+	l.mu.Lock()
+	now := l.clock.Now()
+	timeout := l.timeoutLocked(r)
+	lis, rj := l.chargeLocked(now, r, timeout)
+	if rj != nil {
+		l.mu.Unlock()
+		return nil, rj, nil
+	}
+	l.dispatchLocked(now) // the cap may have grown since the last release (slow start)
+	ph := l.held[r.Key]
+	if !r.Keyed {
+		ph = nil
+	}
+	if l.admitLocked(now, lis, ph) {
+		l.mu.Unlock()
+		return lis, nil, nil
+	}
+	l.limitLocked().OnDemand()
+	maxWait := l.maxWaitLocked(r, timeout)
+	if r.Stream {
+		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
+			l.undoLocked(now, lis)
+			l.mu.Unlock()
+			return nil, rj, nil
+		}
+	}
+	if rj := l.makeRoomLocked(now, r.Bytes, ph == nil); rj != nil {
+		l.undoLocked(now, lis)
+		l.mu.Unlock()
+		return nil, rj, nil
+	}
+	w := l.enqueueLocked(now, r, ph)
+	l.mu.Unlock()
+	return l.wait(ctx, r, lis, w, maxWait)
+}
+
+// chargeLocked turns a request away while the engine restarts, or over its
+// tenant's quotas or the retry budget; otherwise it charges both and
+// returns the Listener the slot will be granted to.
+func (l *Limiter) chargeLocked(now time.Time, r Request, timeout time.Duration) (*Listener, *Rejection) {
+	if l.recovering {
+		return nil, recoveringRejection()
+	}
+	if !r.Retry {
+		l.budget.first(now)
+	}
+	t := l.tenants.lookup(r.Tenant, now)
+	if t != nil {
+		if v := t.check(now, r.Tokens); v.reason != "" {
+			rj := &Rejection{Reason: v.reason, Wait: v.wait, Final: v.never, Message: tenantMessage(t, v)}
+			if v.reason == ReasonTenantInFlight {
+				rj.Wait = l.estimatedWaitLocked(now, 0)
+			}
+			return nil, rj
+		}
+	}
+	if r.budgeted() {
+		if ok, wait := l.budget.take(now); !ok {
+			return nil, &Rejection{Reason: ReasonRetryBudget, Wait: wait,
+				Message: "Too many retries: retries that start new work are limited to a share of " +
+					"first attempts; retry after the indicated delay, with the same Idempotency-Key."}
+		}
+	}
+	if t != nil {
+		t.charge(now, r.Tokens)
+	}
+	return &Listener{l: l, tenant: t, tokens: r.Tokens, prompt: r.Prompt, retry: r.budgeted(), deadline: timeout}, nil
+}
+
+// admitLocked grants a slot at once when one is free and nobody waits for
+// it; a keyed call's held place (ph) is no longer needed then.
+func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
+	c := l.capLocked(now)
+	if l.inFlight >= c || l.liveWaitersLocked() > 0 {
+		return false
+	}
+	if ph != nil {
+		l.removeWaiterLocked(ph.elem)
+	}
+	l.addInFlightLocked(now, 1)
+	l.admitted.Add(1)
+	l.admissions.add(now, 1)
+	if l.inFlight >= c {
+		l.limitLocked().OnDemand()
+	}
+	lis.admitted, lis.inFlightAt, lis.areaAt = now, l.inFlight, l.inFlightArea
+	return true
+}
+
+// wait blocks until the request's slot, its rejection (queue full behind
+// newer work, wait expired, recovery), or its client's departure.
+func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter, maxWait time.Duration) (*Listener, *Rejection, error) {
+	stop := l.clock.AfterFunc(maxWait, func() { l.expire(r, w) })
+	defer stop()
+	var res waitResult
+	select {
+	case res = <-w.ch:
+	case <-ctx.Done():
+		l.mu.Lock()
+		if w.queued && !w.placeholder {
+			if r.Keyed && l.cfg.CancelAfter > 0 && l.held[r.Key] == nil {
+				// Like an execution's deferred cancellation: the client's
+				// retry (SDK backoff of a few seconds) resumes from here.
+				l.holdLocked(w, r.Key, l.cfg.CancelAfter)
+			} else {
+				l.removeWaiterLocked(w.elem)
+			}
+			l.undoLocked(l.clock.Now(), lis)
+			l.mu.Unlock()
+			l.abandoned.Add(1)
+			return nil, nil, ErrClientGone
+		}
+		l.mu.Unlock()
+		// A slot or a rejection was handed over just as the client left.
+		if res = <-w.ch; res.rej == nil {
+			lis.admitted = l.clock.Now()
+			lis.Ignore()
+		} else {
+			l.mu.Lock()
+			l.undoLocked(l.clock.Now(), lis)
+			l.mu.Unlock()
+		}
+		l.abandoned.Add(1)
+		return nil, nil, ErrClientGone
+	}
+	if res.rej != nil {
+		l.mu.Lock()
+		l.undoLocked(l.clock.Now(), lis)
+		l.mu.Unlock()
+		return nil, res.rej, nil
+	}
+	lis.admitted, lis.inFlightAt, lis.areaAt = res.at, res.inFlight, res.area
+	return lis, nil, nil
+}
+
+// expire ends a wait that reached its bound: a 503 with the honest delay;
+// a keyed call's place is held until its client comes back.
+func (l *Limiter) expire(r Request, w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !w.queued || w.placeholder {
+		return
+	}
+	now := l.clock.Now()
+	rj := queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.aheadLocked(w)))
+	if r.Keyed && l.held[r.Key] == nil {
+		// The client comes back after Retry-After: keep its place that
+		// long, plus cancel_after for the retry's own delays.
+		l.holdLocked(w, r.Key, min(rj.Wait*6/5, MaxRetryAfter)+l.cfg.CancelAfter)
+	} else {
+		l.removeWaiterLocked(w.elem)
+	}
+	w.ch <- waitResult{rej: rj}
+}
+
+// queueWaitFor bounds a request's queue wait by max_queue_wait and by its
+// client's own timeout when known (clientTimeout, 0: none). Half of it,
+// usually: waiting out the whole timeout in the queue leaves no time to
+// generate, and the attempt turns into a retry anyway. A coalesced keyed
+// call loses nothing by waiting longer: its queue place and its execution
+// both outlive the attempt, so the retry resumes either; it waits up to
+// keyedWaitShare of the timeout, then is told when to come back
+// (Retry-After) while its place is held.
+func (l *Limiter) queueWaitFor(clientTimeout time.Duration, coalesced bool) time.Duration {
+	d := l.cfg.MaxQueueWait
+	if clientTimeout > 0 {
+		share := 0.5
+		if coalesced {
+			share = keyedWaitShare
+		}
+		d = min(d, time.Duration(share*float64(clientTimeout)))
+	}
+	return max(d, time.Millisecond)
+}
+
+// undoLocked refunds the quota charges of a request that got no slot.
+func (l *Limiter) undoLocked(now time.Time, lis *Listener) {
+	if lis.tenant != nil {
+		lis.tenant.refund(now, lis.tokens)
+	}
+	if lis.retry {
+		l.budget.give(now)
+	}
+}
+
+// estimatedWaitLocked is how long until ahead requests have completed at
+// the measured completion rate: the honest Retry-After.
+func (l *Limiter) estimatedWaitLocked(now time.Time, ahead int) time.Duration {
+	rate := l.completions.sum(now) / completionSpan.Seconds()
+	if rate <= 0 {
+		return unknownWait
+	}
+	return time.Duration(float64(ahead+1) / rate * float64(time.Second))
+}
+
+// addInFlightLocked changes the requests in flight by d at now, keeping
+// their integral over time.
+func (l *Limiter) addInFlightLocked(now time.Time, d int) {
+	if !l.inFlightSince.IsZero() && now.After(l.inFlightSince) {
+		l.inFlightArea += float64(l.inFlight) * now.Sub(l.inFlightSince).Seconds()
+	}
+	l.inFlightSince = now
+	if l.inFlight == 0 && d > 0 {
+		l.busySince = now
+	}
+	l.inFlight += d
+}
+
+// meanInFlightLocked is the mean number of requests in flight from a
+// listener's admission to now, itself included; the count at admission
+// when no time has passed.
+func (l *Limiter) meanInFlightLocked(lis *Listener, now time.Time) int {
+	d := now.Sub(lis.admitted).Seconds()
+	if d <= 0 {
+		return lis.inFlightAt
+	}
+	area := l.inFlightArea
+	if now.After(l.inFlightSince) {
+		area += float64(l.inFlight) * now.Sub(l.inFlightSince).Seconds()
+	}
+	return int(math.Round((area - lis.areaAt) / d))
+}

@@ -1,0 +1,246 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/configs"
+)
+
+// acquired is what one Acquire returned.
+type acquired struct {
+	lis *Listener
+	rj  *Rejection
+	err error
+}
+
+// acquireAsync runs Acquire in its own goroutine (it blocks while queued).
+func acquireAsync(ctx context.Context, l *Limiter, r Request) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		lis, rj, err := l.Acquire(ctx, r)
+		ch <- acquired{lis, rj, err}
+	}()
+	return ch
+}
+
+// untilQueued waits (briefly, in real time) until n requests wait.
+func untilQueued(t *testing.T, l *Limiter, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for l.Stats().QueueDepth != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue depth %d, want %d", l.Stats().QueueDepth, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func get(t *testing.T, ch <-chan acquired) acquired {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(2 * time.Second):
+		t.Fatal("Acquire did not return")
+		return acquired{}
+	}
+}
+
+func mustAcquire(t *testing.T, l *Limiter, r Request) *Listener {
+	t.Helper()
+	lis, rj, err := l.Acquire(context.Background(), r)
+	if err != nil || rj != nil {
+		t.Fatalf("Acquire: %v %v", err, rj)
+	}
+	return lis
+}
+
+// TestAcquireDecides is the core's API in one table: what Acquire answers
+// in each situation, and what the Listener's end does.
+func TestAcquireDecides(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(*configs.Admission)
+		run  func(t *testing.T, l *Limiter, clk *fakeClock)
+	}{
+		{"a free slot admits at once", nil, func(t *testing.T, l *Limiter, _ *fakeClock) {
+			mustAcquire(t, l, Request{Tokens: 1})
+			if s := l.Stats(); s.InFlight != 1 || s.Admitted != 1 || s.Queued != 0 {
+				t.Errorf("in flight %d, admitted %d, queued %d; want 1, 1, 0", s.InFlight, s.Admitted, s.Queued)
+			}
+		}},
+		{"a full cap without a queue rejects at once, as capacity", func(c *configs.Admission) { c.MaxInFlight, c.MaxQueue = 1, 0 },
+			func(t *testing.T, l *Limiter, _ *fakeClock) {
+				mustAcquire(t, l, Request{})
+				_, rj, err := l.Acquire(context.Background(), Request{})
+				if err != nil || rj == nil || rj.Reason != ReasonQueueFull || rj.RateLimited() || rj.Wait <= 0 {
+					t.Fatalf("got %+v %v, want a queue_full rejection (503) with a wait", rj, err)
+				}
+			}},
+		{"a released slot goes to the waiter", func(c *configs.Admission) { c.MaxInFlight = 1 },
+			func(t *testing.T, l *Limiter, _ *fakeClock) {
+				first := mustAcquire(t, l, Request{})
+				ch := acquireAsync(context.Background(), l, Request{})
+				untilQueued(t, l, 1)
+				first.Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
+				if a := get(t, ch); a.lis == nil {
+					t.Fatalf("the waiter got %+v, want a slot", a)
+				}
+				if s := l.Stats(); s.InFlight != 1 || s.Queued != 1 || s.CompletionRate <= 0 {
+					t.Errorf("in flight %d, queued %d, completion rate %v; want 1, 1, > 0", s.InFlight, s.Queued, s.CompletionRate)
+				}
+			}},
+		{"a wait is cut to half the client's timeout", func(c *configs.Admission) { c.MaxInFlight = 1 },
+			func(t *testing.T, l *Limiter, clk *fakeClock) {
+				mustAcquire(t, l, Request{})
+				ch := acquireAsync(context.Background(), l, Request{Timeout: 2 * time.Second})
+				untilQueued(t, l, 1)
+				clk.Advance(999 * time.Millisecond)
+				if l.Stats().QueueDepth != 1 {
+					t.Fatal("the wait ended before half the client's timeout")
+				}
+				clk.Advance(time.Millisecond)
+				if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+					t.Fatalf("got %+v, want queue_timeout at 1 s", a)
+				}
+			}},
+		{"a client that leaves the queue is gone, and refunded", func(c *configs.Admission) {
+			c.MaxInFlight = 1
+			c.Tenants.Default.MaxInFlight = 2
+		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+			mustAcquire(t, l, Request{Tenant: "a"})
+			ctx, cancel := context.WithCancel(context.Background())
+			ch := acquireAsync(ctx, l, Request{Tenant: "a"})
+			untilQueued(t, l, 1)
+			cancel()
+			if a := get(t, ch); !errors.Is(a.err, ErrClientGone) {
+				t.Fatalf("got %+v, want ErrClientGone", a)
+			}
+			if s := l.Stats(); s.Abandoned != 1 || s.QueueDepth != 0 {
+				t.Errorf("abandoned %d, depth %d; want 1, 0", s.Abandoned, s.QueueDepth)
+			}
+			// The tenant's second place is free again: a third request queues
+			// instead of being refused for the key's concurrency.
+			ch = acquireAsync(context.Background(), l, Request{Tenant: "a"})
+			untilQueued(t, l, 1)
+			l.SetRecovering(true)
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonRecovering {
+				t.Fatalf("got %+v, want the recovery's rejection", a)
+			}
+		}},
+		{"recovery turns everyone away for 30 s", nil, func(t *testing.T, l *Limiter, _ *fakeClock) {
+			l.SetRecovering(true)
+			_, rj, _ := l.Acquire(context.Background(), Request{})
+			if rj == nil || rj.Reason != ReasonRecovering || rj.Wait != recoveringWait || rj.RateLimited() {
+				t.Fatalf("got %+v, want recovering, 30 s", rj)
+			}
+		}},
+		{"a tenant over its rpm is rate-limited; an ignored slot is refunded", func(c *configs.Admission) {
+			c.Tenants.Default.RPM = 1
+		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+			lis := mustAcquire(t, l, Request{Tenant: "a"})
+			_, rj, _ := l.Acquire(context.Background(), Request{Tenant: "a"})
+			if rj == nil || rj.Reason != ReasonTenantRPM || !rj.RateLimited() || rj.Wait <= 0 {
+				t.Fatalf("got %+v, want tenant_rpm (429) with a wait", rj)
+			}
+			mustAcquire(t, l, Request{Tenant: "b"}) // another key is not held back
+			lis.Ignore()
+			lis.Ignore() // a second end does nothing
+			mustAcquire(t, l, Request{Tenant: "a"})
+			if s := l.Stats(); s.InFlight != 2 {
+				t.Errorf("in flight %d, want 2", s.InFlight)
+			}
+		}},
+		{"a request over the key's whole tpm can never fit", func(c *configs.Admission) {
+			c.Tenants.Default.TPM = 100
+		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+			_, rj, _ := l.Acquire(context.Background(), Request{Tenant: "a", Tokens: 101})
+			if rj == nil || rj.Reason != ReasonTenantTPM || !rj.Final {
+				t.Fatalf("got %+v, want a final tenant_tpm", rj)
+			}
+		}},
+		{"retries that would run a call again are budgeted; others are not", func(c *configs.Admission) {
+			c.RetryRatio = 0
+		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+			for range RetryFloor {
+				mustAcquire(t, l, Request{Retry: true}).Release(Outcome{Success: true})
+			}
+			_, rj, _ := l.Acquire(context.Background(), Request{Retry: true})
+			if rj == nil || rj.Reason != ReasonRetryBudget || !rj.RateLimited() {
+				t.Fatalf("got %+v, want retry_budget (429)", rj)
+			}
+			mustAcquire(t, l, Request{Retry: true, NeverExecuted: true})
+		}},
+		{"a dropped answer cuts the automatic cap", func(c *configs.Admission) { c.MaxInFlight = 0 },
+			func(t *testing.T, l *Limiter, clk *fakeClock) {
+				var ls []*Listener
+				for range windowMinSamples {
+					ls = append(ls, mustAcquire(t, l, Request{}))
+				}
+				clk.Advance(windowMax)
+				for _, lis := range ls {
+					lis.Release(Outcome{Dropped: true})
+				}
+				if s := l.Stats(); s.Cap >= autoInitial || !s.Automatic {
+					t.Errorf("cap %d after drops, want below %d", s.Cap, autoInitial)
+				}
+			}},
+		{"a fixed cap admits three quarters of itself while saturated", func(c *configs.Admission) { c.MaxInFlight = 8 },
+			func(t *testing.T, l *Limiter, _ *fakeClock) {
+				l.SetSaturated(true)
+				if c := l.Stats().Cap; c != 6 {
+					t.Errorf("cap %d, want 6", c)
+				}
+				l.SetMaxInFlight(12)
+				if c := l.Stats().Cap; c != 9 {
+					t.Errorf("cap %d after an override of 12 while saturated, want 9", c)
+				}
+				l.SetSaturated(false)
+				if c := l.Stats().Cap; c != 12 {
+					t.Errorf("cap %d, want 12", c)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			clk := newFakeClock()
+			tc.run(t, New(cfg, WithClock(clk)), clk)
+		})
+	}
+}
+
+// A Limit is pluggable: the core asks it for the cap and tells it what
+// happened.
+type countingLimit struct {
+	fixedCap
+	samples, firsts int
+}
+
+func (c *countingLimit) OnSample(Sample, time.Time) bool { c.samples++; return false }
+func (c *countingLimit) OnFirstToken(time.Time, time.Duration, time.Time) bool {
+	c.firsts++
+	return false
+}
+
+func TestAnotherLimitCanBePluggedIn(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxInFlight = 0
+	lim := &countingLimit{fixedCap: fixedCap{n: 1}}
+	l := New(cfg, WithLimit(lim))
+	lis := mustAcquire(t, l, Request{})
+	if s := l.Stats(); s.Cap != 1 || !s.Automatic {
+		t.Fatalf("cap %d (automatic %v), want the plugged limit's 1", s.Cap, s.Automatic)
+	}
+	lis.FirstToken(time.Second)
+	lis.Release(Outcome{Success: true, Streamed: true})
+	mustAcquire(t, l, Request{}).Release(Outcome{Cancelled: true}) // no sample: neither success nor drop
+	if lim.samples != 1 || lim.firsts != 1 {
+		t.Errorf("samples %d, first tokens %d; want 1 and 1", lim.samples, lim.firsts)
+	}
+}

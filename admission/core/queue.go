@@ -1,0 +1,217 @@
+package core
+
+import (
+	"container/list"
+	"time"
+)
+
+// waiter is one request queued for a slot, or a placeholder: the queue
+// place of a keyed call whose attempt ended (its client timed out or was
+// told to come back), kept so the call's retry resumes from it. A
+// placeholder holds no body, is never admitted and never counts in flight.
+type waiter struct {
+	at     time.Time
+	ch     chan waitResult // buffered 1: the dispatcher never blocks
+	elem   *list.Element
+	queued bool
+	bytes  int64 // the body this waiter holds
+	// retry: a later attempt of a call (SDK-marked, a key seen before, or a
+	// held place taken over). newest_first serves these after every first
+	// attempt, oldest call first.
+	retry bool
+	// Placeholders only: the call's key and the timer that drops it.
+	placeholder bool
+	k           CallKey
+	stopHold    func() bool
+}
+
+// waitResult: a slot (rej == nil) or a rejection.
+type waitResult struct {
+	rej      *Rejection
+	inFlight int // with a slot: requests in flight, this one included
+	// at and area: when the slot was granted, and inFlightArea then.
+	at   time.Time
+	area float64
+}
+
+// enqueueLocked queues a request that found no free slot (room was made).
+// A retry of a call whose earlier attempt was queued (ph, its held place)
+// resumes from that attempt's place instead of starting over.
+func (l *Limiter) enqueueLocked(now time.Time, r Request, ph *waiter) *waiter {
+	var w *waiter
+	if ph != nil && ph.queued {
+		delete(l.held, r.Key)
+		ph.stopHold()
+		w = &waiter{at: ph.at, ch: make(chan waitResult, 1), queued: true, elem: ph.elem, retry: true}
+		ph.elem.Value = w
+		ph.queued = false
+	} else {
+		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true, retry: r.Retry}
+		w.elem = l.waiters.PushBack(w)
+	}
+	w.bytes = r.Bytes
+	l.queuedBytes += r.Bytes
+	l.queued.Add(1)
+	return w
+}
+
+func (l *Limiter) removeWaiterLocked(e *list.Element) *waiter {
+	w := l.waiters.Remove(e).(*waiter)
+	w.queued = false
+	if w.placeholder {
+		if l.held[w.k] == w {
+			delete(l.held, w.k)
+		}
+		if w.stopHold != nil {
+			w.stopHold()
+		}
+	} else {
+		l.queuedBytes -= w.bytes
+	}
+	return w
+}
+
+// liveWaitersLocked is the number of queued requests, placeholders aside.
+func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held) }
+
+// nextWaiterLocked is the live waiter to admit next, placeholders skipped,
+// or nil. fifo: the oldest. newest_first: the newest first attempt, else the
+// oldest retry. The two halves of newest_first answer different clients. A
+// first attempt's client is on its first deadline: the newest can still
+// make it, the oldest is about to give up. A retry's client has already
+// missed that deadline and comes back a bounded number of times: the
+// oldest call has the fewest attempts left, so it goes first, and no retry
+// displaces fresh work (retries are what keeps an overload going).
+func (l *Limiter) nextWaiterLocked() *list.Element {
+	live := func(e *list.Element) bool { return !e.Value.(*waiter).placeholder }
+	if l.cfg.Order == "fifo" {
+		for e := l.waiters.Front(); e != nil; e = e.Next() {
+			if live(e) {
+				return e
+			}
+		}
+		return nil
+	}
+	var oldestRetry *list.Element
+	for e := l.waiters.Back(); e != nil; e = e.Prev() {
+		if !live(e) {
+			continue
+		}
+		if !e.Value.(*waiter).retry {
+			return e
+		}
+		oldestRetry = e
+	}
+	return oldestRetry
+}
+
+// holdLocked turns a keyed waiter whose attempt ended into a placeholder
+// for d: a retry of the same call arriving meanwhile takes its place in
+// the queue; otherwise it is dropped, never admitted.
+func (l *Limiter) holdLocked(w *waiter, k CallKey, d time.Duration) {
+	l.queuedBytes -= w.bytes
+	w.bytes = 0
+	w.placeholder, w.k = true, k
+	l.held[k] = w
+	w.stopHold = l.clock.AfterFunc(d, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if w.queued && l.held[k] == w {
+			l.removeWaiterLocked(w.elem)
+		}
+	})
+}
+
+// dispatchLocked hands freed slots to waiters, newest or oldest first.
+func (l *Limiter) dispatchLocked(now time.Time) {
+	c := l.capLocked(now)
+	for l.inFlight < c {
+		e := l.nextWaiterLocked()
+		if e == nil {
+			return
+		}
+		w := l.removeWaiterLocked(e)
+		l.addInFlightLocked(now, 1)
+		l.admitted.Add(1)
+		l.admissions.add(now, 1)
+		w.ch <- waitResult{inFlight: l.inFlight, at: now, area: l.inFlightArea}
+	}
+}
+
+// aheadLocked counts the calls to be served before w's call comes back
+// and resumes its place: for fifo every entry in front of it; for
+// newest_first every first attempt waiting (they go first) plus the
+// retries and held places in front of it (older calls). Held places count:
+// their clients are coming back too. This is what makes the Retry-After of
+// a call deep in a backlog honest, and long (up to the 60 s the SDKs obey).
+func (l *Limiter) aheadLocked(w *waiter) int {
+	n, before := 0, true
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if e == w.elem {
+			before = false
+			continue
+		}
+		o := e.Value.(*waiter)
+		switch {
+		case before && (l.cfg.Order == "fifo" || o.placeholder || o.retry):
+			n++
+		case l.cfg.Order != "fifo" && !o.placeholder && !o.retry:
+			n++
+		}
+	}
+	return n
+}
+
+// makeRoomLocked makes room in the queue for a waiter holding n bytes of
+// body (in a new entry, or in a held place it takes over): within
+// max_queue entries and max_queue_bytes. Placeholders make room first
+// (they are only a chance of a retry); then newest_first turns away the
+// oldest waiters, whose clients are the closest to giving up, and fifo
+// turns away the newcomer (the returned rejection).
+func (l *Limiter) makeRoomLocked(now time.Time, n int64, newEntry bool) *Rejection {
+	full := func() bool {
+		return (newEntry && l.waiters.Len() >= l.cfg.MaxQueue) ||
+			(l.cfg.MaxQueueBytes > 0 && l.queuedBytes+n > l.cfg.MaxQueueBytes)
+	}
+	if l.cfg.MaxQueue == 0 || (l.cfg.MaxQueueBytes > 0 && n > l.cfg.MaxQueueBytes) {
+		return queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
+	}
+	for e := l.waiters.Front(); e != nil && full(); {
+		next := e.Next()
+		if e.Value.(*waiter).placeholder {
+			l.removeWaiterLocked(e)
+		}
+		e = next
+	}
+	for full() {
+		if l.cfg.Order == "fifo" || l.liveWaitersLocked() == 0 {
+			return queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
+		}
+		old := l.removeWaiterLocked(l.nextOldestLocked())
+		old.ch <- waitResult{rej: queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))}
+	}
+	return nil
+}
+
+// nextOldestLocked is the oldest live waiter (there must be one).
+func (l *Limiter) nextOldestLocked() *list.Element {
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if !e.Value.(*waiter).placeholder {
+			return e
+		}
+	}
+	return nil
+}
+
+func recoveringRejection() *Rejection {
+	return &Rejection{Reason: ReasonRecovering, Message: "The engine is restarting; retry after the indicated delay.",
+		Wait: recoveringWait}
+}
+
+func queueRejection(reason string, wait time.Duration) *Rejection {
+	msg := "The engine is at capacity and the admission queue is full; retry after the indicated delay."
+	if reason == ReasonQueueTimeout {
+		msg = "The engine is at capacity and this request waited too long for a slot; retry after the indicated delay."
+	}
+	return &Rejection{Reason: reason, Message: msg, Wait: wait}
+}
