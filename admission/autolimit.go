@@ -114,6 +114,27 @@ const (
 	// took ~100 s of a surge to reach what the engine could run.
 	roomyStretch = 2.0
 
+	// longPrompt: prompts (mean prompt tokens per prefill completed in a
+	// window) at least this long need a whole engine step of prefill or
+	// more each: vLLM's smallest default per-step token budget
+	// (max_num_batched_tokens) is 2048. Such prompts wait in the engine's
+	// queue for the step's token budget, one or two admitted a step, while
+	// the engine still has seats and KV cache for them: that queue is the
+	// engine at full prefill, not the cap above what it can run. Shorter
+	// prompts are admitted many a step, so a queue of them means the
+	// engine has no room.
+	longPrompt = 2048
+	// prefillMemory: prefill progress and the mean prompt length are
+	// averaged over about this long (decaying), several long prefills: a
+	// window of two gauge readings sees zero or one of them.
+	prefillMemory = 5 * time.Second
+	// kvFull and seatsFull: the engine cannot take more when its KV cache
+	// is this full, or its running batch this close to max_num_seqs
+	// (engine_max_seqs, or vLLM's default 256 when not configured): its
+	// queue is then a real queue whatever the prompts' length.
+	kvFull    = 0.9
+	seatsFull = 0.95
+
 	windowMinSamples = 10
 	windowMinGauges  = 2
 	windowMin        = 100 * time.Millisecond
@@ -181,7 +202,24 @@ type autoLimit struct {
 	waiting    float64 // sums over gauges
 	running    float64
 	gaugeAt    time.Time // last reading of the engine's gauges
-	demand     bool
+	// The engine's load beyond its queue (see prefillBacklog): KV usage
+	// summed over the window's readings that had it, and the growth of the
+	// prompt-token and first-token counters between readings (prev*, -1:
+	// none) over dSpan, decaying over prefillMemory.
+	kvSum           float64
+	kvN             int
+	dPrompt, dFirst float64
+	dSpan           time.Duration
+	prevPrompt      float64
+	prevFirst       float64
+	prevAt          time.Time
+	// seats is the engine's max_num_seqs when configured (0: vLLM's
+	// default, autoMax).
+	seats int
+	// backlog: the last window read the engine's queue as a prefill
+	// backlog of long prompts on an engine with room (see tighten).
+	backlog bool
+	demand  bool
 	// hold stops growth (the watchdog says the engine is saturated).
 	hold bool
 
@@ -215,8 +253,8 @@ func newAutoLimit(target time.Duration, now time.Time) *autoLimit {
 // reset forgets the evidence and probes again: used after an engine
 // restart, whose capacity may differ from the old one.
 func (a *autoLimit) reset(now time.Time) {
-	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
-		lastChange: now, winStart: now}
+	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold, seats: a.seats,
+		lastChange: now, winStart: now, prevPrompt: -1, prevFirst: -1}
 }
 
 // cap is the current limit as a request count.
@@ -353,11 +391,77 @@ func (a *autoLimit) drop(admitted, now time.Time) bool {
 
 // observeEngine feeds one scrape of the engine's queue gauges.
 func (a *autoLimit) observeEngine(waiting, running float64, now time.Time) bool {
+	return a.observeEngineLoad(queueOnly(waiting, running), now)
+}
+
+// observeEngineLoad feeds one scrape of the engine's load.
+func (a *autoLimit) observeEngineLoad(g engineLoad, now time.Time) bool {
 	a.gauges++
 	a.gaugeAt = now
-	a.waiting += waiting
-	a.running += running
+	a.waiting += g.waiting
+	a.running += g.running
+	if g.kvUsage >= 0 {
+		a.kvSum += g.kvUsage
+		a.kvN++
+	}
+	a.noteCounters(g, now)
 	return a.maybeUpdate(now)
+}
+
+// notePrefill reads one scrape only for the distinction between a prefill
+// backlog and a full engine (backlog), without judging the cap: the poll
+// of a fixed cap while the watchdog says saturated (see
+// Limiter.capLocked).
+func (a *autoLimit) notePrefill(g engineLoad, now time.Time) {
+	a.noteCounters(g, now)
+	b := a.prefillBacklog(g.waiting, g.running, g.kvUsage)
+	a.backlog = b > 0 && g.waiting <= b
+}
+
+// noteCounters keeps the decaying growth of the prompt-token and
+// first-token counters. A counter that went down (the engine restarted) or
+// went missing starts again from this reading.
+func (a *autoLimit) noteCounters(g engineLoad, now time.Time) {
+	if g.promptTokens >= 0 && g.firstTokens >= 0 && a.prevPrompt >= 0 && a.prevFirst >= 0 &&
+		g.promptTokens >= a.prevPrompt && g.firstTokens >= a.prevFirst {
+		dt := now.Sub(a.prevAt)
+		keep := math.Exp(-dt.Seconds() / prefillMemory.Seconds())
+		a.dPrompt = a.dPrompt*keep + g.promptTokens - a.prevPrompt
+		a.dFirst = a.dFirst*keep + g.firstTokens - a.prevFirst
+		a.dSpan = time.Duration(float64(a.dSpan)*keep) + dt
+	}
+	a.prevPrompt, a.prevFirst, a.prevAt = g.promptTokens, g.firstTokens, now
+}
+
+// prefillBacklog is the share of the engine's waiting queue (mean over the
+// window, w; r running) that is long prompts waiting their turn for the
+// step's token budget on an engine that has room for them: it returns how
+// many waiting requests are that backlog (0: none). With long prompts
+// (longPrompt) vLLM admits one or two a step, so its waiting gauge is
+// never empty under load although every one of them will run; reading that
+// as a full engine held the cap at a few requests while the engine could
+// run a hundred. The engine has room when its KV cache (kv, its used share;
+// < 0: unknown) is below kvFull and its batch below seatsFull of its seats;
+// the backlog is being worked when prefills completed lately (the prompt
+// tokens counter rose), and it counts up to the seats still free: each of
+// those prompts gets a seat once its turn at the token budget comes. Past
+// them the queue is a real one, and the cap comes down to what the engine
+// runs plus that backlog.
+func (a *autoLimit) prefillBacklog(w, r, kv float64) float64 {
+	if w <= 0 || a.dFirst <= 0 || a.dSpan <= 0 || a.dPrompt/a.dFirst < longPrompt {
+		return 0
+	}
+	if kv >= kvFull {
+		return 0
+	}
+	seats := a.seats
+	if seats <= 0 {
+		seats = autoMax
+	}
+	if r >= seatsFull*float64(seats) {
+		return 0
+	}
+	return float64(seats) - r
 }
 
 // maybeUpdate closes the window when it holds enough evidence and applies
@@ -382,6 +486,13 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	if len(a.ttfts) == 0 {
 		tolerance = max(tolerance, queueShare*r)
 	}
+	kv := -1.0
+	if a.kvN > 0 {
+		kv = a.kvSum / float64(a.kvN)
+	}
+	backlog := a.prefillBacklog(w, r, kv)
+	a.backlog = backlog > 0 && w <= backlog
+	tolerance = max(tolerance, backlog)
 	queued := w > tolerance
 	slow := target > 0 && len(a.ttfts) >= 3 && p90 > target
 	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
@@ -389,7 +500,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	a.svcFresh = false
 	ceiling, near := a.deadlineCeiling()
 	late := near && a.limit > ceiling
-	if queued || (len(a.ttfts) > 0 && w > 0) {
+	if queued || (len(a.ttfts) > 0 && w > backlog) {
 		// The engine has started to queue: near its capacity, probe gently.
 		// Streamed answers' first tokens wait out any queue, so for them
 		// the first request waiting ends the probing.
@@ -416,11 +527,13 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 			// To what the engine runs, not by a ratio: the queue lasts
 			// until answers free the seats, so the same evidence comes
 			// back window after window, and a ratio would compound.
-			next = min(next, max(0.5*a.limit, r))
+			next = min(next, max(0.5*a.limit, r+backlog))
 		}
 		a.limit = max(autoMin, next)
 		a.probing = false
-	case a.hold || !a.demand:
+	case (a.hold && !a.backlog) || !a.demand:
+		// Held while the watchdog says saturated, unless what it saw is a
+		// prefill backlog on an engine with room (see tighten).
 	case a.samples == 0 && a.finished == 0:
 		// Nothing started or finished: no sign the engine is moving (it
 		// may be hung), so no reason to send it more. Any answer counts
@@ -453,13 +566,22 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	a.ttfts = a.ttfts[:0]
 	a.samples, a.finished, a.drops, a.gauges = 0, 0, 0, 0
 	a.waiting, a.running = 0, 0
+	a.kvSum, a.kvN = 0, 0
 	return changed
 }
 
 // tighten is the watchdog's "saturated" verdict: the engine's own queue is
 // deep although the evidence here has not shown it (traffic that bypasses
-// the limiter, no readable metrics). Cut once and stop probing.
+// the limiter, no readable metrics). Cut once and stop probing. A queue the
+// last window read as long prompts waiting their turn at the token budget,
+// on an engine with seats and KV cache for them (backlog), is no such
+// evidence: the watchdog counts waiting requests, and with 12,000-token
+// prompts that count is the engine at full prefill, so the cap stays.
 func (a *autoLimit) tighten(now time.Time) {
+	if a.backlog {
+		a.probing = false
+		return
+	}
 	a.limit = max(autoMin, a.limit*0.75)
 	a.probing = false
 	a.lastChange = now

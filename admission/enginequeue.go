@@ -36,30 +36,30 @@ func WithEngineMetrics(waiting, running string) Option {
 
 // readEngineQueue scrapes the engine's /metrics and sums the two gauges
 // over their label sets (data-parallel engines report one per engine).
-func (l *Limiter) readEngineQueue(ctx context.Context) (waiting, running float64, err error) {
+func (l *Limiter) readEngineQueue(ctx context.Context) (g engineLoad, err error) {
 	u := *l.upstream
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/metrics"
 	u.RawQuery = ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return 0, 0, fmt.Errorf("admission: engine metrics request: %w", err)
+		return g, fmt.Errorf("admission: engine metrics request: %w", err)
 	}
 	if l.cfg.InjectAPIKey && l.engineKey != "" {
 		req.Header.Set("Authorization", "Bearer "+l.engineKey.Value())
 	}
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("admission: read engine metrics: %w", err)
+		return g, fmt.Errorf("admission: read engine metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return 0, 0, fmt.Errorf("admission: read engine metrics: %s answered %d", u.Path, resp.StatusCode)
+		return g, fmt.Errorf("admission: read engine metrics: %s answered %d", u.Path, resp.StatusCode)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
-		return 0, 0, fmt.Errorf("admission: parse engine metrics: %w", err)
+		return g, fmt.Errorf("admission: parse engine metrics: %w", err)
 	}
 	sum := func(name string) (float64, bool) {
 		f, ok := fams[name]
@@ -78,10 +78,12 @@ func (l *Limiter) readEngineQueue(ctx context.Context) (waiting, running float64
 	}
 	waiting, ok := sum(l.gaugeWaiting)
 	if !ok {
-		return 0, 0, fmt.Errorf("admission: engine metrics lack %s", l.gaugeWaiting)
+		return g, fmt.Errorf("admission: engine metrics lack %s", l.gaugeWaiting)
 	}
-	running, _ = sum(l.gaugeRunning)
-	return waiting, running, nil
+	running, _ := sum(l.gaugeRunning)
+	g = queueOnly(waiting, running)
+	loadExtras(&g, fams)
+	return g, nil
 }
 
 // pollEngine feeds the engine's queue to the automatic cap while requests
@@ -108,13 +110,15 @@ func (l *Limiter) pollEngine() {
 		}
 		wait = pollEvery
 		l.mu.Lock()
-		busy := l.fixed == 0 && l.inFlight > 0
+		// A fixed cap reads them only while the watchdog says saturated,
+		// to tell a prefill backlog from a full engine (capLocked).
+		busy := (l.fixed == 0 || l.saturated) && l.inFlight > 0
 		l.mu.Unlock()
 		if !busy {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(l.base, pollTimeout)
-		w, r, err := l.readEngineQueue(ctx)
+		g, err := l.readEngineQueue(ctx)
 		cancel()
 		if err != nil {
 			if l.base.Err() != nil {
@@ -133,9 +137,13 @@ func (l *Limiter) pollEngine() {
 			failing = false
 		}
 		l.mu.Lock()
-		l.engineWaiting, l.engineRunning = w, r
-		if now := l.clock.Now(); l.fixed == 0 && l.auto.observeEngine(w, r, now) {
-			l.log.WithFields(logrus.Fields{"cap": l.auto.cap(), "engine_waiting": w, "engine_running": r}).
+		l.engineWaiting, l.engineRunning = g.waiting, g.running
+		if l.fixed > 0 {
+			now := l.clock.Now()
+			l.auto.notePrefill(g, now)
+			l.dispatchLocked(now)
+		} else if now := l.clock.Now(); l.auto.observeEngineLoad(g, now) {
+			l.log.WithFields(logrus.Fields{"cap": l.auto.cap(), "engine_waiting": g.waiting, "engine_running": g.running}).
 				Debug("admission: automatic cap changed")
 			l.dispatchLocked(now)
 		}

@@ -157,6 +157,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	}
 	l.log = l.log.WithField("component", "admission")
 	l.auto = newAutoLimit(cfg.TTFTTarget, l.clock.Now())
+	l.auto.seats = cfg.EngineMaxSeqs
 	l.completions = newSlidingSum(completionSpan, 10)
 	l.c.rejected = make(map[string]*atomic.Uint64, len(allReasons))
 	for _, r := range allReasons {
@@ -282,7 +283,8 @@ func (l *Limiter) Close() {
 // SetSaturated is the watchdog's verdict that the engine is saturated
 // (progressing under a deep queue of its own). While it holds, a fixed cap
 // admits only 3/4 of itself; the automatic cap is cut by 1/4 once and does
-// not grow. Requests over the cap wait in the bounded queue and get 503
+// not grow; neither while the engine's queue reads as long prompts waiting
+// their turn for prefill on an engine with room (autoLimit.tighten). Requests over the cap wait in the bounded queue and get 503
 // with Retry-After when it is full or their wait expires.
 func (l *Limiter) SetSaturated(on bool) {
 	l.mu.Lock()
@@ -368,7 +370,9 @@ func (l *Limiter) capLocked(now time.Time) int {
 	c := l.fixed
 	if c == 0 {
 		c = l.auto.cap()
-	} else if l.saturated {
+	} else if l.saturated && !l.auto.backlog {
+		// Not while the engine's queue is long prompts waiting for prefill
+		// on an engine with room (autoLimit.tighten).
 		c = max(1, int(float64(c)*saturatedShare))
 	}
 	if !l.slowFrom.IsZero() {
