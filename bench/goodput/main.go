@@ -101,7 +101,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.sloArm, "slo-arm", true, "also run vigil's automatic cap with ttft_target set to the measured SLO")
 	limiterTime := fs.String("limiter-time", "clock", "how vigil keeps time beside the time-scaled engine: clock or config (see bench/README.md)")
 	fs.StringVar(&o.workload, "workload", "both", "chat, longprompt or both")
-	fs.Float64Var(&o.long.scale, "long-scale", 25, "longprompt: engine time runs this many times faster than wall time")
+	fs.Float64Var(&o.long.scale, "long-scale", 30, "longprompt: engine time runs this many times faster than wall time")
 	fs.DurationVar(&o.long.window, "long-window", 300*time.Second, "longprompt: arrivals window at -load x capacity (engine time)")
 	fs.DurationVar(&o.long.objective, "long-objective", 690*time.Millisecond, "longprompt: TTFT objective (engine time)")
 	if err := fs.Parse(args); err != nil {
