@@ -152,7 +152,11 @@ const (
 //     request it has room for at once, so anything waiting is work the cap
 //     let in beyond the engine's batch or KV capacity. That work is better
 //     off in vigil's queue: bounded, newest first, dropped when its client
-//     leaves, answered with an honest Retry-After;
+//     leaves, answered with an honest Retry-After. Except long prompts
+//     waiting their turn at the step's token budget on an engine with
+//     seats and KV cache for them (prefillBacklog: its KV usage, its batch
+//     against engine_max_seqs, its prompt-token and first-token counters):
+//     that queue is the engine at full prefill, up to the seats still free;
 //   - upstream time to first byte of streamed answers (their TTFT) against
 //     ttft_target, judged at the 90th percentile: latency rises with the
 //     batch (a bigger batch means slower steps and larger prefill waves), so

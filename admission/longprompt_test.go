@@ -160,9 +160,9 @@ func TestTheAutomaticCapReachesTheEnginesConcurrencyWithLongPrompts(t *testing.T
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ecfg := enginesim.DefaultConfig()
-			ecfg.Scale = 40
+			ecfg.Scale = 20
 			tc.setup(&ecfg)
-			run := runLongPrompts(t, ecfg, tc.seats, 1.5, 240*time.Second, 0)
+			run := runLongPrompts(t, ecfg, tc.seats, 1.5, 160*time.Second, 0)
 			t.Logf("cap every engine second: %v", run.caps)
 			second := run.caps[len(run.caps)/2:]
 			sum := 0
