@@ -48,6 +48,9 @@ func TestTheCapTellsAPrefillBacklogFromAFullEngine(t *testing.T) {
 		{"12k-token prompts waiting, KV usage not exported: grows", 0, 4, 30, -1, 12000, true, 0},
 		{"12k-token prompts waiting, engine_max_seqs 64 with 30 running: grows", 64, 4, 30, 0.3, 12000, true, 0},
 		{"200-token prompts waiting: a full engine, cut to the running", 0, 4, 30, 0.3, 200, false, 30},
+		// Chat-sized prompts: several fit a step's budget, so their queue
+		// stays a queue (bench/goodput's chat workload).
+		{"3,000-token prompts waiting: cut to the running", 0, 4, 30, 0.3, 3000, false, 30},
 		{"12k-token prompts waiting on a full KV cache: cut to the running", 0, 4, 30, 0.95, 12000, false, 30},
 		{"12k-token prompts waiting with every seat taken: cut to the running", 30, 4, 30, 0.3, 12000, false, 30},
 	} {
