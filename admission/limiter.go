@@ -284,8 +284,9 @@ func (l *Limiter) Close() {
 // (progressing under a deep queue of its own). While it holds, a fixed cap
 // admits only 3/4 of itself; the automatic cap is cut by 1/4 once and does
 // not grow; neither while the engine's queue reads as long prompts waiting
-// their turn for prefill on an engine with room (autoLimit.tighten). Requests over the cap wait in the bounded queue and get 503
-// with Retry-After when it is full or their wait expires.
+// their turn for prefill on an engine with room (autoLimit.tighten).
+// Requests over the cap wait in the bounded queue and get 503 with
+// Retry-After when it is full or their wait expires.
 func (l *Limiter) SetSaturated(on bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
