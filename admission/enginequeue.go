@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/vigil-dev/vigil/admission/core"
 )
 
 const (
@@ -34,31 +36,33 @@ func WithEngineMetrics(waiting, running string) Option {
 }
 
 // readEngineQueue scrapes the engine's /metrics and sums the two gauges
-// over their label sets (data-parallel engines report one per engine).
-func (l *Limiter) readEngineQueue(ctx context.Context) (waiting, running float64, err error) {
+// over their label sets (data-parallel engines report one per engine),
+// with the series that tell a prefill backlog from a full engine
+// (engineload.go).
+func (l *Limiter) readEngineQueue(ctx context.Context) (core.EngineLoad, error) {
 	u := *l.upstream
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/metrics"
 	u.RawQuery = ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return 0, 0, fmt.Errorf("admission: engine metrics request: %w", err)
+		return core.EngineLoad{}, fmt.Errorf("admission: engine metrics request: %w", err)
 	}
 	if l.cfg.InjectAPIKey && l.engineKey != "" {
 		req.Header.Set("Authorization", "Bearer "+l.engineKey.Value())
 	}
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("admission: read engine metrics: %w", err)
+		return core.EngineLoad{}, fmt.Errorf("admission: read engine metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return 0, 0, fmt.Errorf("admission: read engine metrics: %s answered %d", u.Path, resp.StatusCode)
+		return core.EngineLoad{}, fmt.Errorf("admission: read engine metrics: %s answered %d", u.Path, resp.StatusCode)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
-		return 0, 0, fmt.Errorf("admission: parse engine metrics: %w", err)
+		return core.EngineLoad{}, fmt.Errorf("admission: parse engine metrics: %w", err)
 	}
 	sum := func(name string) (float64, bool) {
 		f, ok := fams[name]
@@ -77,14 +81,17 @@ func (l *Limiter) readEngineQueue(ctx context.Context) (waiting, running float64
 	}
 	waiting, ok := sum(l.gaugeWaiting)
 	if !ok {
-		return 0, 0, fmt.Errorf("admission: engine metrics lack %s", l.gaugeWaiting)
+		return core.EngineLoad{}, fmt.Errorf("admission: engine metrics lack %s", l.gaugeWaiting)
 	}
-	running, _ = sum(l.gaugeRunning)
-	return waiting, running, nil
+	running, _ := sum(l.gaugeRunning)
+	g := core.QueueOnly(waiting, running)
+	loadExtras(&g, fams)
+	return g, nil
 }
 
-// pollEngine feeds the engine's queue to the automatic cap while requests
-// are in flight (an idle engine is left alone). It runs until Close. It
+// pollEngine feeds the engine's load to the cap while the core wants it
+// (core.Limiter.ReadsEngine: requests in flight, an idle engine is left
+// alone). It runs until Close. It
 // keeps time by the limiter's Clock, like every other interval of the
 // limiter, so the poll keeps its proportion to the engine's time.
 func (l *Limiter) pollEngine() {
@@ -110,7 +117,7 @@ func (l *Limiter) pollEngine() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(l.base, pollTimeout)
-		w, r, err := l.readEngineQueue(ctx)
+		g, err := l.readEngineQueue(ctx)
 		cancel()
 		if err != nil {
 			if l.base.Err() != nil {
@@ -128,6 +135,6 @@ func (l *Limiter) pollEngine() {
 			l.log.Info("admission: reading the engine's queue again")
 			failing = false
 		}
-		l.core.ObserveEngine(w, r)
+		l.core.ObserveEngine(g)
 	}
 }

@@ -24,6 +24,13 @@ type Admission struct {
 	// not a capacity figure. 0 = none: the automatic cap then only keeps
 	// the engine's own queue empty (its maximum throughput).
 	TTFTTarget time.Duration `yaml:"ttft_target"`
+	// EngineMaxSeqs is the engine's --max-num-seqs, which vLLM does not
+	// export. With long prompts the engine's waiting gauge is never empty
+	// (prompts wait their turn for the step's token budget); the automatic
+	// cap tells that prefill backlog from a full engine by the engine's KV
+	// usage and its running batch against this many seats. 0 = vLLM's
+	// default, 256.
+	EngineMaxSeqs int `yaml:"engine_max_seqs"`
 	// MaxQueue, MaxQueueBytes and MaxQueueWait bound the wait queue by
 	// count, by the request bodies it holds, and by age. The queue is
 	// meant to hold an overload's backlog (the engine's own queue stays
@@ -151,6 +158,9 @@ func (a *Admission) validate(v *validator) {
 	}
 	if a.MaxInFlight < 0 {
 		v.errorf("admission.max_in_flight", "must be >= 0 (0 = automatic)")
+	}
+	if a.EngineMaxSeqs < 0 {
+		v.errorf("admission.engine_max_seqs", "must be >= 0 (0 = vLLM's default, 256)")
 	}
 	if a.TTFTTarget < 0 {
 		v.errorf("admission.ttft_target", "must be >= 0 (0 = no latency objective)")

@@ -131,7 +131,11 @@ const (
 //     request it has room for at once, so anything waiting is work the cap
 //     let in beyond the engine's batch or KV capacity. That work is better
 //     off in vigil's queue: bounded, newest first, dropped when its client
-//     leaves, answered with an honest Retry-After;
+//     leaves, answered with an honest Retry-After. Except long prompts
+//     waiting their turn at the step's token budget on an engine with
+//     seats and KV cache for them (prefillBacklog: its KV usage, its batch
+//     against engine_max_seqs, its prompt-token and first-token counters):
+//     that queue is the engine at full prefill, up to the seats still free;
 //   - upstream time to first byte of streamed answers (their TTFT) against
 //     ttft_target, judged at the 90th percentile: latency rises with the
 //     batch (a bigger batch means slower steps and larger prefill waves), so
@@ -181,7 +185,17 @@ type autoLimit struct {
 	waiting    float64 // sums over gauges
 	running    float64
 	gaugeAt    time.Time // last reading of the engine's gauges
-	demand     bool
+	// The engine's load beyond its queue (see prefillMeter.backlog): KV
+	// usage summed over the window's readings that had it.
+	kvSum float64
+	kvN   int
+	// prefill follows the engine's prompt-token and first-token counters
+	// and knows its seats (see prefillMeter).
+	prefill prefillMeter
+	// backlog: the last window read the engine's queue as a prefill
+	// backlog of long prompts on an engine with room (see tighten).
+	backlog bool
+	demand  bool
 	// hold stops growth (the watchdog says the engine is saturated).
 	hold bool
 
@@ -206,8 +220,8 @@ type autoLimit struct {
 	dlNext int
 }
 
-func newAutoLimit(target time.Duration, now time.Time) *autoLimit {
-	a := &autoLimit{target: target}
+func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
+	a := &autoLimit{target: target, prefill: newPrefillMeter(seats)}
 	a.reset(now)
 	return a
 }
@@ -216,7 +230,7 @@ func newAutoLimit(target time.Duration, now time.Time) *autoLimit {
 // restart, whose capacity may differ from the old one.
 func (a *autoLimit) reset(now time.Time) {
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
-		lastChange: now, winStart: now}
+		prefill: newPrefillMeter(a.prefill.seats), lastChange: now, winStart: now}
 }
 
 // cap is the current limit as a request count.
@@ -351,12 +365,17 @@ func (a *autoLimit) drop(admitted, now time.Time) bool {
 	return a.maybeUpdate(now)
 }
 
-// observeEngine feeds one scrape of the engine's queue gauges.
-func (a *autoLimit) observeEngine(waiting, running float64, now time.Time) bool {
+// observeLoad feeds one scrape of the engine's load.
+func (a *autoLimit) observeLoad(g EngineLoad, now time.Time) bool {
 	a.gauges++
 	a.gaugeAt = now
-	a.waiting += waiting
-	a.running += running
+	a.waiting += g.Waiting
+	a.running += g.Running
+	if g.KVUsage >= 0 {
+		a.kvSum += g.KVUsage
+		a.kvN++
+	}
+	a.prefill.note(g, now)
 	return a.maybeUpdate(now)
 }
 
@@ -382,6 +401,13 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	if len(a.ttfts) == 0 {
 		tolerance = max(tolerance, queueShare*r)
 	}
+	kv := -1.0
+	if a.kvN > 0 {
+		kv = a.kvSum / float64(a.kvN)
+	}
+	backlog := a.prefill.backlog(w, r, kv)
+	a.backlog = backlog > 0 && w <= backlog
+	tolerance = max(tolerance, backlog)
 	queued := w > tolerance
 	slow := target > 0 && len(a.ttfts) >= 3 && p90 > target
 	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
@@ -392,7 +418,11 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	if queued || (len(a.ttfts) > 0 && w > 0) {
 		// The engine has started to queue: near its capacity, probe gently.
 		// Streamed answers' first tokens wait out any queue, so for them
-		// the first request waiting ends the probing.
+		// the first request waiting ends the probing, a prefill backlog
+		// too: probing on through one (x1.25 a window, before the TTFT of
+		// each step shows) ran the cap to 173 on bench/goodput's
+		// longprompt workload, 104 in flight, goodput 0.13x the best
+		// fixed cap; growing a turnover at a time, 54 in flight, 0.46x.
 		a.probing = false
 	}
 	old := a.limit
@@ -416,11 +446,13 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 			// To what the engine runs, not by a ratio: the queue lasts
 			// until answers free the seats, so the same evidence comes
 			// back window after window, and a ratio would compound.
-			next = min(next, max(0.5*a.limit, r))
+			next = min(next, max(0.5*a.limit, r+backlog))
 		}
 		a.limit = max(autoMin, next)
 		a.probing = false
-	case a.hold || !a.demand:
+	case (a.hold && !a.backlog) || !a.demand:
+		// Held while the watchdog says saturated, unless what it saw is a
+		// prefill backlog on an engine with room (see tighten).
 	case a.samples == 0 && a.finished == 0:
 		// Nothing started or finished: no sign the engine is moving (it
 		// may be hung), so no reason to send it more. Any answer counts
@@ -453,13 +485,22 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	a.ttfts = a.ttfts[:0]
 	a.samples, a.finished, a.drops, a.gauges = 0, 0, 0, 0
 	a.waiting, a.running = 0, 0
+	a.kvSum, a.kvN = 0, 0
 	return changed
 }
 
 // tighten is the watchdog's "saturated" verdict: the engine's own queue is
 // deep although the evidence here has not shown it (traffic that bypasses
-// the limiter, no readable metrics). Cut once and stop probing.
+// the limiter, no readable metrics). Cut once and stop probing. A queue the
+// last window read as long prompts waiting their turn at the token budget,
+// on an engine with seats and KV cache for them (backlog), is no such
+// evidence: the watchdog counts waiting requests, and with 12,000-token
+// prompts that count is the engine at full prefill, so the cap stays.
 func (a *autoLimit) tighten(now time.Time) {
+	if a.backlog {
+		a.probing = false
+		return
+	}
 	a.limit = max(autoMin, a.limit*0.75)
 	a.probing = false
 	a.lastChange = now

@@ -73,7 +73,7 @@ func TestAutoLimitFindsTheEngineWithoutBeingTold(t *testing.T) {
 		{"a tight objective holds the cap below the batch, where TTFT meets it", engineModel{100, 20, 6, 600}, 200 * time.Millisecond, 20, 31},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newAutoLimit(tc.target, time.Unix(1000, 0))
+			a := newAutoLimit(tc.target, 0, time.Unix(1000, 0))
 			caps := drive(a, tc.engine, 2*time.Minute)
 			mean, lo, hi := settled(caps)
 			if mean < tc.wantLo || mean > tc.wantHi {
@@ -102,7 +102,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		return at
 	}
 	t.Run("it starts at 16 and grows by a quarter while demand fills the cap", func(t *testing.T) {
-		a := newAutoLimit(time.Second, t0)
+		a := newAutoLimit(time.Second, 0, t0)
 		if a.cap() != autoInitial {
 			t.Fatalf("initial cap %d, want %d", a.cap(), autoInitial)
 		}
@@ -112,7 +112,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("without demand the cap does not grow", func(t *testing.T) {
-		a := newAutoLimit(time.Second, t0)
+		a := newAutoLimit(time.Second, 0, t0)
 		at := window(a, t0, 100*time.Millisecond, 0, 5, false)
 		window(a, at, 100*time.Millisecond, 0, 5, false)
 		if a.cap() != autoInitial {
@@ -120,7 +120,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("requests waiting in the engine cut the cap to what it runs", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.limit = 48
 		window(a, t0, 100*time.Millisecond, 8, 40, true)
 		if a.cap() != 40 {
@@ -131,14 +131,14 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("one request waiting is tolerated; for streamed answers it ends the fast probing", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		window(a, t0, 100*time.Millisecond, 1, 15, true)
 		if a.cap() != autoInitial || a.probing {
 			t.Errorf("cap %d (probing %v), want %d, no longer probing", a.cap(), a.probing, autoInitial)
 		}
 	})
 	t.Run("one request waiting beside plain answers is prefill's pipeline: the probing goes on", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.markDemand()
 		at := t0
 		for i := range windowMinSamples {
@@ -153,7 +153,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("a TTFT p90 over the objective cuts in proportion", func(t *testing.T) {
-		a := newAutoLimit(200*time.Millisecond, t0)
+		a := newAutoLimit(200*time.Millisecond, 0, t0)
 		a.limit = 40
 		window(a, t0, 250*time.Millisecond, 0, 40, true)
 		if a.cap() != 32 {
@@ -161,14 +161,14 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("near the objective the cap holds instead of crossing it", func(t *testing.T) {
-		a := newAutoLimit(200*time.Millisecond, t0)
+		a := newAutoLimit(200*time.Millisecond, 0, t0)
 		window(a, t0, 180*time.Millisecond, 0, 16, true)
 		if a.cap() != autoInitial {
 			t.Errorf("cap %d at 90%% of the objective, want it held at %d", a.cap(), autoInitial)
 		}
 	})
 	t.Run("upstream failures cut the cap by a tenth", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		at := t0
 		for range windowMinSamples {
 			at = at.Add(15 * time.Millisecond)
@@ -179,7 +179,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("the cap never falls below 2 nor rises above 256", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		at := t0
 		for range 100 {
 			at = window(a, at, time.Second, 100, 0, true)
@@ -187,7 +187,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		if a.cap() != autoMin {
 			t.Errorf("cap %d with the engine queue never draining, want %d", a.cap(), autoMin)
 		}
-		b := newAutoLimit(0, t0)
+		b := newAutoLimit(0, 0, t0)
 		at = t0
 		for range 100 {
 			at = window(b, at, 10*time.Millisecond, 0, 10, true)
@@ -197,7 +197,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("answers admitted before the last change are not judged", func(t *testing.T) {
-		a := newAutoLimit(200*time.Millisecond, t0)
+		a := newAutoLimit(200*time.Millisecond, 0, t0)
 		at := window(a, t0, 100*time.Millisecond, 0, 16, true)
 		before := t0.Add(time.Millisecond)
 		for range 3 * windowMinSamples {
@@ -210,7 +210,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("saturation cuts a quarter and holds growth", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.limit = 100
 		a.hold = true
 		a.tighten(t0)
@@ -220,7 +220,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("an engine that answers nothing gets no more work, whatever its gauges say", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.markDemand()
 		at := t0
 		for range 20 {
@@ -241,7 +241,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		return at
 	}
 	t.Run("answers taking over three times their unloaded time cut the cap to the knee", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.probing = false
 		at := answers(a, t0, serviceSamples, 4*time.Second)
 		a.limit = 60
@@ -259,7 +259,7 @@ func TestAutoLimitLaw(t *testing.T) {
 	t.Run("a millisecond-scale slowdown is no knee", func(t *testing.T) {
 		// A fast upstream on a busy host: 0.2 ms alone, 2 ms beside
 		// others. Ten times slower, but by less than one decode step.
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.probing = false
 		at := answers(a, t0, serviceSamples, 200*time.Microsecond)
 		a.lastChange = time.Time{}
@@ -269,7 +269,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("near the knee the cap does not grow", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.probing = false
 		at := answers(a, t0, serviceSamples, 4*time.Second)
 		a.lastChange = time.Time{}
@@ -282,7 +282,7 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 	})
 	t.Run("a slow window closes on time with little evidence", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.markDemand()
 		a.observeDone(t0, t0.Add(100*time.Millisecond), 0, false, 1, 0)
 		if a.cap() != autoInitial {
@@ -376,7 +376,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		{"a slower engine gets half as many", time.Second, 50, 60},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newAutoLimit(0, t0)
+			a := newAutoLimit(0, 0, t0)
 			caps := run(a, tc.perReq, 3*time.Minute)
 			mean, lo, hi := settled(caps)
 			if mean < tc.wantLo || mean > tc.wantHi || float64(hi) > tc.wantHi {
@@ -386,7 +386,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		})
 	}
 	t.Run("a cap above the ceiling is cut to it", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.limit, a.probing = 200, false
 		at := t0
 		// Every answer took 180 s beside 150 others: at this pace the tail
@@ -401,7 +401,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		}
 	})
 	t.Run("answers from lighter load bound the growth but never cut", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		a.limit, a.probing = 100, false
 		at := t0
 		// 20 s beside 10 in flight reads as 2 s a request, a ceiling of
@@ -429,7 +429,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		// ceiling (20 s beside 5: 30). Then a surge fills the cap while the
 		// engine's queue stays empty.
 		grow := func(waiting float64) int {
-			a := newAutoLimit(0, t0)
+			a := newAutoLimit(0, 0, t0)
 			a.limit, a.probing = 20, false
 			at := t0
 			at = answersBeside(a, at, 20*time.Second, 5)
@@ -451,7 +451,7 @@ func TestAutoLimitKeepsUnaryAnswersWithinTheirClientsDeadline(t *testing.T) {
 		}
 	})
 	t.Run("streamed answers and answers with no announced timeout feed the knee, not the ceiling", func(t *testing.T) {
-		a := newAutoLimit(0, t0)
+		a := newAutoLimit(0, 0, t0)
 		at := t0
 		for range deadlineMinSamples {
 			at = at.Add(10 * time.Millisecond)
@@ -482,7 +482,7 @@ func TestAutoLimitReadsTheEnginesQueueByWhatItCosts(t *testing.T) {
 		{"streamed: 3 waiting delay first tokens by a whole wait", true, 3, 60, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newAutoLimit(0, t0)
+			a := newAutoLimit(0, 0, t0)
 			a.limit, a.probing = 64, false
 			a.markDemand()
 			at := t0
@@ -506,7 +506,7 @@ func TestAutoLimitReadsTheEnginesQueueByWhatItCosts(t *testing.T) {
 
 func TestAutoLimitGrowsByTheTurnover(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	a := newAutoLimit(0, t0)
+	a := newAutoLimit(0, 0, t0)
 	a.limit, a.probing = 40, false
 	at := t0
 	// Two windows: 10 answers finish in each (admitted long ago), no queue.
@@ -659,7 +659,7 @@ func TestTheKneeIsJudgedBySize(t *testing.T) {
 		}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newAutoLimit(0, time.Unix(1000, 0))
+			a := newAutoLimit(0, 0, time.Unix(1000, 0))
 			caps := driveSized(a, e, tc.phases)
 			// Bounded recovery: judged from 20 s into the last phase.
 			tail := caps[20:]
@@ -708,7 +708,7 @@ func TestAnAnswersSizeComesFromItsUsageElseTheEstimate(t *testing.T) {
 // with the load here, so a restarted minimum would show as a rise.
 func TestAMixOfLengthsKeepsOneMinimum(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	a := newAutoLimit(0, time.Unix(1000, 0))
+	a := newAutoLimit(0, 0, time.Unix(1000, 0))
 	at := time.Unix(1000, 0)
 	last := 0.0
 	for i := range 4000 {

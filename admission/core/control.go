@@ -75,7 +75,7 @@ func (l *Limiter) SetMaxInFlight(n int) {
 	now := l.clock.Now()
 	l.fixed = n
 	if n > 0 {
-		l.fixedCap = NewFixed(n)
+		l.fixedCap = NewFixed(n, l.cfg.EngineMaxSeqs)
 	}
 	l.limitLocked().SetSaturated(l.saturated, now)
 	l.log.WithFields(logrus.Fields{"max_in_flight": n, "cap": l.capLocked(now)}).Info("admission: max_in_flight set")
@@ -90,24 +90,25 @@ func (l *Limiter) MaxInFlight() int {
 	return l.fixed
 }
 
-// ReadsEngine reports whether the engine's queue gauges are wanted now:
-// the automatic cap is in force and requests are in flight (an idle
-// engine is left alone).
+// ReadsEngine reports whether the engine's load is wanted now: requests
+// are in flight (an idle engine is left alone) and the automatic cap is in
+// force, or a fixed cap is under a saturated verdict (it then tells a
+// prefill backlog from a full engine).
 func (l *Limiter) ReadsEngine() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.fixed == 0 && l.inFlight > 0
+	return (l.fixed == 0 || l.saturated) && l.inFlight > 0
 }
 
-// ObserveEngine feeds one reading of the engine's queue gauges (waiting
-// and running requests) to the automatic cap.
-func (l *Limiter) ObserveEngine(waiting, running float64) {
+// ObserveEngine feeds one reading of the engine's load to the cap in force.
+func (l *Limiter) ObserveEngine(g EngineLoad) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.engineWaiting, l.engineRunning = waiting, running
-	if now := l.clock.Now(); l.fixed == 0 && l.auto.OnEngine(waiting, running, now) {
-		l.log.WithFields(logrus.Fields{"cap": l.auto.Limit(), "engine_waiting": waiting, "engine_running": running}).
-			Debug("admission: automatic cap changed")
+	l.engineWaiting, l.engineRunning = g.Waiting, g.Running
+	lim := l.limitLocked()
+	if now := l.clock.Now(); lim.OnEngine(g, now) {
+		l.log.WithFields(logrus.Fields{"cap": lim.Limit(), "engine_waiting": g.Waiting, "engine_running": g.Running}).
+			Debug("admission: cap changed")
 		l.dispatchLocked(now)
 	}
 }

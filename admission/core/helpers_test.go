@@ -82,3 +82,9 @@ func (c *fakeClock) Advance(d time.Duration) {
 		tm.f()
 	}
 }
+
+// observeEngine feeds a reading of the queue gauges alone, as most tests
+// of the automatic cap need.
+func (a *autoLimit) observeEngine(waiting, running float64, now time.Time) bool {
+	return a.observeLoad(QueueOnly(waiting, running), now)
+}

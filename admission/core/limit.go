@@ -18,8 +18,9 @@ type Limit interface {
 	OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool
 	// OnSample: an answer ended, successfully or dropped by the engine.
 	OnSample(s Sample, now time.Time) bool
-	// OnEngine: one reading of the engine's own queue gauges.
-	OnEngine(waiting, running float64, now time.Time) bool
+	// OnEngine: one reading of the engine's load (its queue gauges, KV
+	// usage and prefill counters).
+	OnEngine(g EngineLoad, now time.Time) bool
 	// SetSaturated is the watchdog's verdict that the engine progresses
 	// under a deep queue of its own (see Limiter.SetSaturated).
 	SetSaturated(on bool, now time.Time)
@@ -52,8 +53,11 @@ const (
 )
 
 // NewAuto is the automatic cap (see autoLimit): no capacity figure, only
-// the TTFT objective (0: none).
-func NewAuto(ttftTarget time.Duration, now time.Time) Limit { return newAutoLimit(ttftTarget, now) }
+// the TTFT objective (0: none) and the engine's max_num_seqs when known
+// (engine_max_seqs; 0: vLLM's default).
+func NewAuto(ttftTarget time.Duration, seats int, now time.Time) Limit {
+	return newAutoLimit(ttftTarget, seats, now)
+}
 
 func (a *autoLimit) Limit() int { return a.cap() }
 func (a *autoLimit) OnDemand()  { a.markDemand() }
@@ -69,12 +73,12 @@ func (a *autoLimit) OnSample(s Sample, now time.Time) bool {
 	return a.observeDone(s.Admitted, now, s.Deadline, s.Streamed, s.InFlight, s.Size)
 }
 
-func (a *autoLimit) OnEngine(waiting, running float64, now time.Time) bool {
-	return a.observeEngine(waiting, running, now)
+func (a *autoLimit) OnEngine(g EngineLoad, now time.Time) bool {
+	return a.observeLoad(g, now)
 }
 
 // SetSaturated stops growth while it holds, and cuts the cap by a quarter
-// once when it starts.
+// once when it starts (neither on a prefill backlog: see tighten).
 func (a *autoLimit) SetSaturated(on bool, now time.Time) {
 	was := a.hold
 	a.hold = on
@@ -99,22 +103,36 @@ const saturatedShare = 0.75
 type fixedCap struct {
 	n         int
 	saturated bool
+	// backlog: the engine's last reading was a prefill backlog of long
+	// prompts on an engine with room, which the saturated verdict (it
+	// counts waiting requests) reads as a full engine.
+	backlog bool
+	prefill prefillMeter
 }
 
 // NewFixed is a fixed cap of n (> 0); it admits 3/4 of itself while the
-// engine is reported saturated.
-func NewFixed(n int) Limit { return &fixedCap{n: n} }
+// engine is reported saturated, unless the engine's queue is long prompts
+// waiting for prefill on an engine with room (seats: engine_max_seqs).
+func NewFixed(n, seats int) Limit { return &fixedCap{n: n, prefill: newPrefillMeter(seats)} }
 
 func (f *fixedCap) Limit() int {
-	if f.saturated {
+	if f.saturated && !f.backlog {
 		return max(1, int(float64(f.n)*saturatedShare))
 	}
 	return f.n
 }
 
+// OnEngine follows the engine only to tell a prefill backlog from a full
+// engine; the cap changes only when that flips under a saturated verdict.
+func (f *fixedCap) OnEngine(g EngineLoad, now time.Time) bool {
+	f.prefill.note(g, now)
+	was := f.Limit()
+	f.backlog = f.prefill.isBacklog(g)
+	return f.Limit() != was
+}
+
 func (f *fixedCap) OnDemand()                                             {}
 func (f *fixedCap) OnFirstToken(time.Time, time.Duration, time.Time) bool { return false }
 func (f *fixedCap) OnSample(Sample, time.Time) bool                       { return false }
-func (f *fixedCap) OnEngine(float64, float64, time.Time) bool             { return false }
 func (f *fixedCap) SetSaturated(on bool, _ time.Time)                     { f.saturated = on }
 func (f *fixedCap) Restart(time.Time)                                     {}

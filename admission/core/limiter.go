@@ -162,10 +162,10 @@ func New(cfg configs.Admission, opts ...Option) *Limiter {
 		l.log = discardLogger()
 	}
 	if l.auto == nil {
-		l.auto = NewAuto(cfg.TTFTTarget, l.clock.Now())
+		l.auto = NewAuto(cfg.TTFTTarget, cfg.EngineMaxSeqs, l.clock.Now())
 	}
 	if l.fixed > 0 {
-		l.fixedCap = NewFixed(l.fixed)
+		l.fixedCap = NewFixed(l.fixed, cfg.EngineMaxSeqs)
 	}
 	return l
 }

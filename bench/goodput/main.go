@@ -2,10 +2,16 @@
 // first token meets an SLO per second, on the simulated engine under about
 // twice its capacity ("When 503s Are the Right Answer"): ungated, behind
 // fixed in-flight caps of 8, 32 and 64 (vigil's limiter with max_in_flight
-// set), and behind vigil's defaults (automatic cap). The SLO is the p99 TTFT
-// measured at half capacity in the same run.
+// set), behind the no-queue gateway (max_queue: 0, 503 at the cap) at the
+// best of those caps, and behind vigil's defaults (automatic cap).
 //
-//	go run ./bench/goodput [-scale 5] [-window 120s] [-load 2]
+// Two workloads (-workload chat|longprompt|both). chat: chat-like calls,
+// the SLO the p99 TTFT measured at half capacity in the same run.
+// longprompt (issue #17): 12,000-token prompts sharing a 2,000-token
+// prefix, no client timeout and no deadline header, a fixed 0.69 s TTFT
+// objective (see longprompt.go).
+//
+//	go run ./bench/goodput [-workload both] [-scale 5] [-window 120s] [-load 2]
 package main
 
 import (
@@ -48,11 +54,25 @@ const (
 
 // arm is one way of serving the same arrivals. cap < 0: ungated (no
 // limiter); 0: vigil's automatic cap; > 0: a fixed cap. ttftTarget, when
-// set, replaces vigil's default ttft_target.
+// set, replaces vigil's default ttft_target. noQueue sets max_queue: 0:
+// the seed's gateway, 503 at once at the cap.
 type arm struct {
 	name       string
 	cap        int
 	ttftTarget time.Duration
+	noQueue    bool
+}
+
+// spec is a workload: its engine's time scale, its calls and its clients.
+type spec struct {
+	name   string
+	scale  float64
+	call   func(*rand.Rand) harness.SimCall
+	policy harness.RetryPolicy
+}
+
+func (o options) chatSpec() spec {
+	return spec{name: "chat", scale: o.scale, call: workload, policy: harness.RetryPolicy{Timeout: clientTimeout}}
 }
 
 type options struct {
@@ -64,6 +84,8 @@ type options struct {
 	limiterTime harness.TimeMode
 	caps        []int
 	sloArm      bool
+	workload    string
+	long        longOptions
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -78,6 +100,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	caps := fs.String("caps", "8,32,64", "fixed caps to compare")
 	fs.BoolVar(&o.sloArm, "slo-arm", true, "also run vigil's automatic cap with ttft_target set to the measured SLO")
 	limiterTime := fs.String("limiter-time", "clock", "how vigil keeps time beside the time-scaled engine: clock or config (see bench/README.md)")
+	fs.StringVar(&o.workload, "workload", "both", "chat, longprompt or both")
+	fs.Float64Var(&o.long.scale, "long-scale", 30, "longprompt: engine time runs this many times faster than wall time")
+	fs.DurationVar(&o.long.window, "long-window", 300*time.Second, "longprompt: arrivals window at -load x capacity (engine time)")
+	fs.DurationVar(&o.long.objective, "long-objective", 690*time.Millisecond, "longprompt: TTFT objective (engine time)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -97,15 +123,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		o.caps = append(o.caps, n)
 	}
-	if !(o.scale > 0) || o.window <= 0 || o.sloFor <= 0 || !(o.load > 0) {
-		fmt.Fprintln(stderr, "goodput: -scale, -window, -slo-window and -load must be positive")
+	if !(o.scale > 0) || o.window <= 0 || o.sloFor <= 0 || !(o.load > 0) ||
+		!(o.long.scale > 0) || o.long.window <= 0 || o.long.objective <= 0 {
+		fmt.Fprintln(stderr, "goodput: -scale, -window, -slo-window, -load, -long-scale, -long-window and -long-objective must be positive")
+		return 2
+	}
+	chat, long := o.workload == "chat" || o.workload == "both", o.workload == "longprompt" || o.workload == "both"
+	if !chat && !long {
+		fmt.Fprintf(stderr, "goodput: -workload %q: want chat, longprompt or both\n", o.workload)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := experiment(ctx, o, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "goodput: %v\n", err)
-		return 1
+	if chat {
+		fmt.Fprintln(stdout, "== workload chat")
+		if err := experiment(ctx, o, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "goodput: chat: %v\n", err)
+			return 1
+		}
+	}
+	if long {
+		if chat {
+			fmt.Fprintln(stdout)
+		}
+		fmt.Fprintln(stdout, "== workload longprompt")
+		if err := longExperiment(ctx, o, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "goodput: longprompt: %v\n", err)
+			return 1
+		}
 	}
 	return 0
 }
@@ -152,7 +197,7 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 
 	// The SLO: p99 TTFT of an ungated engine at half capacity.
 	fmt.Fprintf(stderr, "goodput: SLO phase (%v at 0.5 C, ungated) ...\n", o.sloFor)
-	slo, err := runArm(ctx, o, arm{name: "slo", cap: -1}, 0.5*c, o.sloFor)
+	slo, err := runArm(ctx, o, o.chatSpec(), arm{name: "slo", cap: -1}, 0.5*c, o.sloFor)
 	if err != nil {
 		return fmt.Errorf("SLO phase: %w", err)
 	}
@@ -173,16 +218,16 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 		list = append(list, arm{name: fmt.Sprintf("cap %d", n), cap: n})
 	}
 	list = append(list, arm{name: "vigil defaults (automatic cap)"})
+	rs, err := runArms(ctx, o, o.chatSpec(), list, o.load*c, o.window, sloTTFT, stderr)
+	if err != nil {
+		return err
+	}
 	if o.sloArm {
 		// Not the defaults: the automatic cap told the objective measured
 		// above, to separate the cap's law from its default target.
-		list = append(list, arm{name: fmt.Sprintf("vigil, automatic cap, ttft_target %v", sloTTFT.Round(time.Millisecond)),
-			ttftTarget: sloTTFT})
-	}
-	var rs []result
-	for _, a := range list {
+		a := arm{name: fmt.Sprintf("vigil, automatic cap, ttft_target %v", sloTTFT.Round(time.Millisecond)), ttftTarget: sloTTFT}
 		fmt.Fprintf(stderr, "goodput: arm %s ...\n", a.name)
-		r, err := runArm(ctx, o, a, o.load*c, o.window)
+		r, err := runArm(ctx, o, o.chatSpec(), a, o.load*c, o.window)
 		if err != nil {
 			return fmt.Errorf("arm %s: %w", a.name, err)
 		}
@@ -190,13 +235,66 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 		rs = append(rs, r)
 	}
 	printResults(stdout, rs, sloTTFT)
+	fmt.Fprintln(stdout)
+	printIssueTable(stdout, rs, o.window)
 	return nil
 }
 
-func runArm(ctx context.Context, o options, a arm, rate float64, window time.Duration) (result, error) {
+// runArms runs list (ungated and fixed caps first), then the no-queue
+// gateway at the best fixed cap of the run, scoring each against slo.
+func runArms(ctx context.Context, o options, sp spec, list []arm, rate float64, window, slo time.Duration,
+	stderr io.Writer) ([]result, error) {
+	var rs []result
+	run := func(a arm) error {
+		fmt.Fprintf(stderr, "goodput: %s: arm %s ...\n", sp.name, a.name)
+		r, err := runArm(ctx, o, sp, a, rate, window)
+		if err != nil {
+			return fmt.Errorf("arm %s: %w", a.name, err)
+		}
+		r.score(slo, window)
+		rs = append(rs, r)
+		return nil
+	}
+	var auto []arm
+	for _, a := range list {
+		if a.cap == 0 {
+			auto = append(auto, a) // after the no-queue arm, as in the table
+			continue
+		}
+		if err := run(a); err != nil {
+			return nil, err
+		}
+	}
+	if best := bestFixed(rs); best != nil {
+		if err := run(arm{name: fmt.Sprintf("no-queue gateway, cap %d (max_queue: 0)", best.arm.cap),
+			cap: best.arm.cap, noQueue: true}); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range auto {
+		if err := run(a); err != nil {
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+// bestFixed is the fixed-cap arm (with a queue) of the highest goodput, or
+// nil without one.
+func bestFixed(rs []result) *result {
+	var best *result
+	for i := range rs {
+		if r := &rs[i]; r.arm.cap > 0 && !r.arm.noQueue && (best == nil || r.goodput > best.goodput) {
+			best = r
+		}
+	}
+	return best
+}
+
+func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window time.Duration) (result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv, err := enginesim.Start(ctx, "127.0.0.1:0", engineConfig(o.scale))
+	srv, err := enginesim.Start(ctx, "127.0.0.1:0", engineConfig(sp.scale))
 	if err != nil {
 		return result{}, fmt.Errorf("start engine: %w", err)
 	}
@@ -210,7 +308,10 @@ func runArm(ctx context.Context, o options, a arm, rate float64, window time.Dur
 		if a.ttftTarget > 0 {
 			cfg.TTFTTarget = a.ttftTarget
 		}
-		lim, err = harness.StartLimiter(ctx, cfg, srv.URL(), engineKey, o.scale, o.limiterTime)
+		if a.noQueue {
+			cfg.MaxQueue = 0
+		}
+		lim, err = harness.StartLimiter(ctx, cfg, srv.URL(), engineKey, sp.scale, o.limiterTime)
 		if err != nil {
 			return result{}, err
 		}
@@ -221,10 +322,10 @@ func runArm(ctx context.Context, o options, a arm, rate float64, window time.Dur
 	arrivals := harness.Arrivals(rng, []harness.Phase{{Name: "window", Duration: window, Rate: rate}})
 	bodies := make([][]byte, len(arrivals))
 	for i := range arrivals {
-		bodies[i] = workload(rng).Body(model, true)
+		bodies[i] = sp.call(rng).Body(model, true)
 	}
-	clock := harness.NewClock(o.scale)
-	caller := harness.NewCaller(target+"/v1/completions", key, clock, harness.RetryPolicy{Timeout: clientTimeout}, o.seed)
+	clock := harness.NewClock(sp.scale)
+	caller := harness.NewCaller(target+"/v1/completions", key, clock, sp.policy, o.seed)
 	caller.HeaderScale = hs
 	defer caller.CloseIdle()
 
@@ -305,7 +406,7 @@ func printResults(w io.Writer, rs []result, slo time.Duration) {
 		"TTFT p50", "TTFT p99", "engine waiting (mean)", "rejected", "timed out", "mean in-flight", "max cap"}}
 	best := 0.0
 	for _, r := range rs {
-		if r.arm.cap > 0 {
+		if r.arm.cap > 0 && !r.arm.noQueue {
 			best = max(best, r.goodput)
 		}
 		inflight, maxCap := "", ""
