@@ -117,7 +117,11 @@
 // while requests are in flight) counts the work the cap let in beyond the
 // engine's batch or KV capacity. With chunked prefill a long prompt or two
 // always waits a step for the step's token budget: that is the engine at
-// full use, not a queue. By Little's law waiting/running is the time a
+// full use, not a queue; and with prompts of 8k tokens and more, many wait
+// their turn while the engine still has seats and KV cache for them
+// (prefill.go: counted as a prefill backlog up to the free seats, from the
+// engine's KV usage, its batch against engine_max_seqs and its prefill
+// counters). By Little's law waiting/running is the time a
 // request waits over the time it runs, so for plain answers the queue counts
 // once it is over 1 and over a tenth of those running; a streamed answer's
 // first token waits out the whole queue, so there any queue over 1 counts.
