@@ -113,6 +113,9 @@ const (
 	// knee answers barely slow as more run beside them). At 1 the cap
 	// took ~100 s of a surge to reach what the engine could run.
 	roomyStretch = 2.0
+	// tightenEvery: the saturated verdict cuts the cap at most this often
+	// (alerts.resolve_after's default: one cut per saturation incident).
+	tightenEvery = time.Minute
 
 	windowMinSamples = 10
 	windowMinGauges  = 2
@@ -198,6 +201,8 @@ type autoLimit struct {
 	demand  bool
 	// hold stops growth (the watchdog says the engine is saturated).
 	hold bool
+	// tightened is when the saturated verdict last cut the cap.
+	tightened time.Time
 
 	// Service time (admission to the answer's end) of every successful
 	// answer, whenever admitted: svcSum/svcN until serviceSamples, then
@@ -496,11 +501,20 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 // on an engine with seats and KV cache for them (backlog), is no such
 // evidence: the watchdog counts waiting requests, and with 12,000-token
 // prompts that count is the engine at full prefill, so the cap stays.
+//
+// One cut per tightenEvery: with the limiter holding the engine's queue near
+// the watchdog's saturated_waiting, the verdict flips every second or two,
+// and a cut per flip took the cap down a quarter each time.
 func (a *autoLimit) tighten(now time.Time) {
 	if a.backlog {
 		a.probing = false
 		return
 	}
+	if !a.tightened.IsZero() && now.Sub(a.tightened) < tightenEvery {
+		a.probing = false
+		return
+	}
+	a.tightened = now
 	a.limit = max(autoMin, a.limit*0.75)
 	a.probing = false
 	a.lastChange = now

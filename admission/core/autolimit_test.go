@@ -219,6 +219,23 @@ func TestAutoLimitLaw(t *testing.T) {
 			t.Errorf("cap %d while saturated, want 75", a.cap())
 		}
 	})
+	t.Run("a saturated verdict flapping every second cuts once a minute, not once a flip", func(t *testing.T) {
+		a := newAutoLimit(0, 0, t0)
+		a.limit = 100
+		at := t0
+		for i := range 20 { // 20 s: on, off, on, off...
+			a.SetSaturated(i%2 == 0, at)
+			at = at.Add(time.Second)
+		}
+		if a.cap() != 75 {
+			t.Errorf("cap %d after 10 flips in 20 s, want one cut to 75", a.cap())
+		}
+		a.SetSaturated(false, at)
+		a.SetSaturated(true, t0.Add(tightenEvery))
+		if a.cap() != 56 {
+			t.Errorf("cap %d a minute after the first cut, want a second cut to 56", a.cap())
+		}
+	})
 	t.Run("an engine that answers nothing gets no more work, whatever its gauges say", func(t *testing.T) {
 		a := newAutoLimit(0, 0, t0)
 		a.markDemand()

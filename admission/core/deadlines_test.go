@@ -107,7 +107,7 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 		want  int
 	}{
 		{"fifo", Request{}, 3},
-		{"newest_first", Request{}, 2},            // the first attempts: a backlog it is overtaken in
+		{"newest_first", Request{}, 0},            // served next: the waiting first attempts are older
 		{"newest_first", Request{Retry: true}, 3}, // behind every live waiter
 	} {
 		l := &Limiter{cfg: configs.Admission{Order: tc.order}, held: map[CallKey]*waiter{}}

@@ -75,10 +75,9 @@
 // queueing only to be turned away later: the estimate is its position over
 // the measured drain rate (admissions a second over the last 10 s, or since
 // the engine was last idle, at least a second). Its position: fifo, every
-// live waiter; newest_first, the first attempts waiting (it goes before
-// them now, but a backlog of them means arrivals outpace the slots, and
-// newer ones pass it in turn), or every live waiter for a retry. Unary
-// calls keep the queue as above.
+// live waiter; newest_first, none for a first attempt (it is served next;
+// if newer ones overtake it, its wait ends at the bound), every live
+// waiter for a retry. Unary calls keep the queue as above.
 //
 // # Deadlines
 //

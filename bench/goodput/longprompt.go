@@ -69,6 +69,11 @@ func longExperiment(ctx context.Context, o options, stdout, stderr io.Writer) er
 		list = append(list, arm{name: fmt.Sprintf("cap %d", n), cap: n})
 	}
 	list = append(list, arm{name: "vigil defaults (automatic cap)"})
+	if o.sloArm {
+		// Not a default: the cap's law told the objective, as on chat.
+		list = append(list, arm{name: fmt.Sprintf("vigil, automatic cap, ttft_target %v", o.long.objective),
+			ttftTarget: o.long.objective})
+	}
 	rs, err := runArms(ctx, o, o.longSpec(), list, o.load*c, o.long.window, o.long.objective, stderr)
 	if err != nil {
 		return err
