@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/haproxystat"
 )
 
 // Command sends one runtime API command to a HAProxy started by
@@ -46,7 +46,7 @@ func (h *HAProxy) ServerStats(ctx context.Context, backend string) (map[string]m
 	if err != nil {
 		return nil, err
 	}
-	return testinfra.ParseShowStat(out, backend)
+	return haproxystat.Parse(out, backend)
 }
 
 // WaitServersUp waits up to timeout until every server of backend reports

@@ -3,8 +3,6 @@ package testinfra
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +14,8 @@ import (
 	"testing"
 	"text/template"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/haproxystat"
 )
 
 // Server is one backend server of a test HAProxy.
@@ -217,41 +217,9 @@ func (h *HAProxy) Servers() (map[string]map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("haproxy \"show stat\": %w", err)
 	}
-	return ParseShowStat(out, h.Backend)
+	return haproxystat.Parse(out, h.Backend)
 }
 
-// ParseShowStat reads the CSV of "show stat" and keeps backend's server
-// rows (not its FRONTEND/BACKEND aggregates): server name → column
-// (status, scur, stot, ...) → value.
-func ParseShowStat(out, backend string) (map[string]map[string]string, error) {
-	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(out, "# ")))
-	r.FieldsPerRecord = -1
-	header, err := r.Read()
-	if err != nil {
-		return nil, fmt.Errorf("show stat header: %w", err)
-	}
-	res := map[string]map[string]string{}
-	for {
-		rec, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("show stat: %w", err)
-		}
-		if len(rec) < 2 || rec[0] != backend || rec[1] == "BACKEND" || rec[1] == "FRONTEND" {
-			continue
-		}
-		row := map[string]string{}
-		for i, name := range header {
-			if i < len(rec) {
-				row[name] = rec[i]
-			}
-		}
-		res[rec[1]] = row
-	}
-	return res, nil
-}
 
 // WaitStatus waits up to timeout for server's "show stat" status to be
 // want (e.g. "UP" once health checks pass).

@@ -1,0 +1,46 @@
+// Package haproxystat reads HAProxy's "show stat" answer (runtime API,
+// CSV) into a map by server and column, for the tests and benchmarks
+// that watch a real HAProxy. (vigil's own drainer reads the columns it
+// needs, typed, in actions/haproxy.go.)
+package haproxystat
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Parse reads the CSV of "show stat" and keeps backend's server
+// rows (not its FRONTEND/BACKEND aggregates): server name → column
+// (status, scur, stot, ...) → value.
+func Parse(out, backend string) (map[string]map[string]string, error) {
+	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(out, "# ")))
+	r.FieldsPerRecord = -1
+	header, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("show stat header: %w", err)
+	}
+	res := map[string]map[string]string{}
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("show stat: %w", err)
+		}
+		if len(rec) < 2 || rec[0] != backend || rec[1] == "BACKEND" || rec[1] == "FRONTEND" {
+			continue
+		}
+		row := map[string]string{}
+		for i, name := range header {
+			if i < len(rec) {
+				row[name] = rec[i]
+			}
+		}
+		res[rec[1]] = row
+	}
+	return res, nil
+}
