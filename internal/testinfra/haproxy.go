@@ -220,7 +220,6 @@ func (h *HAProxy) Servers() (map[string]map[string]string, error) {
 	return haproxystat.Parse(out, h.Backend)
 }
 
-
 // WaitStatus waits up to timeout for server's "show stat" status to be
 // want (e.g. "UP" once health checks pass).
 func (h *HAProxy) WaitStatus(t testing.TB, server, want string, timeout time.Duration) {
