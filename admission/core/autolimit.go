@@ -217,6 +217,10 @@ type autoLimit struct {
 	svcMinAt   time.Time
 	svcSizeSum float64
 	svcMinSize float64
+	// judged counts the answers judged by their deadline since the last
+	// one that fed the service time: at serviceSamples the estimate no
+	// longer describes the traffic and is dropped (see observeDone).
+	judged int
 
 	// Unary answers with an announced deadline: a ring of each answer's
 	// time in the engine / (its client's timeout x the requests in flight
@@ -263,7 +267,17 @@ func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration,
 	if deadline > 0 && !streamed {
 		n := max(1, inFlight)
 		a.observeDeadline(dlSample{r: now.Sub(admitted).Seconds() / deadline.Seconds() / float64(n), n: n})
+		// When the answers that fed the service time are replaced by
+		// answers judged by their deadline (a route's timeout learned
+		// mid-run, issue 17), no new estimate comes to lift the last one,
+		// and an estimate from a burst past the knee held the cap at its
+		// floor for good: drop it, the deadline ceiling rules.
+		if a.judged++; a.judged >= serviceSamples {
+			a.svc, a.svcFresh = 0, false
+			a.svcSum, a.svcSizeSum, a.svcN = 0, 0, 0
+		}
 	} else {
+		a.judged = 0
 		a.observeService(now.Sub(admitted), size, now)
 	}
 	a.finished++

@@ -740,3 +740,39 @@ func TestAMixOfLengthsKeepsOneMinimum(t *testing.T) {
 		last = a.svcMin
 	}
 }
+
+// A service-time estimate that no answer refreshes any more must not hold
+// the cap. Issue 17's headerless clients: their unary answers fed the knee
+// until the route's timeout was learned, then every answer was judged by
+// its deadline instead; the last estimate, taken in the burst past the
+// knee, blocked growth for good (bench/harness's headerless burst: cap 4
+// with 600 queued and the engine idle, for the 14 minutes left).
+func TestAStaleServiceEstimateDoesNotHoldTheCap(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newAutoLimit(0, 0, t0)
+	a.probing = false
+	at := t0
+	feed := func(n int, took, deadline time.Duration) {
+		for range n {
+			at = at.Add(windowMin / 4)
+			a.markDemand()
+			a.observeDone(at.Add(-took), at, deadline, false, a.cap(), 0)
+			a.observeEngine(0, float64(a.cap()), at)
+		}
+	}
+	feed(serviceSamples, 4*time.Second, 0)
+	a.limit = 60
+	a.lastChange = time.Time{}
+	feed(serviceSamples, 18*time.Second, 0) // past the knee: cut
+	cut := a.cap()
+	if cut >= 60 {
+		t.Fatalf("cap %d: the slow answers did not cut it", cut)
+	}
+	// Now the clients' timeout is known: answers finish in 4 s of their
+	// 120 s, the engine never queues.
+	feed(40*serviceSamples, 4*time.Second, 120*time.Second)
+	if a.cap() <= cut {
+		t.Errorf("cap %d after %d answers well within their deadline on an engine with no queue, still at the cut %d: "+
+			"the stale service estimate held it", a.cap(), 40*serviceSamples, cut)
+	}
+}

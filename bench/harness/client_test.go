@@ -220,3 +220,68 @@ func TestCallerCountsAStreamCutShortAsFailed(t *testing.T) {
 		t.Fatalf("a stream without [DONE] counted as delivered: %+v", res)
 	}
 }
+
+// The Node SDK with its timeout set on the client announces none.
+func TestCallerCanOmitItsTimeoutLikeTheNodeSDK(t *testing.T) {
+	s := &script{answers: []func(http.ResponseWriter, *http.Request){reject(503), answer}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c := fastCaller(srv.URL)
+	c.OmitTimeoutHeader = true
+	if res := c.Do(context.Background(), Request{Body: []byte(`{}`), Key: "k"}); !res.Delivered {
+		t.Fatalf("not delivered: %+v", res)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, h := range s.seen {
+		if v, ok := h["X-Stainless-Timeout"]; ok {
+			t.Errorf("attempt %d sent X-Stainless-Timeout %v", i, v)
+		}
+		if got := h.Get("X-Stainless-Retry-Count"); got != strconv.Itoa(i) {
+			t.Errorf("attempt %d: X-Stainless-Retry-Count %q", i, got)
+		}
+	}
+}
+
+// TimeoutUntilHeaders: a stream whose headers came in time is read past
+// the timeout; one whose headers did not is a timeout.
+func TestCallerTimeoutUntilHeaders(t *testing.T) {
+	slowStream := func(headersAfter time.Duration) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-time.After(headersAfter):
+			case <-r.Context().Done():
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			time.Sleep(60 * time.Millisecond) // past the 30 ms timeout
+			fmt.Fprint(w, "data: {\"choices\":[{\"text\":\" a\"}]}\n\ndata: [DONE]\n\n")
+		}
+	}
+	for _, tc := range []struct {
+		name          string
+		headersAfter  time.Duration
+		untilHeaders  bool
+		wantDelivered bool
+	}{
+		{"headers at once, timeout until headers: delivered", 0, true, true},
+		{"headers at once, timeout to the last byte: cut", 0, false, false},
+		{"headers late, timeout until headers: cut", 100 * time.Millisecond, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(slowStream(tc.headersAfter))
+			defer srv.Close()
+			c := fastCaller(srv.URL)
+			c.Policy.Timeout = 30 * time.Second // 30 ms of wall time
+			c.Policy.MaxRetries = 0
+			c.Policy.TimeoutUntilHeaders = tc.untilHeaders
+			res := c.Do(context.Background(), Request{Body: []byte(`{}`), Stream: true})
+			if res.Delivered != tc.wantDelivered || (!tc.wantDelivered && res.Timeouts != 1) {
+				t.Fatalf("delivered %v, %d timeouts; want delivered %v (else one timeout)", res.Delivered, res.Timeouts, tc.wantDelivered)
+			}
+		})
+	}
+}

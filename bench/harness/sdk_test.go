@@ -1,0 +1,390 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/enginesim"
+)
+
+// Issue 17's clients as CI-speed runs of the simulated engine, time-scaled,
+// direct and through vigil's limiter with its defaults (on an engine-time
+// clock, TimeClock, so every duration it knows keeps its proportion).
+
+const (
+	sdkEngineKey = "sk-engine-sdk"
+	sdkClientKey = "sk-client-sdk"
+)
+
+// sdkTarget is an engine, and vigil in front of it when viaVigil, for one
+// run; url is where the clients send.
+type sdkTarget struct {
+	engine      *enginesim.Server
+	lim         *Limiter
+	url, key    string
+	headerScale float64
+}
+
+func startSDKTarget(t *testing.T, ctx context.Context, scale float64, viaVigil bool) sdkTarget {
+	t.Helper()
+	srv, err := enginesim.Start(ctx, "127.0.0.1:0", PaperEngineConfig(scale, true, sdkEngineKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	<-srv.Ready()
+	tg := sdkTarget{engine: srv, url: srv.URL(), key: sdkEngineKey, headerScale: 1}
+	if viaVigil {
+		lim, err := StartLimiter(ctx, configs.Default().Admission, srv.URL(), sdkEngineKey, scale, TimeClock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(lim.Close)
+		tg.lim, tg.url, tg.key, tg.headerScale = lim, lim.URL(), sdkClientKey, lim.HeaderScale()
+	}
+	return tg
+}
+
+// paperCapacity is PaperCapacity, measured once a scale for the package's
+// runs (it drives the scheduler offline, seconds under -race).
+func paperCapacity(scale float64) float64 {
+	capacities.mu.Lock()
+	defer capacities.mu.Unlock()
+	if c, ok := capacities.m[scale]; ok {
+		return c
+	}
+	c, _ := PaperCapacity(scale)
+	capacities.m[scale] = c
+	return c
+}
+
+var capacities = struct {
+	mu sync.Mutex
+	m  map[float64]float64
+}{m: map[float64]float64{}}
+
+// The bench/metastable burst, reduced for CI: the paper's schedule and
+// calls (PaperPhases, PaperCalls, PaperPolicy: 120 s at 0.6 C, a 107 s
+// pulse at 2.7 C, then 0.6 C) with the hold cut from 720 s to
+// metastableHold (the pulse's backlog has drained well before: the
+// metastable timeline shows the queue empty by about 500 s), at scale
+// metastableScale instead of 25.
+const (
+	metastableScale = 80
+	metastableHold  = 360 * time.Second
+)
+
+// runBurst sends the reduced burst through vigil's defaults, the clients
+// announcing their 120 s timeout (X-Stainless-Timeout) or not (the Node
+// SDK with a client-level timeout).
+func runBurst(t *testing.T, omitHeader bool) (PaperFigures, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := paperCapacity(metastableScale)
+	tg := startSDKTarget(t, ctx, metastableScale, true)
+	ph := PaperPhases(c, metastableHold)
+	arrivals, bodies := PaperCalls(1, ph)
+	clock := NewClock(metastableScale)
+	caller := NewCaller(tg.url+"/v1/completions", tg.key, clock, PaperPolicy(), 1)
+	caller.HeaderScale = tg.headerScale
+	caller.OmitTimeoutHeader = omitHeader
+	defer caller.CloseIdle()
+	// The limiter's state every 30 engine seconds, for the log.
+	var timeline []string
+	sctx, stopSampler := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		for at := 30 * time.Second; clock.SleepUntil(sctx, at); at += 30 * time.Second {
+			e := tg.engine.Engine.Stats()
+			timeline = append(timeline, fmt.Sprintf("t=%v engine waiting=%d running=%d %s", at, e.Waiting+e.Pending, e.Running, tg.lim.Brief()))
+		}
+	})
+	calls := SendAll(ctx, clock, caller, 1, arrivals, bodies)
+	stopSampler()
+	sampler.Wait()
+	if testing.Verbose() {
+		t.Logf("timeline (header omitted: %v):\n  %s", omitHeader, strings.Join(timeline, "\n  "))
+	}
+	phase := make([]int, len(arrivals))
+	for i, a := range arrivals {
+		phase[i] = a.Phase
+	}
+	s := tg.lim.Stats()
+	return MeasurePaper(calls, phase), tg.lim.Summary() + " learned=" + formatLearned(s.LearnedClientTimeouts)
+}
+
+func formatLearned(m map[string]time.Duration) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+"="+m[k].String())
+	}
+	return "{" + strings.Join(out, " ") + "}"
+}
+
+// burstFigures logs the two runs of the burst, with the header and
+// without.
+func burstFigures(t *testing.T) (with, without PaperFigures) {
+	with, withLim := runBurst(t, false)
+	without, withoutLim := runBurst(t, true)
+	for _, r := range []struct {
+		name string
+		f    PaperFigures
+		lim  string
+	}{{"X-Stainless-Timeout announced", with, withLim}, {"no header (Node SDK, client-level timeout)", without, withoutLim}} {
+		t.Logf("%s: pulse %d calls, delivered %s, within the first deadline %s; hold %d calls, delivered %s, within the first deadline %s; %.2f attempts a call\n  limiter: %s",
+			r.name, r.f.PulseCalls, Pct(r.f.PulseDelivered), Pct(pulseOnTime(r.f)), r.f.HoldCalls, Pct(r.f.HoldDelivered), Pct(r.f.HoldOnTime), r.f.Attempts, r.lim)
+	}
+	return with, without
+}
+
+func pulseOnTime(f PaperFigures) float64 { return f.PulseDelivered - f.PulseLate }
+
+// TestTheBurstIsDeliveredWithoutTheTimeoutHeader is issue 17's row: the
+// OpenAI Node SDK with its timeout set on the client sends no
+// X-Stainless-Timeout. Before vigil inferred a client's deadline the
+// metastable burst then delivered 93-97% of its pulse calls instead of
+// about 100%: a queued call could wait out its whole 5 min
+// max_queue_wait, long past its client's 120 s. Learned from the clients'
+// give-ups (keyed retries), the route's timeout must make the headerless
+// run deliver as the announcing one does.
+//
+// Measured here (scale 80, -race), pulse delivered with the header /
+// without: on a quiet machine 100/100, 100/99.6, 100/96.6% (the last a run
+// whose cap overshot and collapsed, see below); with the machine loaded
+// (load average 3+ on 2 cores, so both arms lose calls) 64.0/62.9%. With
+// the learned timeouts switched off (deadlines.infer ignoring d.learned)
+// the headerless arm fell to 53.7% against 100% (quiet), and 35.0%
+// against 55.6% (loaded): the tolerance of 5 points is far from that. Hold
+// calls: 100/100% on a quiet machine.
+func TestTheBurstIsDeliveredWithoutTheTimeoutHeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulated engine through vigil for about 20 s")
+	}
+	with, without := burstFigures(t)
+	const tol = 0.05
+	if without.PulseDelivered < with.PulseDelivered-tol {
+		t.Errorf("without the header %s of the pulse was delivered, with it %s: want within %.0f points",
+			Pct(without.PulseDelivered), Pct(with.PulseDelivered), tol*100)
+	}
+	if without.HoldDelivered < with.HoldDelivered-tol {
+		t.Errorf("without the header %s of the hold was delivered, with it %s: want within %.0f points",
+			Pct(without.HoldDelivered), Pct(with.HoldDelivered), tol*100)
+	}
+}
+
+// TestTheBurstIsOnTimeWithoutTheTimeoutHeader: the same runs, judged by
+// calls delivered within their first deadline (120 s). This does not hold
+// yet and stays out of CI (VIGIL_ISSUE17_ONTIME=1 runs it). Measured in
+// four runs (scale 80, -race): pulse within the first deadline 42.6, 43.4,
+// 43.1, 42.2% with the header against 34.4, 33.9, 34.1, 34.2% without;
+// hold 99.4, 98.9, 98.7, 98.0% against 93.7, 81.9, 87.7, 96.5%. Why: the
+// timeout is learned from give-ups, and the first comes 120 s into the
+// overload, after the 107 s pulse. Until then the automatic cap has no
+// deadline ceiling (with the header it has one from the warm-up's
+// answers): on 12,000-token unary prompts the prefill-backlog rule lets
+// it probe on to 150-250 in flight while the engine queues 70-100, then
+// the knee rule, fed by answers admitted long before, cuts it window
+// after window to its floor (2-4) while 200 are still in flight, and it
+// takes the cap ~4 engine minutes to climb back (the limiter's timeline is
+// logged with -v). Before the core fix of the stale service estimate
+// (TestAStaleServiceEstimateDoesNotHoldTheCap) it could stay at its floor
+// for the rest of the run (one run of four: cap 4 with 600 queued for 14
+// engine minutes, pulse delivered 42%).
+func TestTheBurstIsOnTimeWithoutTheTimeoutHeader(t *testing.T) {
+	if os.Getenv("VIGIL_ISSUE17_ONTIME") == "" {
+		t.Skip("issue 17: without the header the burst's calls are delivered but fewer within their first deadline " +
+			"(pulse ~34% vs ~43%, hold 82-96% vs 98-99%): the cap overshoots, then collapses, before the timeout is learned")
+	}
+	with, without := burstFigures(t)
+	const tol = 0.03
+	if pulseOnTime(without) < pulseOnTime(with)-tol {
+		t.Errorf("without the header %s of the pulse was delivered within its first deadline, with it %s: want within %.0f points",
+			Pct(pulseOnTime(without)), Pct(pulseOnTime(with)), tol*100)
+	}
+	if without.HoldOnTime < with.HoldOnTime-tol {
+		t.Errorf("without the header %s of the hold was delivered within its first deadline, with it %s: want within %.0f points",
+			Pct(without.HoldOnTime), Pct(with.HoldOnTime), tol*100)
+	}
+}
+
+// sdkPolicy is the OpenAI Node SDK as issue 17 ran it: a 6 s timeout set
+// on the client (no X-Stainless-Timeout; the timeout covers the attempt
+// until its headers arrive, which an engine sends at once for a stream),
+// 3 retries after the SDK's 0.5-8 s backoff, Retry-After honoured up to
+// 60 s.
+func sdkPolicy() RetryPolicy {
+	return RetryPolicy{MaxRetries: 3, Timeout: 6 * time.Second, BackoffMin: 500 * time.Millisecond,
+		BackoffMax: 8 * time.Second, MaxRetryAfter: 60 * time.Second, TimeoutUntilHeaders: true}
+}
+
+// sdkRun is what the SDK's calls saw in one run.
+type sdkRun struct {
+	calls, delivered, timeouts, attempts int
+	// served: delivered with the first token within sdkObjective of the
+	// call's start (retries included).
+	served   int
+	p50, p99 time.Duration // first token from the call's start, delivered calls
+	statuses map[int]int
+	limiter  string
+}
+
+// sdkObjective: a first token later than this after the user asked is no
+// longer worth much to an interactive caller with a 6 s timeout.
+const sdkObjective = 10 * time.Second
+
+const (
+	sdkScale  = 20
+	sdkWindow = 90 * time.Second // engine time of arrivals
+	// sdkPatience: a call still running this long after it started is
+	// abandoned (counts as not delivered), so a run ends soon after its
+	// window.
+	sdkPatience = 90 * time.Second
+)
+
+// runSDK sends streamed calls of the paper's shape (12,000 ± 1,200-token
+// prompts sharing a 2,000-token prefix, lognormal answers of median 300
+// tokens) at load x the engine's capacity for sdkWindow, open loop, from
+// the Node SDK client, direct or through vigil's defaults.
+func runSDK(t *testing.T, load float64, viaVigil bool) sdkRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := paperCapacity(sdkScale)
+	tg := startSDKTarget(t, ctx, sdkScale, viaVigil)
+	rng := rand.New(rand.NewPCG(17, 0x5d4))
+	arrivals := Arrivals(rng, []Phase{{Name: "load", Duration: sdkWindow, Rate: load * c}})
+	bodies := make([][]byte, len(arrivals))
+	for i := range arrivals {
+		bodies[i] = PaperCall(rng).Body(PaperModel, true)
+	}
+	clock := NewClock(sdkScale)
+	caller := NewCaller(tg.url+"/v1/completions", tg.key, clock, sdkPolicy(), 17)
+	caller.HeaderScale = tg.headerScale
+	caller.OmitTimeoutHeader = true
+	defer caller.CloseIdle()
+
+	res := make([]Result, len(arrivals))
+	var wg sync.WaitGroup
+	for i, ar := range arrivals {
+		if !clock.SleepUntil(ctx, ar.At) {
+			break
+		}
+		wg.Go(func() {
+			cctx, ccancel := context.WithTimeout(ctx, clock.Wall(sdkPatience))
+			defer ccancel()
+			res[i] = caller.Do(cctx, Request{Body: bodies[i], Key: CallKey(17, i), Stream: true})
+		})
+	}
+	wg.Wait()
+
+	run := sdkRun{calls: len(res), statuses: map[int]int{}}
+	var ttfts []time.Duration
+	for _, r := range res {
+		run.attempts += r.Attempts
+		run.timeouts += r.Timeouts
+		for k, v := range r.Statuses {
+			run.statuses[k] += v
+		}
+		if !r.Delivered {
+			continue
+		}
+		run.delivered++
+		ttfts = append(ttfts, r.TTFT)
+		if r.TTFT <= sdkObjective {
+			run.served++
+		}
+	}
+	slices.Sort(ttfts)
+	if n := len(ttfts); n > 0 {
+		run.p50, run.p99 = ttfts[n/2], ttfts[min(n-1, n*99/100)]
+	}
+	if tg.lim != nil {
+		run.limiter = tg.lim.Summary() + " learned=" + formatLearned(tg.lim.Stats().LearnedClientTimeouts)
+	}
+	return run
+}
+
+func (r sdkRun) String() string {
+	return fmt.Sprintf("%s of %d calls delivered, %d with the first token within %v, %d timeouts, %d attempts, statuses %v, first token p50 %v p99 %v",
+		Pct(Share(r.delivered, r.calls)), r.calls, r.served, sdkObjective, r.timeouts, r.attempts, r.statuses,
+		r.p50.Round(10*time.Millisecond), r.p99.Round(10*time.Millisecond))
+}
+
+// TestTheSDKShapeAtModerateOverload is issue 17's SDK experiment: the Node
+// SDK (6 s client-level timeout, no header, 3 retries) streaming
+// 12,000-token prompts at 1.5x the engine's capacity. Direct, the engine
+// sends a stream's headers at once, so the SDK's timeout never fires;
+// through vigil (before the prefill-backlog rule, the inferred deadlines
+// and the streams' queue bound) it saw 311 timeouts and a p99 of 15.3 s
+// against direct's 0 and 5.0 s. vigil must not make it worse.
+//
+// Here 1.5x is of enginesim.MeasureCapacity, a true overload (the engine's
+// queue grows), so direct's first tokens come later and later; the SDK
+// never times out direct, its headers arriving at once. Measured (scale 20,
+// 90 s of arrivals, -race): direct 30.4% of 391 calls delivered within the
+// 90 s patience, 46 with the first token within 10 s, 0 timeouts, first
+// token p99 70.8 s; vigil 50.6%, 109, 0 timeouts, p99 75.1 s (855 streams
+// answered 503 stream_deadline at once and retried). vigil's automatic cap
+// ended at 36 (22 in a longer run) while the engine runs ~96 at once: it
+// serves more on time than direct, but below what the engine could.
+//
+// The scale matters: at 30, under -race beside the other packages, the
+// 6 s timeout is 200 ms of wall time and a starved loop of client, vigil
+// and engine missed it (17 and 738 timeouts through vigil in one run; 8
+// direct), and vigil learned a 1.8 s "timeout" from the delays.
+func TestTheSDKShapeAtModerateOverload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulated engine for about 20 s")
+	}
+	direct := runSDK(t, 1.5, false)
+	vigil := runSDK(t, 1.5, true)
+	t.Logf("direct: %v", direct)
+	t.Logf("vigil:  %v\n  limiter: %s", vigil, vigil.limiter)
+	// A few timeouts are vigil's to make while it learns the route's
+	// timeout from its clients giving up (3 give-ups, confirmed by their
+	// retries); past that, none.
+	if tol := max(3, vigil.calls/100); vigil.timeouts > direct.timeouts+tol {
+		t.Errorf("through vigil the SDK saw %d timeouts, direct %d: want at most %d more", vigil.timeouts, direct.timeouts, tol)
+	}
+	// Latency: the first token's p99 from the call's start, retries
+	// included, at most 1.25x direct's.
+	if vigil.p99 > direct.p99*5/4 {
+		t.Errorf("through vigil the first token's p99 was %v, direct %v: want at most 1.25x", vigil.p99, direct.p99)
+	}
+	if vigil.served < direct.served {
+		t.Errorf("through vigil %d calls had their first token within %v, direct %d: want no fewer", vigil.served, sdkObjective, direct.served)
+	}
+}
+
+// TestTheSDKShapeUnderARetryStorm is the same clients at 2.5x capacity.
+// Direct, the Node SDK still never times out (headers at once) and so
+// never retries: the storm is vigil's own 503s coming back. Measured
+// (scale 20, -race): direct 12.1% of 653 calls delivered, 29 with the
+// first token within 10 s, 0 timeouts; vigil 37.2%, 157, 0 timeouts
+// (2,079 attempts, cap 32 at the end).
+func TestTheSDKShapeUnderARetryStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulated engine for about 20 s")
+	}
+	direct := runSDK(t, 2.5, false)
+	vigil := runSDK(t, 2.5, true)
+	t.Logf("direct: %v", direct)
+	t.Logf("vigil:  %v\n  limiter: %s", vigil, vigil.limiter)
+	if tol := max(3, vigil.calls/100); vigil.timeouts > direct.timeouts+tol {
+		t.Errorf("through vigil the SDK saw %d timeouts, direct %d: want at most %d more", vigil.timeouts, direct.timeouts, tol)
+	}
+	if vigil.served <= direct.served || vigil.delivered <= direct.delivered {
+		t.Errorf("through vigil %d calls delivered, %d with the first token within %v; direct %d and %d: want more of both",
+			vigil.delivered, vigil.served, sdkObjective, direct.delivered, direct.served)
+	}
+}
