@@ -45,6 +45,13 @@ if [ "${CI:-}" = "true" ]; then
 fi
 go test -race -count=1 -timeout 12m ./...
 
+echo "== load tests, alone (one package at a time)"
+# They compare time-scaled runs of the simulated engine through vigil and
+# without it, so they need the cores to themselves (testinfra.AloneEnv).
+VIGIL_ALONE=1 go test -race -count=1 -p 1 -timeout 6m \
+  -run 'TestTheBurstIsDeliveredWithoutTheTimeoutHeader|TestTheSDKShape|TestSmokeKeyAffine|TestTheAutomaticCapReachesTheEnginesConcurrencyWithLongPrompts' \
+  ./bench/harness/ ./bench/pool/ ./admission/
+
 echo "== fuzz: metrics parser (10s)"
 go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // scaledClock is a Clock whose time runs scale times faster than the wall,
@@ -143,6 +144,7 @@ func runLongPrompts(t *testing.T, ecfg enginesim.Config, seats int, load float64
 // max_num_seqs (told to vigil as engine_max_seqs, since vLLM does not
 // export it) or by the KV cache (read from vllm:kv_cache_usage_perc).
 func TestTheAutomaticCapReachesTheEnginesConcurrencyWithLongPrompts(t *testing.T) {
+	testinfra.Alone(t)
 	if testing.Short() {
 		t.Skip("runs the simulated engine for several seconds")
 	}

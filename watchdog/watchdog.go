@@ -256,7 +256,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 		w.opts.Pager.Observe(v, inc)
 	}
 	if w.opts.Limiter != nil {
-		w.opts.Limiter.SetSaturated(v.State == StateSaturated)
+		w.opts.Limiter.SetSaturated(saturatedForLimiter(v, inc))
 	}
 	if v.State.NeedsRecovery() && inc.Open() && w.opts.Recoverer != nil && !busy {
 		w.recover(ctx, *inc, v)
@@ -580,4 +580,17 @@ func (w *Watchdog) notice(kind, text string) {
 	if w.opts.Notice != nil {
 		w.opts.Notice(kind, text)
 	}
+}
+
+// saturatedForLimiter is what the limiter is told: saturated while the
+// verdict is, and through the calm period of a saturation incident
+// (alerts.resolve_after). With the limiter holding the engine's queue near
+// saturated_waiting the verdict flips every second or two; the limiter
+// holds its cap's growth through the whole episode instead of growing
+// between flips and being cut again at the next.
+func saturatedForLimiter(v Verdict, inc *Incident) bool {
+	if v.State == StateSaturated {
+		return true
+	}
+	return v.State == StateHealthy && inc.Open() && inc.Peak == StateSaturated
 }

@@ -558,6 +558,34 @@ func TestIncidentResolvesAfterACalmPeriod(t *testing.T) {
 	}
 }
 
+// The limiter is told saturated through a saturation incident's calm
+// period, so it holds its cap through the flips, and told it is over when
+// the incident resolves.
+func TestTheLimiterHearsSaturationUntilTheIncidentResolves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, func(o *Options) { o.CalmFor = time.Minute })
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 40, 8, 900 })
+		r.start()
+		time.Sleep(30 * time.Second)
+		if now, _ := r.limiter.get(); !now {
+			t.Fatal("the limiter was not told the engine is saturated")
+		}
+		r.engine.set(func(f *fakeEngine) { f.waiting = 0 })
+		time.Sleep(30 * time.Second)
+		v, inc := r.w.Current()
+		if now, _ := r.limiter.get(); v.State != StateHealthy || !inc.Open() || !now {
+			t.Fatalf("30 s calm: verdict %s, incident open %v, limiter saturated %v; want healthy, open, saturated",
+				v.State, inc.Open(), now)
+		}
+		time.Sleep(45 * time.Second)
+		r.stop()
+		v, inc = r.w.Current()
+		if now, _ := r.limiter.get(); inc.Open() || now {
+			t.Fatalf("75 s calm: incident open %v, limiter saturated %v; want resolved, not saturated", inc.Open(), now)
+		}
+	})
+}
+
 func TestACycleCutShortByShutdownRecordsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, nil, nil)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // Issue 17's clients as CI-speed runs of the simulated engine, time-scaled,
@@ -167,6 +169,7 @@ func pulseOnTime(f PaperFigures) float64 { return f.PulseDelivered - f.PulseLate
 // against 55.6% (loaded): the tolerance of 5 points is far from that. Hold
 // calls: 100/100% on a quiet machine.
 func TestTheBurstIsDeliveredWithoutTheTimeoutHeader(t *testing.T) {
+	testinfra.Alone(t)
 	if testing.Short() {
 		t.Skip("runs the simulated engine through vigil for about 20 s")
 	}
@@ -343,6 +346,7 @@ func (r sdkRun) String() string {
 // and engine missed it (17 and 738 timeouts through vigil in one run; 8
 // direct), and vigil learned a 1.8 s "timeout" from the delays.
 func TestTheSDKShapeAtModerateOverload(t *testing.T) {
+	testinfra.Alone(t)
 	if testing.Short() {
 		t.Skip("runs the simulated engine for about 20 s")
 	}
@@ -373,6 +377,7 @@ func TestTheSDKShapeAtModerateOverload(t *testing.T) {
 // first token within 10 s, 0 timeouts; vigil 37.2%, 157, 0 timeouts
 // (2,079 attempts, cap 32 at the end).
 func TestTheSDKShapeUnderARetryStorm(t *testing.T) {
+	testinfra.Alone(t)
 	if testing.Short() {
 		t.Skip("runs the simulated engine for about 20 s")
 	}

@@ -141,6 +141,7 @@ func TestMeasureSumsThePool(t *testing.T) {
 // placement itself): every node serves, HAProxy keeps every server up,
 // calls are delivered and keyed retries reach their coalescer.
 func TestSmokeKeyAffine(t *testing.T) {
+	testinfra.Alone(t)
 	if testing.Short() {
 		t.Skip("end-to-end run in -short mode")
 	}

@@ -86,7 +86,10 @@ type demo struct {
 	started  time.Time
 	restarts int
 
-	lastState  watchdog.State
+	lastState watchdog.State
+	// retell: narrate the next verdict even if its state is unchanged (a
+	// chapter starts: the reader wants vigil's view of it).
+	retell     atomic.Bool
 	seen       sync.Map     // watchdog.State -> true, every state vigil called
 	restoredAt atomic.Int64 // UnixNano when traffic came back, 0 before
 }
@@ -227,6 +230,7 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 
 	d.say("▶ the same overload straight at the engine (no limiter in between). The queue grows, and the")
 	d.say("  completion probe gets slow: from outside, this looks just like a hang. vigil looks at progress instead.")
+	d.retell.Store(true)
 	direct := d.overload(ctx, cfg.Engine.URL+"/v1/completions", overloadX*capacity, nil)
 	d.say("  straight: %s", direct.brief())
 
@@ -304,7 +308,7 @@ func (d *demo) saw(s watchdog.State) bool { _, ok := d.seen.Load(s); return ok }
 
 // onVerdict narrates each change of state.
 func (d *demo) onVerdict(v watchdog.Verdict) {
-	if v.State == d.lastState {
+	if v.State == d.lastState && !d.retell.Swap(false) {
 		return
 	}
 	d.lastState = v.State

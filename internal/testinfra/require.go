@@ -41,3 +41,22 @@ func FreeAddr(t testing.TB) string {
 func shortTempDir(prefix string) (string, error) {
 	return os.MkdirTemp("", prefix)
 }
+
+// AloneEnv names the variable under which the load tests run: tests that
+// compare two time-scaled runs of the simulated engine (through vigil and
+// without it) and so need the machine's cores to themselves. Beside the
+// other packages of `go test ./...` on 2 cores, the engine, vigil and the
+// clients of a scaled run lose CPU unevenly between the two runs and the
+// comparison measures the machine (seen: 128 client timeouts through
+// vigil against 0 direct, only when the e2e tests ran beside). test.sh
+// runs them after the parallel suite, one package at a time, with
+// VIGIL_ALONE=1.
+const AloneEnv = "VIGIL_ALONE"
+
+// Alone skips a load test unless AloneEnv is "1" (see AloneEnv).
+func Alone(t testing.TB) {
+	t.Helper()
+	if os.Getenv(AloneEnv) != "1" {
+		t.Skip("a load test: runs alone, after the parallel suite (" + AloneEnv + "=1; test.sh does it)")
+	}
+}
