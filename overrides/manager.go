@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/state"
 )
 
@@ -513,7 +513,7 @@ func (m *Manager) Tick(now time.Time) {
 			log.Info("override ends soon; reminder paged")
 			notices = append(notices, notice{KindReminder, fmt.Sprintf(
 				"override ends in %s: %s %s → %s at %s (%s); set a new override before then to keep it",
-				human(a.Until.Sub(now)), key, a.Value, a.Replaced, stamp(a.Until), a.Reason)})
+				humanize.Remaining(a.Until.Sub(now)), key, a.Value, a.Replaced, stamp(a.Until), a.Reason)})
 		}
 	}
 	if m.pruneClearedLocked(now) {
@@ -591,16 +591,3 @@ func (m *Manager) send(notices []notice) {
 // stamp formats a time for pages: UTC RFC 3339, copy-pastable into a new
 // override.
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
-// human formats a remaining time to the minute: "59m", "1h", "2h30m".
-func human(d time.Duration) string {
-	d = d.Round(time.Minute)
-	if d < time.Minute {
-		return "under a minute"
-	}
-	s := strings.TrimSuffix(d.String(), "0s")
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}

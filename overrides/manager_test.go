@@ -539,19 +539,6 @@ func TestCronMessagesReachLogrus(t *testing.T) {
 	}
 }
 
-func TestRemainingTimeReadsLikeAPerson(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		59*time.Minute + 20*time.Second: "59m",
-		time.Hour:                       "1h",
-		2*time.Hour + 30*time.Minute:    "2h30m",
-		10 * time.Second:                "under a minute",
-	} {
-		if got := human(d); got != want {
-			t.Errorf("human(%v) = %q, want %q", d, got, want)
-		}
-	}
-}
-
 func TestANewConfiguredValueWaitsBehindAnOverride(t *testing.T) {
 	cases := []struct {
 		name      string

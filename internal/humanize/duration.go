@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -105,4 +106,18 @@ func GoMinutes(d time.Duration) string {
 func hoursMinutes(d time.Duration) string {
 	d = d.Round(time.Minute)
 	return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+}
+
+// Remaining renders the time left of something that ends (an override)
+// to the minute: "59m", "1h", "2h30m", "under a minute".
+func Remaining(d time.Duration) string {
+	d = d.Round(time.Minute)
+	if d < time.Minute {
+		return "under a minute"
+	}
+	s := strings.TrimSuffix(d.String(), "0s")
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -104,3 +104,16 @@ func TestClocks(t *testing.T) {
 		t.Errorf("StampUTC = %q", got)
 	}
 }
+
+func TestRemainingTimeReadsLikeAPerson(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		59*time.Minute + 20*time.Second: "59m",
+		time.Hour:                       "1h",
+		2*time.Hour + 30*time.Minute:    "2h30m",
+		10 * time.Second:                "under a minute",
+	} {
+		if got := Remaining(d); got != want {
+			t.Errorf("Remaining(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
