@@ -43,8 +43,9 @@ type Admission struct {
 	MaxQueueWait  time.Duration `yaml:"max_queue_wait"`
 	// StreamQueueWait bounds the queue wait of a streamed request whose
 	// client announced no timeout: past it the first token is worth little
-	// (a chat user has given up on it). 0 (the default) = ttft_target, or
-	// 10 s when there is no objective. A new stream that the queue could
+	// (a chat user has given up on it). 0 (the default) = what ttft_target
+	// leaves once the engine's own time to first token is spent (at least
+	// a tenth of it), or 10 s when there is no objective. A new stream that the queue could
 	// not reach within its bound, at the measured drain rate, is answered
 	// at once with 503 and an honest Retry-After instead of queueing.
 	// Plain (unary) calls keep max_queue_wait.
@@ -173,7 +174,7 @@ func (a *Admission) validate(v *validator) {
 	}
 	v.positive("admission.max_queue_wait", a.MaxQueueWait)
 	if a.StreamQueueWait < 0 {
-		v.errorf("admission.stream_queue_wait", "must be >= 0 (0 = ttft_target, or 10s without one)")
+		v.errorf("admission.stream_queue_wait", "must be >= 0 (0 = ttft_target less the engine's time to first token, or 10s without a target)")
 	}
 	seen := map[string]bool{}
 	for i, rt := range a.ClientTimeouts {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -70,28 +71,42 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  func(*configs.Admission)
-		r    Request
-		want time.Duration
+		// ttfts are first tokens the engine gave streams before (engineTTFT).
+		ttfts []time.Duration
+		r     Request
+		want  time.Duration
 	}{
 		{"stream_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = 700 * time.Millisecond },
-			Request{Stream: true}, 700 * time.Millisecond},
+			[]time.Duration{time.Second}, Request{Stream: true}, 700 * time.Millisecond},
 		{"else ttft_target", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
-			Request{Stream: true}, 1500 * time.Millisecond},
+			nil, Request{Stream: true}, 1500 * time.Millisecond},
+		{"less the engine's own time to first token", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
+			[]time.Duration{time.Second, time.Second}, Request{Stream: true}, 500 * time.Millisecond},
+		{"at least a tenth of the target", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
+			[]time.Duration{3 * time.Second}, Request{Stream: true}, 150 * time.Millisecond},
 		{"else 10 s", func(c *configs.Admission) { c.TTFTTarget = 0; c.MaxQueueWait = time.Minute },
-			Request{Stream: true}, defaultStreamWait},
+			nil, Request{Stream: true}, defaultStreamWait},
 		{"an announced timeout instead: half of it", func(c *configs.Admission) { c.MaxQueueWait = time.Minute },
-			Request{Stream: true, Timeout: 60 * time.Second}, 30 * time.Second},
+			[]time.Duration{time.Second}, Request{Stream: true, Timeout: 60 * time.Second}, 30 * time.Second},
 		{"an inferred one bounds it too", func(c *configs.Admission) {
 			c.StreamQueueWait = 10 * time.Second
 			c.ClientTimeouts = []configs.RouteTimeout{{Path: "/s", Timeout: 4 * time.Second}}
-		}, Request{Stream: true, Route: "/s"}, 2 * time.Second},
+		}, nil, Request{Stream: true, Route: "/s"}, 2 * time.Second},
 		{"a plain call keeps max_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = time.Second },
-			Request{}, 2 * time.Second},
+			nil, Request{}, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
 			tc.cfg(&cfg)
 			l := New(cfg)
+			for _, ttft := range tc.ttfts {
+				lis, rj, err := l.Acquire(context.Background(), Request{Stream: true})
+				if lis == nil {
+					t.Fatalf("acquire: %v %v", rj, err)
+				}
+				lis.FirstToken(ttft)
+				lis.Release(Outcome{})
+			}
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			if got := l.maxWaitLocked(tc.r, l.timeoutLocked(tc.r)); got != tc.want {

@@ -69,7 +69,8 @@
 // Streams: a streamed request's first token is worth little once its
 // client stops waiting for it, so its queue wait is bounded by half its
 // client's announced timeout when there is one, otherwise by
-// stream_queue_wait (0: ttft_target, else 10 s; and half an inferred
+// stream_queue_wait (0: ttft_target less the engine's typical time to
+// first token, at least a tenth of the target, else 10 s; and half an inferred
 // timeout when shorter). When the queue would not reach it within that
 // bound, it is turned away at once (ReasonStreamDeadline, 503) instead of
 // queueing only to be turned away later: the estimate is its position over

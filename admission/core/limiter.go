@@ -134,6 +134,10 @@ type Limiter struct {
 	busySince  time.Time
 	// Last reading of the engine's queue gauges (-1: none yet).
 	engineWaiting, engineRunning float64
+	// engineTTFT is the streams' typical time to first token at the
+	// engine (queue wait excluded), an exponential average of what
+	// Listener.FirstToken reports; 0 before the first.
+	engineTTFT time.Duration
 
 	admitted, queued, abandoned atomic.Uint64
 }

@@ -101,6 +101,11 @@ func (lis *Listener) FirstToken(ttft time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
+	if l.engineTTFT == 0 {
+		l.engineTTFT = ttft
+	} else {
+		l.engineTTFT += time.Duration(ttftWeight * float64(ttft-l.engineTTFT))
+	}
 	if l.limitLocked().OnFirstToken(lis.admitted, ttft, now) {
 		l.dispatchLocked(now)
 	}
