@@ -10,6 +10,8 @@ import (
 
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 // The longprompt workload (issue #17): the call shape of the paper's
@@ -35,8 +37,8 @@ type longOptions struct {
 }
 
 // longCall draws one call of the longprompt workload.
-func longCall(rng *rand.Rand) harness.SimCall {
-	return harness.SimCall{
+func longCall(rng *rand.Rand) simclient.SimCall {
+	return simclient.SimCall{
 		Prompt:   longPromptMean - longPromptSpread + rng.IntN(2*longPromptSpread+1),
 		Prefix:   longPrefix,
 		PrefixID: longPrefixID,
@@ -91,7 +93,7 @@ func longExperiment(ctx context.Context, o options, stdout, stderr io.Writer) er
 // each arm's goodput against the best fixed cap of the same run.
 func printIssueTable(w io.Writer, rs []result, window time.Duration) {
 	best := bestFixed(rs)
-	t := harness.Table{Header: []string{"arm", "goodput/s", "vs best fixed cap", "completed", "within SLO",
+	t := humanize.Table{Header: []string{"arm", "goodput/s", "vs best fixed cap", "completed", "within SLO",
 		"rejected", "TTFT p50", "TTFT p99", "mean in-flight", "max cap"}}
 	for _, r := range rs {
 		ratio := "n/a"

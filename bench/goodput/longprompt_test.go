@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 func TestLongCallsFollowTheIssuesWorkload(t *testing.T) {
@@ -58,7 +58,7 @@ func TestLongCallsSendNoDeadline(t *testing.T) {
 
 func TestGoodputCountsCompletedStreamsWithinTheObjective(t *testing.T) {
 	obj := 690 * time.Millisecond
-	r := result{arm: arm{name: "cap 8", cap: 8}, calls: []harness.Result{
+	r := result{arm: arm{name: "cap 8", cap: 8}, calls: []simclient.Result{
 		{Delivered: true, TTFT: 400 * time.Millisecond},
 		{Delivered: true, TTFT: 690 * time.Millisecond},
 		{Delivered: true, TTFT: 2 * time.Second},

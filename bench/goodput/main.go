@@ -32,6 +32,8 @@ import (
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -67,12 +69,12 @@ type arm struct {
 type spec struct {
 	name   string
 	scale  float64
-	call   func(*rand.Rand) harness.SimCall
-	policy harness.RetryPolicy
+	call   func(*rand.Rand) simclient.SimCall
+	policy simclient.RetryPolicy
 }
 
 func (o options) chatSpec() spec {
-	return spec{name: "chat", scale: o.scale, call: workload, policy: harness.RetryPolicy{Timeout: clientTimeout}}
+	return spec{name: "chat", scale: o.scale, call: workload, policy: simclient.RetryPolicy{Timeout: clientTimeout}}
 }
 
 type options struct {
@@ -163,8 +165,8 @@ func engineConfig(scale float64) enginesim.Config {
 	return cfg
 }
 
-func workload(rng *rand.Rand) harness.SimCall {
-	return harness.SimCall{
+func workload(rng *rand.Rand) simclient.SimCall {
+	return simclient.SimCall{
 		Prompt: promptMean - promptSpread + rng.IntN(2*promptSpread+1),
 		Output: harness.LogNormal(rng, answerMedian, answerSig, answerMax),
 	}
@@ -173,7 +175,7 @@ func workload(rng *rand.Rand) harness.SimCall {
 // result is one arm's figures.
 type result struct {
 	arm       arm
-	calls     []harness.Result
+	calls     []simclient.Result
 	good      int
 	goodput   float64 // per engine second of the window
 	delivered int
@@ -324,12 +326,12 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 	for i := range arrivals {
 		bodies[i] = sp.call(rng).Body(model, true)
 	}
-	clock := harness.NewClock(sp.scale)
-	caller := harness.NewCaller(target+"/v1/completions", key, clock, sp.policy, o.seed)
+	clock := simclient.NewClock(sp.scale)
+	caller := simclient.NewCaller(target+"/v1/completions", key, clock, sp.policy, o.seed)
 	caller.HeaderScale = hs
 	defer caller.CloseIdle()
 
-	r := result{arm: a, calls: make([]harness.Result, len(arrivals))}
+	r := result{arm: a, calls: make([]simclient.Result, len(arrivals))}
 	// Sample the limiter's cap and in-flight count over the window.
 	var sampler sync.WaitGroup
 	var inSum, waitSum, samples int
@@ -354,7 +356,7 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 			break
 		}
 		calls.Go(func() {
-			r.calls[i] = caller.Do(ctx, harness.Request{Body: bodies[i], Stream: true})
+			r.calls[i] = caller.Do(ctx, simclient.Request{Body: bodies[i], Stream: true})
 		})
 	}
 	calls.Wait()
@@ -402,7 +404,7 @@ func printResults(w io.Writer, rs []result, slo time.Duration) {
 		}
 		return fmt.Sprintf("%.2fx", x/base)
 	}
-	t := harness.Table{Header: []string{"arm", "goodput (req/s)", "vs ungated", "delivered",
+	t := humanize.Table{Header: []string{"arm", "goodput (req/s)", "vs ungated", "delivered",
 		"TTFT p50", "TTFT p99", "engine waiting (mean)", "rejected", "timed out", "mean in-flight", "max cap"}}
 	best := 0.0
 	for _, r := range rs {
@@ -413,9 +415,9 @@ func printResults(w io.Writer, rs []result, slo time.Duration) {
 		if r.arm.cap >= 0 {
 			inflight, maxCap = strconv.Itoa(r.meanInFlight), strconv.Itoa(r.maxCap)
 		}
-		t.Add(r.arm.name, fmt.Sprintf("%.2f", r.goodput), ratio(r.goodput), harness.Pct(harness.Share(r.delivered, len(r.calls))),
+		t.Add(r.arm.name, fmt.Sprintf("%.2f", r.goodput), ratio(r.goodput), humanize.Pct(harness.Share(r.delivered, len(r.calls))),
 			r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), fmt.Sprintf("%.1f", r.engineWaiting),
-			harness.Pct(harness.Share(r.rejected, len(r.calls))), harness.Pct(harness.Share(r.timedOut, len(r.calls))),
+			humanize.Pct(harness.Share(r.rejected, len(r.calls))), humanize.Pct(harness.Share(r.timedOut, len(r.calls))),
 			inflight, maxCap)
 	}
 	t.Add("published: ungated", "1.01", "1.00x", "", "", "", "", "", "", "", "")

@@ -4,11 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 func TestScoreCountsOnlyAnswersWithinTheSLO(t *testing.T) {
-	r := result{calls: []harness.Result{
+	r := result{calls: []simclient.Result{
 		{Delivered: true, TTFT: 100 * time.Millisecond, DeliveredAt: 2 * time.Second, Tokens: 20},
 		{Delivered: true, TTFT: 500 * time.Millisecond, DeliveredAt: 3 * time.Second, Tokens: 20},
 		{Timeouts: 1},

@@ -67,8 +67,10 @@ func (h *HAProxy) WaitServersUp(ctx context.Context, backend string, servers []s
 		if time.Now().After(deadline) {
 			return fmt.Errorf("haproxy: %s not UP after %v: %s (%v)", backend, timeout, strings.Join(down, " "), err)
 		}
-		if !sleepWall(ctx, 50*time.Millisecond) {
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 // TimeMode says how a limiter keeps time beside a time-scaled engine.
@@ -29,7 +30,7 @@ const (
 	// which guard against slow clients, stay wall time.
 	TimeClock TimeMode = "clock"
 	// TimeConfig runs the limiter on the wall clock with every config
-	// duration divided by Scale (ScaleAdmission). Its built-in constants
+	// duration divided by Scale (simclient.ScaleAdmission). Its built-in constants
 	// stay wall time, i.e. Scale times longer than they would be beside a
 	// real engine; its Retry-After is wall seconds.
 	TimeConfig TimeMode = "config"
@@ -68,7 +69,7 @@ func StartLimiter(ctx context.Context, cfg configs.Admission, upstream, engineKe
 		case TimeClock:
 			opts = append(opts, admission.WithClock(NewScaledClock(scale)))
 		case TimeConfig:
-			cfg = ScaleAdmission(cfg, scale)
+			cfg = simclient.ScaleAdmission(cfg, scale)
 			hs = scale
 		default:
 			return nil, fmt.Errorf("limiter: unknown time mode %q", mode)
@@ -96,7 +97,7 @@ func StartLimiter(ctx context.Context, cfg configs.Admission, upstream, engineKe
 func (l *Limiter) URL() string { return l.url }
 
 // HeaderScale converts the limiter's Retry-After and a client timeout
-// between its time and engine time (see Caller.HeaderScale).
+// between its time and engine time (see simclient.Caller.HeaderScale).
 func (l *Limiter) HeaderScale() float64 { return l.headerScale }
 
 // Close stops serving and cancels what the limiter still runs.

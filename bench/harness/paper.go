@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 // The overload experiment of "Cancellation Is Not Enough" (Zhang and
@@ -64,8 +65,8 @@ func PaperEngineConfig(scale float64, abort bool, apiKey string) enginesim.Confi
 }
 
 // PaperCall draws one call of the paper's shape.
-func PaperCall(rng *rand.Rand) SimCall {
-	return SimCall{
+func PaperCall(rng *rand.Rand) simclient.SimCall {
+	return simclient.SimCall{
 		Prompt:   paperPromptMean - paperPromptSpread + rng.IntN(2*paperPromptSpread+1),
 		Prefix:   paperPrefixTokens,
 		PrefixID: "shared-system-prompt",
@@ -103,8 +104,8 @@ func CallKey(seed uint64, i int) string { return fmt.Sprintf("call-%d-%d", seed,
 // body bodies[i] and key CallKey(seed, i), and waits until every call has
 // ended. The results are indexed like arrivals; a call not started
 // because ctx ended is left zero.
-func SendAll(ctx context.Context, clock *Clock, caller *Caller, seed uint64, arrivals []Arrival, bodies [][]byte) []Result {
-	res := make([]Result, len(arrivals))
+func SendAll(ctx context.Context, clock *simclient.Clock, caller *simclient.Caller, seed uint64, arrivals []Arrival, bodies [][]byte) []simclient.Result {
+	res := make([]simclient.Result, len(arrivals))
 	var calls sync.WaitGroup
 	for i, ar := range arrivals {
 		if !clock.SleepUntil(ctx, ar.At) {
@@ -115,7 +116,7 @@ func SendAll(ctx context.Context, clock *Clock, caller *Caller, seed uint64, arr
 			// the deadline only bounds the loop if something wedges.
 			cctx, ccancel := context.WithTimeout(ctx, clock.Wall(PaperDeliveredWithin))
 			defer ccancel()
-			res[i] = caller.Do(cctx, Request{Body: bodies[i], Key: CallKey(seed, i)})
+			res[i] = caller.Do(cctx, simclient.Request{Body: bodies[i], Key: CallKey(seed, i)})
 		})
 	}
 	calls.Wait()
@@ -140,7 +141,7 @@ type PaperFigures struct {
 }
 
 // MeasurePaper sorts calls (phase[i] is call i's phase) into the figures.
-func MeasurePaper(calls []Result, phase []int) PaperFigures {
+func MeasurePaper(calls []simclient.Result, phase []int) PaperFigures {
 	var f PaperFigures
 	var pulseOK, pulseLate, holdOK, holdOnTime, attempts int
 	firstDeadline := PaperPolicy().Timeout
@@ -176,4 +177,12 @@ func MeasurePaper(calls []Result, phase []int) PaperFigures {
 	f.HoldOnTime = Share(holdOnTime, f.HoldCalls)
 	f.Attempts = Share(attempts, len(calls))
 	return f
+}
+
+// PaperPolicy is the client of "Cancellation Is Not Enough": attempts time
+// out at 120 s and are retried 3 times after a uniform 0.25-3 s, with the
+// OpenAI SDKs' handling of Retry-After (at most 60 s honoured).
+func PaperPolicy() simclient.RetryPolicy {
+	return simclient.RetryPolicy{MaxRetries: 3, Timeout: 120 * time.Second,
+		BackoffMin: 250 * time.Millisecond, BackoffMax: 3 * time.Second, MaxRetryAfter: 60 * time.Second}
 }

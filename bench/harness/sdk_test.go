@@ -15,6 +15,8 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
 
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
@@ -96,8 +98,8 @@ func runBurst(t *testing.T, omitHeader bool) (PaperFigures, string) {
 	tg := startSDKTarget(t, ctx, metastableScale, true)
 	ph := PaperPhases(c, metastableHold)
 	arrivals, bodies := PaperCalls(1, ph)
-	clock := NewClock(metastableScale)
-	caller := NewCaller(tg.url+"/v1/completions", tg.key, clock, PaperPolicy(), 1)
+	clock := simclient.NewClock(metastableScale)
+	caller := simclient.NewCaller(tg.url+"/v1/completions", tg.key, clock, PaperPolicy(), 1)
 	caller.HeaderScale = tg.headerScale
 	caller.OmitTimeoutHeader = omitHeader
 	defer caller.CloseIdle()
@@ -144,7 +146,7 @@ func burstFigures(t *testing.T) (with, without PaperFigures) {
 		lim  string
 	}{{"X-Stainless-Timeout announced", with, withLim}, {"no header (Node SDK, client-level timeout)", without, withoutLim}} {
 		t.Logf("%s: pulse %d calls, delivered %s, within the first deadline %s; hold %d calls, delivered %s, within the first deadline %s; %.2f attempts a call\n  limiter: %s",
-			r.name, r.f.PulseCalls, Pct(r.f.PulseDelivered), Pct(pulseOnTime(r.f)), r.f.HoldCalls, Pct(r.f.HoldDelivered), Pct(r.f.HoldOnTime), r.f.Attempts, r.lim)
+			r.name, r.f.PulseCalls, humanize.Pct(r.f.PulseDelivered), humanize.Pct(pulseOnTime(r.f)), r.f.HoldCalls, humanize.Pct(r.f.HoldDelivered), humanize.Pct(r.f.HoldOnTime), r.f.Attempts, r.lim)
 	}
 	return with, without
 }
@@ -177,11 +179,11 @@ func TestTheBurstIsDeliveredWithoutTheTimeoutHeader(t *testing.T) {
 	const tol = 0.05
 	if without.PulseDelivered < with.PulseDelivered-tol {
 		t.Errorf("without the header %s of the pulse was delivered, with it %s: want within %.0f points",
-			Pct(without.PulseDelivered), Pct(with.PulseDelivered), tol*100)
+			humanize.Pct(without.PulseDelivered), humanize.Pct(with.PulseDelivered), tol*100)
 	}
 	if without.HoldDelivered < with.HoldDelivered-tol {
 		t.Errorf("without the header %s of the hold was delivered, with it %s: want within %.0f points",
-			Pct(without.HoldDelivered), Pct(with.HoldDelivered), tol*100)
+			humanize.Pct(without.HoldDelivered), humanize.Pct(with.HoldDelivered), tol*100)
 	}
 }
 
@@ -212,11 +214,11 @@ func TestTheBurstIsOnTimeWithoutTheTimeoutHeader(t *testing.T) {
 	const tol = 0.03
 	if pulseOnTime(without) < pulseOnTime(with)-tol {
 		t.Errorf("without the header %s of the pulse was delivered within its first deadline, with it %s: want within %.0f points",
-			Pct(pulseOnTime(without)), Pct(pulseOnTime(with)), tol*100)
+			humanize.Pct(pulseOnTime(without)), humanize.Pct(pulseOnTime(with)), tol*100)
 	}
 	if without.HoldOnTime < with.HoldOnTime-tol {
 		t.Errorf("without the header %s of the hold was delivered within its first deadline, with it %s: want within %.0f points",
-			Pct(without.HoldOnTime), Pct(with.HoldOnTime), tol*100)
+			humanize.Pct(without.HoldOnTime), humanize.Pct(with.HoldOnTime), tol*100)
 	}
 }
 
@@ -225,8 +227,8 @@ func TestTheBurstIsOnTimeWithoutTheTimeoutHeader(t *testing.T) {
 // until its headers arrive, which an engine sends at once for a stream),
 // 3 retries after the SDK's 0.5-8 s backoff, Retry-After honoured up to
 // 60 s.
-func sdkPolicy() RetryPolicy {
-	return RetryPolicy{MaxRetries: 3, Timeout: 6 * time.Second, BackoffMin: 500 * time.Millisecond,
+func sdkPolicy() simclient.RetryPolicy {
+	return simclient.RetryPolicy{MaxRetries: 3, Timeout: 6 * time.Second, BackoffMin: 500 * time.Millisecond,
 		BackoffMax: 8 * time.Second, MaxRetryAfter: 60 * time.Second, TimeoutUntilHeaders: true}
 }
 
@@ -270,13 +272,13 @@ func runSDK(t *testing.T, load float64, viaVigil bool) sdkRun {
 	for i := range arrivals {
 		bodies[i] = PaperCall(rng).Body(PaperModel, true)
 	}
-	clock := NewClock(sdkScale)
-	caller := NewCaller(tg.url+"/v1/completions", tg.key, clock, sdkPolicy(), 17)
+	clock := simclient.NewClock(sdkScale)
+	caller := simclient.NewCaller(tg.url+"/v1/completions", tg.key, clock, sdkPolicy(), 17)
 	caller.HeaderScale = tg.headerScale
 	caller.OmitTimeoutHeader = true
 	defer caller.CloseIdle()
 
-	res := make([]Result, len(arrivals))
+	res := make([]simclient.Result, len(arrivals))
 	var wg sync.WaitGroup
 	for i, ar := range arrivals {
 		if !clock.SleepUntil(ctx, ar.At) {
@@ -285,7 +287,7 @@ func runSDK(t *testing.T, load float64, viaVigil bool) sdkRun {
 		wg.Go(func() {
 			cctx, ccancel := context.WithTimeout(ctx, clock.Wall(sdkPatience))
 			defer ccancel()
-			res[i] = caller.Do(cctx, Request{Body: bodies[i], Key: CallKey(17, i), Stream: true})
+			res[i] = caller.Do(cctx, simclient.Request{Body: bodies[i], Key: CallKey(17, i), Stream: true})
 		})
 	}
 	wg.Wait()
@@ -319,7 +321,7 @@ func runSDK(t *testing.T, load float64, viaVigil bool) sdkRun {
 
 func (r sdkRun) String() string {
 	return fmt.Sprintf("%s of %d calls delivered, %d with the first token within %v, %d timeouts, %d attempts, statuses %v, first token p50 %v p99 %v",
-		Pct(Share(r.delivered, r.calls)), r.calls, r.served, sdkObjective, r.timeouts, r.attempts, r.statuses,
+		humanize.Pct(Share(r.delivered, r.calls)), r.calls, r.served, sdkObjective, r.timeouts, r.attempts, r.statuses,
 		r.p50.Round(10*time.Millisecond), r.p99.Round(10*time.Millisecond))
 }
 

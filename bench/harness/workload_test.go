@@ -3,13 +3,9 @@ package harness
 import (
 	"math"
 	"math/rand/v2"
-	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/vigil-dev/vigil/configs"
 )
 
 func TestArrivalsFollowEachPhasesRate(t *testing.T) {
@@ -61,28 +57,6 @@ func TestLogNormalHasItsMedianAndCap(t *testing.T) {
 	}
 }
 
-func TestScaleAdmissionDividesEveryDuration(t *testing.T) {
-	a := configs.Default().Admission
-	s := ScaleAdmission(a, 25)
-	va, vs := reflect.ValueOf(a), reflect.ValueOf(s)
-	for i := range va.NumField() {
-		f := va.Type().Field(i)
-		switch {
-		case f.Type == durationType:
-			if got, want := vs.Field(i).Int(), va.Field(i).Int()/25; got != want {
-				t.Errorf("%s: %v, want %v", f.Name, time.Duration(got), time.Duration(want))
-			}
-		default:
-			if !reflect.DeepEqual(va.Field(i).Interface(), vs.Field(i).Interface()) {
-				t.Errorf("%s changed though it is not a duration", f.Name)
-			}
-		}
-	}
-	if s.MaxQueueWait != a.MaxQueueWait/25 || s.CancelAfter != a.CancelAfter/25 {
-		t.Errorf("queue wait %v, cancel after %v", s.MaxQueueWait, s.CancelAfter)
-	}
-}
-
 func TestPercentileIsNearestRank(t *testing.T) {
 	xs := []time.Duration{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
 	for p, want := range map[float64]time.Duration{50: 5, 99: 10, 10: 1, 100: 10} {
@@ -92,18 +66,6 @@ func TestPercentileIsNearestRank(t *testing.T) {
 	}
 	if Percentile(nil, 50) != 0 {
 		t.Error("percentile of nothing is not 0")
-	}
-}
-
-func TestTablePadsColumns(t *testing.T) {
-	tb := Table{Header: []string{"arm", "x"}}
-	tb.Add("direct", "1.0%")
-	tb.Add("v", "100.0%")
-	var b strings.Builder
-	tb.Print(&b)
-	want := "| arm    |      x |\n| ------ | -----: |\n| direct |   1.0% |\n| v      | 100.0% |\n"
-	if b.String() != want {
-		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
 

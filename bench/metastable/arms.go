@@ -14,6 +14,8 @@ import (
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 // arm is one way of serving the same calls.
@@ -128,7 +130,7 @@ type sample struct {
 
 type armResult struct {
 	arm      arm
-	calls    []harness.Result
+	calls    []simclient.Result
 	phase    []int
 	hold0    enginesim.Stats // engine at the hold's start
 	hold1    enginesim.Stats // and at its end
@@ -168,8 +170,8 @@ func runArm(ctx context.Context, o options, a arm, c float64) (armResult, error)
 	if !a.retries {
 		policy.MaxRetries = 0
 	}
-	clock := harness.NewClock(o.scale)
-	caller := harness.NewCaller(target+"/v1/completions", key, clock, policy, o.seed)
+	clock := simclient.NewClock(o.scale)
+	caller := simclient.NewCaller(target+"/v1/completions", key, clock, policy, o.seed)
 	caller.HeaderScale = headerScale
 	defer caller.CloseIdle()
 
@@ -265,11 +267,11 @@ func (r armResult) printTimeline(w io.Writer) {
 	fmt.Fprintln(w, "  calls by the minute they started: delivered / within the first deadline / attempts per call")
 	for i, b := range bs {
 		fmt.Fprintf(w, "  start %4d-%4d s: %3d calls, delivered %6s, on time %6s, %.2f attempts\n", i*60, i*60+60, b.n,
-			harness.Pct(harness.Share(b.ok, b.n)), harness.Pct(harness.Share(b.onTime, b.n)), harness.Share(b.attempts, b.n))
+			humanize.Pct(harness.Share(b.ok, b.n)), humanize.Pct(harness.Share(b.onTime, b.n)), harness.Share(b.attempts, b.n))
 	}
 	// How the undelivered calls ended: how long they lasted, and what their
 	// attempts got.
-	var lost []harness.Result
+	var lost []simclient.Result
 	for _, c := range r.calls {
 		if !c.Delivered || c.DeliveredAt-c.Start > deliveredWithin {
 			lost = append(lost, c)
@@ -278,7 +280,7 @@ func (r armResult) printTimeline(w io.Writer) {
 	if len(lost) == 0 {
 		return
 	}
-	slices.SortFunc(lost, func(a, b harness.Result) int { return cmp.Compare(a.End-a.Start, b.End-b.Start) })
+	slices.SortFunc(lost, func(a, b simclient.Result) int { return cmp.Compare(a.End-a.Start, b.End-b.Start) })
 	statuses := map[int]int{}
 	var attempts, timeouts, errs int
 	for _, c := range lost {

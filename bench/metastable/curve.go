@@ -10,6 +10,8 @@ import (
 
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 // curveLevels are the in-flight counts of the throughput curve.
@@ -19,7 +21,7 @@ var curveLevels = []int{16, 32, 64, 128, 256}
 // workload gets with exactly n calls in flight (n closed-loop clients, no
 // timeouts): what an in-flight cap of n lets the engine deliver.
 func curve(ctx context.Context, o options, c float64, w io.Writer, stderr io.Writer) error {
-	t := harness.Table{Header: []string{"in flight", "calls/s", "x C", "latency p50", "latency p99"}}
+	t := humanize.Table{Header: []string{"in flight", "calls/s", "x C", "latency p50", "latency p99"}}
 	const warm, measureFor = 200 * time.Second, 400 * time.Second
 	for _, n := range curveLevels {
 		fmt.Fprintf(stderr, "metastable: throughput curve, %d in flight ...\n", n)
@@ -28,8 +30,8 @@ func curve(ctx context.Context, o options, c float64, w io.Writer, stderr io.Wri
 			return fmt.Errorf("curve: start engine: %w", err)
 		}
 		<-srv.Ready()
-		clock := harness.NewClock(o.scale)
-		caller := harness.NewCaller(srv.URL()+"/v1/completions", engineKey, clock, harness.RetryPolicy{}, o.seed)
+		clock := simclient.NewClock(o.scale)
+		caller := simclient.NewCaller(srv.URL()+"/v1/completions", engineKey, clock, simclient.RetryPolicy{}, o.seed)
 		cctx, cancel := context.WithCancel(ctx)
 		var mu sync.Mutex
 		var lat []time.Duration
@@ -39,7 +41,7 @@ func curve(ctx context.Context, o options, c float64, w io.Writer, stderr io.Wri
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(o.seed, uint64(i)))
 				for cctx.Err() == nil {
-					r := caller.Do(cctx, harness.Request{Body: workload(rng).Body("sim-llama-8b", false)})
+					r := caller.Do(cctx, simclient.Request{Body: workload(rng).Body("sim-llama-8b", false)})
 					mu.Lock()
 					if r.Delivered && measuring {
 						lat = append(lat, r.End-r.Start)

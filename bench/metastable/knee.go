@@ -11,6 +11,7 @@ import (
 
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 // kneeSteps are the open-loop rates (multiples of MeasureCapacity's C)
@@ -40,8 +41,8 @@ func knee(ctx context.Context, o options, c float64, stderr io.Writer) (string, 
 	}
 	rng := rand.New(rand.NewPCG(o.seed, 0xca9))
 	arrivals := harness.Arrivals(rng, ph)
-	clock := harness.NewClock(o.scale)
-	caller := harness.NewCaller(srv.URL()+"/v1/completions", engineKey, clock, harness.RetryPolicy{}, o.seed)
+	clock := simclient.NewClock(o.scale)
+	caller := simclient.NewCaller(srv.URL()+"/v1/completions", engineKey, clock, simclient.RetryPolicy{}, o.seed)
 	defer caller.CloseIdle()
 
 	// Snapshot the engine at every step boundary.
@@ -61,7 +62,7 @@ func knee(ctx context.Context, o options, c float64, stderr io.Writer) (string, 
 			break
 		}
 		body := workload(rng).Body("sim-llama-8b", false)
-		calls.Go(func() { caller.Do(ctx, harness.Request{Body: body}) })
+		calls.Go(func() { caller.Do(ctx, simclient.Request{Body: body}) })
 	}
 	sampler.Wait()
 	// The calls still queued are not needed: stop them with the engine.

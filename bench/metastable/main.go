@@ -23,6 +23,8 @@ import (
 
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -113,7 +115,7 @@ func engineConfig(scale float64, abort bool) enginesim.Config {
 }
 
 // workload draws one call of the paper's shape.
-func workload(rng *rand.Rand) harness.SimCall { return harness.PaperCall(rng) }
+func workload(rng *rand.Rand) simclient.SimCall { return harness.PaperCall(rng) }
 
 func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	c, line := harness.PaperCapacity(o.scale)
@@ -147,7 +149,7 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 		}
 		results = append(results, r)
 		fmt.Fprintf(stderr, "metastable: arm %s done in %v: hold delivered %s\n", a.name,
-			r.wall.Round(time.Second), harness.Pct(r.m.holdDelivered))
+			r.wall.Round(time.Second), humanize.Pct(r.m.holdDelivered))
 		if o.timeline {
 			r.printTimeline(stdout)
 		}

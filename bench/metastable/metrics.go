@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/humanize"
 )
 
 // metrics are one arm's columns.
@@ -36,12 +37,12 @@ func measure(r armResult, c float64) metrics {
 }
 
 func printResults(w io.Writer, rs []armResult, c float64) {
-	t := harness.Table{Header: []string{"arm", "pulse delivered", "pulse late", "hold delivered",
+	t := humanize.Table{Header: []string{"arm", "pulse delivered", "pulse late", "hold delivered",
 		"hold within 1st deadline", "hold executions created (xC)", "hold executions completed (xC)", "attempts/call", "wall"}}
 	for _, r := range rs {
 		m := r.m
-		t.Add(r.arm.name+" ("+r.arm.what+")", harness.Pct(m.pulseDelivered), harness.Pct(m.pulseLate),
-			harness.Pct(m.holdDelivered), harness.Pct(m.holdOnTime),
+		t.Add(r.arm.name+" ("+r.arm.what+")", humanize.Pct(m.pulseDelivered), humanize.Pct(m.pulseLate),
+			humanize.Pct(m.holdDelivered), humanize.Pct(m.holdOnTime),
 			fmt.Sprintf("%.2f", m.holdCreated), fmt.Sprintf("%.2f", m.holdCompleted),
 			fmt.Sprintf("%.2f", m.attempts), r.wall.Round(time.Second))
 	}

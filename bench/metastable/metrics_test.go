@@ -4,13 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
-func call(start, deliveredAfter time.Duration, attempts int) harness.Result {
-	r := harness.Result{Start: start, Attempts: attempts}
+func call(start, deliveredAfter time.Duration, attempts int) simclient.Result {
+	r := simclient.Result{Start: start, Attempts: attempts}
 	if deliveredAfter >= 0 {
 		r.Delivered, r.DeliveredAt = true, start+deliveredAfter
 	}
@@ -20,7 +20,7 @@ func call(start, deliveredAfter time.Duration, attempts int) harness.Result {
 func TestMeasureSortsCallsIntoTheColumns(t *testing.T) {
 	const never = -1
 	r := armResult{
-		calls: []harness.Result{
+		calls: []simclient.Result{
 			call(10*time.Second, time.Second, 1),      // warm: counted only in attempts
 			call(130*time.Second, 10*time.Second, 1),  // pulse, on time
 			call(140*time.Second, 300*time.Second, 3), // pulse, late

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -255,7 +257,7 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 func interleave(ctx context.Context, o options, conc int, paths []path, stream bool) ([]measurement, error) {
 	clients := make([]*http.Client, len(paths))
 	for i := range paths {
-		clients[i] = harness.NewHTTPClient()
+		clients[i] = simclient.NewHTTPClient()
 		defer clients[i].CloseIdleConnections()
 		if _, err := measure(ctx, o, clients[i], conc, paths[i].base, stream, o.warm); err != nil {
 			return nil, fmt.Errorf("warm-up via %s: %w", paths[i].name, err)
@@ -375,7 +377,7 @@ func printTable(w io.Writer, paths []path, ms []measurement) {
 	added := func(i int, p float64) time.Duration {
 		return harness.Percentile(ms[i].lat, p) - harness.Percentile(direct.lat, p)
 	}
-	t := harness.Table{Header: []string{"path", "p50", "p99", "added p50", "added p99", "req/s", "req/s vs direct", "errors"}}
+	t := humanize.Table{Header: []string{"path", "p50", "p99", "added p50", "added p99", "req/s", "req/s vs direct", "errors"}}
 	hap := -1
 	for i := range paths {
 		m := ms[i]

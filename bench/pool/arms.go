@@ -12,6 +12,7 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/configs/haproxy"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 // routing is how calls reach the nodes.
@@ -91,7 +92,7 @@ type snapshot struct {
 type armResult struct {
 	arm   arm
 	nodes int
-	calls []harness.Result
+	calls []simclient.Result
 	phase []int
 	// hold0 and hold1 are the nodes at the hold's start and end; end when
 	// every call has ended.
@@ -158,8 +159,8 @@ func runArm(ctx context.Context, o options, a arm, c float64) (armResult, error)
 
 	ph := harness.PaperPhases(float64(n)*c, o.hold)
 	arrivals, bodies := harness.PaperCalls(o.seed, ph)
-	clock := harness.NewClock(o.scale)
-	caller := harness.NewCaller(target+"/v1/completions", clientKey, clock, harness.PaperPolicy(), o.seed)
+	clock := simclient.NewClock(o.scale)
+	caller := simclient.NewCaller(target+"/v1/completions", clientKey, clock, harness.PaperPolicy(), o.seed)
 	caller.HeaderScale = lims[0].HeaderScale()
 	defer caller.CloseIdle()
 

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/humanize"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -112,7 +113,7 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 		}
 		results = append(results, r)
 		fmt.Fprintf(stderr, "pool: arm %s done in %v: hold on time %s, created %.2f x C per node\n", a.name,
-			r.wall.Round(time.Second), harness.Pct(r.f.HoldOnTime), r.f.holdCreated)
+			r.wall.Round(time.Second), humanize.Pct(r.f.HoldOnTime), r.f.holdCreated)
 	}
 	printResults(stdout, results, c)
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/configs/haproxy"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/simclient"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
@@ -97,7 +98,7 @@ func TestMeasureSumsThePool(t *testing.T) {
 	}
 	r := armResult{
 		nodes: 3,
-		calls: []harness.Result{
+		calls: []simclient.Result{
 			{Start: 130 * time.Second, Attempts: 1, Delivered: true, DeliveredAt: 140 * time.Second}, // pulse, on time
 			{Start: 300 * time.Second, Attempts: 3, Delivered: true, DeliveredAt: 500 * time.Second}, // hold, late
 			{Start: 310 * time.Second, Attempts: 1, Delivered: true, DeliveredAt: 320 * time.Second}, // hold, on time

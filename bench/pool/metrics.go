@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/humanize"
 )
 
 // figures are one arm's columns.
@@ -82,11 +83,11 @@ var header = []string{"arm", "nodes", "hold delivered", "hold within 1st deadlin
 	"keyed retries found (/status)", "pulse delivered", "attempts/call", "wall"}
 
 func row(f figures) []any {
-	return []any{f.nodes, harness.Pct(f.HoldDelivered), harness.Pct(f.HoldOnTime), fmt.Sprintf("%.2f", f.holdCreated),
+	return []any{f.nodes, humanize.Pct(f.HoldDelivered), humanize.Pct(f.HoldOnTime), fmt.Sprintf("%.2f", f.holdCreated),
 		fmt.Sprintf("%.2f", f.busiestCreated), fmt.Sprintf("%.2f", f.holdCompleted),
-		fmt.Sprintf("%s (%d/%d)", harness.Pct(f.attachedShare()), f.answered, f.retries),
-		fmt.Sprintf("%s (%d/%d)", harness.Pct(f.foundShare()), f.keyedFound, f.keyedRetries),
-		harness.Pct(f.PulseDelivered), fmt.Sprintf("%.2f", f.Attempts)}
+		fmt.Sprintf("%s (%d/%d)", humanize.Pct(f.attachedShare()), f.answered, f.retries),
+		fmt.Sprintf("%s (%d/%d)", humanize.Pct(f.foundShare()), f.keyedFound, f.keyedRetries),
+		humanize.Pct(f.PulseDelivered), fmt.Sprintf("%.2f", f.Attempts)}
 }
 
 // ratioRow is pool figures over the single node's, column by column.
@@ -103,7 +104,7 @@ func ratioRow(p, s figures) []any {
 }
 
 func printResults(w io.Writer, rs []armResult, c float64) {
-	t := harness.Table{Header: header}
+	t := humanize.Table{Header: header}
 	var single *armResult
 	for i, r := range rs {
 		if r.arm.routing == direct {

@@ -24,9 +24,10 @@ import (
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
-	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -49,7 +50,7 @@ const (
 // official OpenAI SDKs do (two retries, Retry-After obeyed up to 60 s,
 // else a short backoff), with a 50 s timeout per attempt (5 s of wall) and
 // an Idempotency-Key on every call.
-var demoClient = harness.RetryPolicy{MaxRetries: 2, Timeout: 50 * time.Second,
+var demoClient = simclient.RetryPolicy{MaxRetries: 2, Timeout: 50 * time.Second,
 	BackoffMin: 250 * time.Millisecond, BackoffMax: 3 * time.Second, MaxRetryAfter: 60 * time.Second}
 
 // runDemo is `vigil demo`: the whole story on a simulated engine, no GPU,
@@ -126,7 +127,7 @@ func demoConfig(engineURL, stateFile string) *configs.Config {
 	cfg.Restart.Docker.Container = "vllm"
 	cfg.Restart.Cooldown = time.Minute
 	cfg.Restart.ReadyTimeout = 30 * time.Second
-	cfg.Admission = harness.ScaleAdmission(cfg.Admission, demoScale)
+	cfg.Admission = simclient.ScaleAdmission(cfg.Admission, demoScale)
 	cfg.Admission.Listen = "127.0.0.1:0"
 	cfg.Status.Listen = "127.0.0.1:0"
 	return &cfg
@@ -299,7 +300,7 @@ var demoWork = enginesim.Workload{PromptTokens: 12000, PrefixTokens: 2000, Outpu
 
 // demoBody is a /v1/completions body for demoWork.
 func demoBody() []byte {
-	return harness.SimCall{Prompt: demoWork.PromptTokens, Prefix: demoWork.PrefixTokens, PrefixID: "demo",
+	return simclient.SimCall{Prompt: demoWork.PromptTokens, Prefix: demoWork.PrefixTokens, PrefixID: "demo",
 		Output: demoWork.OutputTokens}.Body("", false)
 }
 
@@ -534,8 +535,8 @@ func (r overloadRun) brief() string {
 // the calls go through, nil when they go straight to the engine.
 func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admission.Limiter) overloadRun {
 	run := overloadRun{through: lim != nil}
-	clock := harness.NewClock(demoScale)
-	caller := harness.NewCaller(url, "", clock, demoClient, uint64(time.Now().UnixNano()))
+	clock := simclient.NewClock(demoScale)
+	caller := simclient.NewCaller(url, "", clock, demoClient, uint64(time.Now().UnixNano()))
 	// The limiter's Retry-After and the X-Stainless-Timeout it reads are
 	// wall seconds (its durations were divided by demoScale).
 	caller.HeaderScale = demoScale
@@ -575,7 +576,7 @@ func (d *demo) overload(ctx context.Context, url string, rate float64, lim *admi
 	defer cutOff()
 	body := demoBody()
 	type outcome struct {
-		res harness.Result
+		res simclient.Result
 		cut bool // still going when the chapter ended
 	}
 	var (
@@ -600,7 +601,7 @@ arrivals:
 		wg.Add(1)
 		go func(n int) {
 			defer wg.Done()
-			res := caller.Do(callCtx, harness.Request{Body: body, Key: fmt.Sprintf("demo-%s-%d", tag, n)})
+			res := caller.Do(callCtx, simclient.Request{Body: body, Key: fmt.Sprintf("demo-%s-%d", tag, n)})
 			o := outcome{res, !res.Delivered && callCtx.Err() != nil}
 			mu.Lock()
 			outcomes = append(outcomes, o)
@@ -672,7 +673,7 @@ func (t *wireTap) figures() (with, bare int, secs []int) {
 
 // printComparison prints the two overload runs side by side.
 func printComparison(w io.Writer, direct, limited overloadRun) {
-	tb := harness.Table{Header: []string{"", "straight at the engine", "through vigil's limiter"}}
+	tb := humanize.Table{Header: []string{"", "straight at the engine", "through vigil's limiter"}}
 	tb.Add(fmt.Sprintf("calls (%s timeout, %d retries)", wallTime(demoClient.Timeout), demoClient.MaxRetries), direct.calls, limited.calls)
 	tb.Add("attempts sent", direct.attempts, limited.attempts)
 	tb.Add("requests the engine received (with vigil's probes)", direct.executions, limited.executions)

@@ -1,6 +1,7 @@
 // Package humanize is vigil's one set of formatting helpers for people:
 // counts with thousands separators, durations in the few styles pages,
-// logs and the status page use, and wall-clock stamps.
+// logs and the status page use, wall-clock stamps, and the Markdown
+// tables the demo and the benchmarks print (Table).
 //
 // Each style has its own name because each says something different: a
 // measured span (Duration, Span) is exact to what it measured; an

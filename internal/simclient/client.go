@@ -1,4 +1,4 @@
-package harness
+package simclient
 
 import (
 	"bufio"
@@ -38,14 +38,6 @@ type RetryPolicy struct {
 	// to the last byte. A unary answer's headers come with its body, so
 	// for unary calls the two differ only by the body's read time.
 	TimeoutUntilHeaders bool
-}
-
-// PaperPolicy is the client of "Cancellation Is Not Enough": attempts time
-// out at 120 s and are retried 3 times after a uniform 0.25-3 s, with the
-// OpenAI SDKs' handling of Retry-After (at most 60 s honoured).
-func PaperPolicy() RetryPolicy {
-	return RetryPolicy{MaxRetries: 3, Timeout: 120 * time.Second,
-		BackoffMin: 250 * time.Millisecond, BackoffMax: 3 * time.Second, MaxRetryAfter: 60 * time.Second}
 }
 
 // Request is one call: the same body (and key) is sent on every attempt.

@@ -1,4 +1,4 @@
-package harness
+package simclient
 
 import (
 	"context"
@@ -107,7 +107,8 @@ func hang(w http.ResponseWriter, r *http.Request) {
 // fastPolicy is the paper's client on a clock 1000x faster than the wall:
 // a 120 s timeout is 120 ms, a 60 s Retry-After 60 ms.
 func fastCaller(url string) *Caller {
-	c := NewCaller(url, "sk-test", NewClock(1000), PaperPolicy(), 1)
+	c := NewCaller(url, "sk-test", NewClock(1000), RetryPolicy{MaxRetries: 3, Timeout: 120 * time.Second,
+		BackoffMin: 250 * time.Millisecond, BackoffMax: 3 * time.Second, MaxRetryAfter: 60 * time.Second}, 1)
 	return c
 }
 
