@@ -106,7 +106,9 @@ func TestADecodeStallWhilePrefillGoesOnIsHung(t *testing.T) {
 	if v.Evidence.Hang != watchdog.HangDecode || !strings.Contains(v.Reason, "decode stalled") {
 		t.Fatalf("reason %q: want a decode stall", v.Reason)
 	}
-	if took := v.At.Sub(stallAt); took > hangAfter+5*interval {
+	// A few intervals: the stall is seen from the first decode step after
+	// it, and cycles slip under CI's parallel packages (seen: 1.9 s).
+	if took := v.At.Sub(stallAt); took > hangAfter+8*interval {
 		t.Errorf("caught after %s, want within hang_after + a few intervals", took)
 	}
 	// Between the stall and the verdict, vigil never called it hung for
