@@ -49,7 +49,8 @@ func shortTempDir(prefix string) (string, error) {
 // clients of a scaled run lose CPU unevenly between the two runs and the
 // comparison measures the machine (seen: 128 client timeouts through
 // vigil against 0 direct, only when the e2e tests ran beside). test.sh
-// runs them after the parallel suite, one package at a time, with
+// runs them after the parallel suite, one package at a time, without the
+// race detector (its CPU cost starves a run scaled 80-200x), with
 // VIGIL_ALONE=1.
 const AloneEnv = "VIGIL_ALONE"
 
