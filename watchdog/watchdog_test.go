@@ -577,11 +577,13 @@ func TestTheLimiterHearsSaturationUntilTheIncidentResolves(t *testing.T) {
 			t.Fatalf("30 s calm: verdict %s, incident open %v, limiter saturated %v; want healthy, open, saturated",
 				v.State, inc.Open(), now)
 		}
-		time.Sleep(45 * time.Second)
+		// Cycles come every 15 s (the default interval), so the calm began
+		// at the cycle at 30 s or the one at 45 s: resolved by 105 s.
+		time.Sleep(75 * time.Second)
 		r.stop()
 		v, inc = r.w.Current()
 		if now, _ := r.limiter.get(); inc.Open() || now {
-			t.Fatalf("75 s calm: incident open %v, limiter saturated %v; want resolved, not saturated", inc.Open(), now)
+			t.Fatalf("105 s after the queue emptied: incident open %v, limiter saturated %v; want resolved, not saturated", inc.Open(), now)
 		}
 	})
 }
