@@ -460,59 +460,57 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
+// faultLocked names the engine's faults for its fault header and
+// /fault: every hung rank (or "hang" when all are), then what all ranks
+// share, then the API server's own faults.
 func (e *Engine) faultLocked() string {
-	switch {
-	case e.crashed:
-		return "crash"
-	case e.dead:
-		return "closed"
-	}
-	var parts, hung []string
+	var hung []string
 	for _, c := range e.cores {
 		if c.hung {
 			hung = append(hung, "hang-rank-"+strconv.Itoa(c.rank))
 		}
 	}
 	if len(hung) == len(e.cores) {
-		parts = append(parts, "hang")
-	} else {
-		parts = append(parts, hung...)
+		hung = []string{"hang"}
 	}
-	if e.decodeStalledLocked() {
-		parts = append(parts, "decode-stall")
-	}
-	if e.slow != 1 {
-		parts = append(parts, "slow")
-	}
+	var server []string
 	if e.wedge != nil {
-		parts = append(parts, "wedge")
+		server = append(server, "wedge")
 	}
 	for _, p := range slices.Sorted(maps.Keys(e.failing)) {
-		parts = append(parts, "error "+p+" "+strconv.Itoa(e.failing[p]))
+		server = append(server, "error "+p+" "+strconv.Itoa(e.failing[p]))
 	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, "+")
+	return e.describeFaultsLocked(hung, server)
 }
 
+// rankFaultLocked names one rank's faults, as faultLocked does the
+// engine's.
 func (e *Engine) rankFaultLocked(c *core) string {
+	var hung []string
+	if c.hung {
+		hung = []string{"hang"}
+	}
+	return e.describeFaultsLocked(hung, nil)
+}
+
+// describeFaultsLocked joins hung, the faults every rank shares
+// (decode-stall, slow) and server with "+": "crash" or "closed" when the
+// engine is gone, "none" when nothing is wrong.
+func (e *Engine) describeFaultsLocked(hung, server []string) string {
 	switch {
 	case e.crashed:
 		return "crash"
 	case e.dead:
 		return "closed"
 	}
-	var parts []string
-	if c.hung {
-		parts = append(parts, "hang")
-	}
+	parts := slices.Clone(hung)
 	if e.decodeStalledLocked() {
 		parts = append(parts, "decode-stall")
 	}
 	if e.slow != 1 {
 		parts = append(parts, "slow")
 	}
+	parts = append(parts, server...)
 	if len(parts) == 0 {
 		return "none"
 	}
