@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -41,46 +40,30 @@ func StartEtcd(t testing.TB) *Etcd {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	client, peer := "http://"+FreeAddr(t), "http://"+FreeAddr(t)
-	e := &Etcd{Endpoint: client, Dir: dir, exited: make(chan error, 1)}
-	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		t.Fatalf("testinfra: %v", err)
-	}
+	e := &Etcd{Endpoint: client, Dir: dir}
 	e.cmd = exec.Command(bin, "--name", "t", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "t="+peer, "--heartbeat-interval", "50", "--election-timeout", "250",
 		"--log-level", "warn")
-	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := e.cmd.Start(); err != nil {
-		logf.Close()
-		unavailable(t, "ETCD", RequireEtcdEnv, err)
-	}
-	go func() { e.exited <- e.cmd.Wait(); logf.Close() }()
-	t.Cleanup(e.Stop)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(client + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return e
+	e.exited = daemon{what: "ETCD", env: RequireEtcdEnv, cmd: e.cmd, logPath: filepath.Join(dir, "etcd.log"),
+		within: 15 * time.Second, poll: 50 * time.Millisecond,
+		ready: func() error {
+			resp, err := http.Get(client + "/health")
+			if err != nil {
+				return err
 			}
-		}
-		select {
-		case werr := <-e.exited:
-			e.exited <- werr
-			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
-			unavailable(t, "ETCD", RequireEtcdEnv, fmt.Errorf("etcd exited (%v): %s", werr, tail(log)))
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
-			unavailable(t, "ETCD", RequireEtcdEnv, fmt.Errorf("etcd not healthy at %s after 15s: %s", client, tail(log)))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s/health answered %d", client, resp.StatusCode)
+			}
+			return nil
+		},
+		// As Stop, on the channel start made (e.exited is set only once
+		// etcd is ready).
+		stop: func(cmd *exec.Cmd, exited chan error) { _ = cmd.Process.Kill(); exited <- <-exited },
+	}.start(t)
+	return e
 }
 
 // Stop kills etcd and waits for it to exit (idempotent): the tests want

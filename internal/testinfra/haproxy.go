@@ -128,47 +128,26 @@ func StartHAProxyText(t testing.TB, backend string, render func(socket, frontend
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		t.Fatalf("testinfra: %v", err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "haproxy.log"))
-	if err != nil {
-		t.Fatalf("testinfra: %v", err)
-	}
-	cmd := exec.Command(bin, "-f", cfgPath, "-db")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// If the test binary dies, HAProxy dies with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		unavailable(t, "HAPROXY", RequireHAProxyEnv, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait(); logf.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := h.command("show info")
-		if err == nil && strings.Contains(out, "Name: HAProxy") {
-			return h
-		}
-		select {
-		case werr := <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "haproxy.log"))
-			unavailable(t, "HAPROXY", RequireHAProxyEnv, fmt.Errorf("haproxy exited (%v): %s", werr, tail(log)))
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "haproxy.log"))
-			unavailable(t, "HAPROXY", RequireHAProxyEnv, fmt.Errorf("admin socket %s not answering after 10s (%v): %s", h.Socket, err, tail(log)))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	daemon{what: "HAPROXY", env: RequireHAProxyEnv, cmd: exec.Command(bin, "-f", cfgPath, "-db"),
+		logPath: filepath.Join(dir, "haproxy.log"), within: 10 * time.Second, poll: 20 * time.Millisecond,
+		ready: func() error {
+			out, err := h.command("show info")
+			if err == nil && !strings.Contains(out, "Name: HAProxy") {
+				err = fmt.Errorf("admin socket %s answered %q", h.Socket, strings.SplitN(out, "\n", 2)[0])
+			}
+			return err
+		},
+		stop: func(cmd *exec.Cmd, exited chan error) {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		},
+	}.start(t)
+	return h
 }
 
 // Command sends one runtime API command and returns the answer. It is for
