@@ -54,11 +54,16 @@ type Stats struct {
 	InFlight     int           `json:"in_flight"`
 	// Cap is the in-flight cap in force; Automatic tells whether it is
 	// derived (max_in_flight 0) or fixed.
-	Cap        int  `json:"cap"`
-	Automatic  bool `json:"automatic"`
-	Saturated  bool `json:"saturated"`
-	Recovering bool `json:"recovering"`
-	SlowStart  bool `json:"slow_start"`
+	Cap       int  `json:"cap"`
+	Automatic bool `json:"automatic"`
+	// FirstTokenLimit bounds the streams awaiting their first token
+	// (AwaitingFirstToken) at once: the automatic cap's answer to the TTFT
+	// objective (0: none, with a fixed cap or no ttft_target).
+	FirstTokenLimit    int  `json:"first_token_limit"`
+	AwaitingFirstToken int  `json:"awaiting_first_token"`
+	Saturated          bool `json:"saturated"`
+	Recovering         bool `json:"recovering"`
+	SlowStart          bool `json:"slow_start"`
 	// CompletionRate is upstream calls finished per second over the last
 	// 10 s, the rate Retry-After is computed from.
 	CompletionRate float64 `json:"completion_rate"`
@@ -103,6 +108,7 @@ func (l *Limiter) Stats() Stats {
 	s.Admitted, s.Queued, s.QueueAbandoned = cs.Admitted, cs.Queued, cs.Abandoned
 	s.QueueDepth, s.QueueHeld, s.OldestQueued = cs.QueueDepth, cs.QueueHeld, cs.OldestQueued
 	s.InFlight, s.Cap, s.Automatic = cs.InFlight, cs.Cap, cs.Automatic
+	s.FirstTokenLimit, s.AwaitingFirstToken = cs.FirstTokenLimit, cs.AwaitingFirstToken
 	s.Saturated, s.Recovering, s.SlowStart = cs.Saturated, cs.Recovering, cs.SlowStart
 	s.CompletionRate = cs.CompletionRate
 	s.EngineWaiting, s.EngineRunning = cs.EngineWaiting, cs.EngineRunning
@@ -136,6 +142,8 @@ var (
 	descInFlight   = desc("in_flight", "Requests forwarded upstream and unfinished.")
 	descCap        = desc("cap", "In-flight cap in force (automatic or fixed, after slow start and saturation).")
 	descAutomatic  = desc("cap_automatic", "1 when the cap is derived automatically (max_in_flight 0).")
+	descFTLimit    = desc("first_token_limit", "Streams that may await their first token at once (0: no limit; automatic cap with ttft_target).")
+	descAwaiting   = desc("awaiting_first_token", "Streams forwarded upstream whose first token has not come yet.")
 	descRate       = desc("completion_rate", "Upstream calls finished per second over the last 10 s.")
 	descStored     = desc("stored_results", "Finished results kept for late retries.")
 	descStoredB    = desc("stored_bytes", "Bytes held by the result store.")
@@ -146,7 +154,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
 		descAbandoned, descRejected, descCoalesced, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
-		descHeld, descInFlight, descCap, descAutomatic, descRate, descStored, descStoredB, descKeyedRetry} {
+		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descAwaiting, descRate, descStored, descStoredB, descKeyedRetry} {
 		ch <- d
 	}
 }
@@ -186,6 +194,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		auto = 1
 	}
 	gauge(descAutomatic, auto)
+	gauge(descFTLimit, float64(s.FirstTokenLimit))
+	gauge(descAwaiting, float64(s.AwaitingFirstToken))
 	gauge(descRate, s.CompletionRate)
 	gauge(descStored, float64(s.StoredResults))
 	gauge(descStoredB, float64(s.StoredBytes))

@@ -117,6 +117,17 @@ const (
 	// (alerts.resolve_after's default: one cut per saturation incident).
 	tightenEvery = time.Minute
 
+	// ttftKeep: first tokens judged at most, the latest of those admitted
+	// since the cap last changed. They are kept across windows: long
+	// prompts reach an engine a couple a second, so a window of a second
+	// rarely held the three that judge the p90, and the cap grew past the
+	// objective unjudged (bench/goodput longprompt, ttft_target at its
+	// 0.69 s objective: TTFT p50 636 ms, 58% of the streams within it).
+	ttftKeep = 100
+	// ttftMin first tokens judge the cap (slow): the p90 of fewer is one
+	// unlucky prompt.
+	ttftMin = 5
+
 	windowMinSamples = 10
 	windowMinGauges  = 2
 	windowMin        = 100 * time.Millisecond
@@ -180,7 +191,7 @@ type autoLimit struct {
 
 	lastChange time.Time
 	winStart   time.Time
-	ttfts      []float64 // seconds, streamed answers admitted after lastChange
+	ttfts      []float64 // seconds, the latest ttftKeep streamed answers admitted after lastChange
 	samples    int       // answers finished or first bytes seen since lastChange
 	finished   int       // answers finished this window, whenever admitted
 	drops      int
@@ -195,6 +206,9 @@ type autoLimit struct {
 	// prefill follows the engine's prompt-token and first-token counters
 	// and knows its seats (see prefillMeter).
 	prefill prefillMeter
+	// gate is the first-token limit, which answers for TTFT while it can
+	// (see firstTokenGate).
+	gate firstTokenGate
 	// backlog: the last window read the engine's queue as a prefill
 	// backlog of long prompts on an engine with room (see tighten).
 	backlog bool
@@ -239,7 +253,8 @@ func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
 // restart, whose capacity may differ from the old one.
 func (a *autoLimit) reset(now time.Time) {
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
-		prefill: newPrefillMeter(a.prefill.seats), lastChange: now, winStart: now}
+		prefill: newPrefillMeter(a.prefill.seats), gate: newFirstTokenGate(a.target, now),
+		lastChange: now, winStart: now}
 }
 
 // cap is the current limit as a request count.
@@ -250,12 +265,16 @@ func (a *autoLimit) markDemand() { a.demand = true }
 
 // observeTTFT feeds a streamed answer's upstream time to first byte.
 func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time.Time) bool {
+	gated := a.gate.observe(admitted, ttft, now, a.cap())
 	if admitted.Before(a.lastChange) {
-		return false
+		return gated
+	}
+	if len(a.ttfts) == ttftKeep {
+		a.ttfts = append(a.ttfts[:0], a.ttfts[1:]...)
 	}
 	a.ttfts = append(a.ttfts, ttft.Seconds())
 	a.samples++
-	return a.maybeUpdate(now)
+	return a.maybeUpdate(now) || gated
 }
 
 // observeDone feeds a successful answer (pacing evidence: the cap was
@@ -408,8 +427,8 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	}
 	var p90 float64
 	if len(a.ttfts) > 0 {
-		slices.Sort(a.ttfts)
-		p90 = a.ttfts[min(len(a.ttfts)-1, len(a.ttfts)*9/10)]
+		sorted := slices.Sorted(slices.Values(a.ttfts))
+		p90 = sorted[min(len(sorted)-1, len(sorted)*9/10)]
 	}
 	target := a.target.Seconds()
 	var w, r float64
@@ -428,7 +447,11 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	a.backlog = backlog > 0 && w <= backlog
 	tolerance = max(tolerance, backlog)
 	queued := w > tolerance
-	slow := target > 0 && len(a.ttfts) >= 3 && p90 > target
+	// TTFT is the first-token limit's to keep while it can (at its floor
+	// it cannot: the engine is slow to first token even one prefill at a
+	// time, and only fewer answers in flight beside it help).
+	ttftRules := a.gate.atFloor()
+	slow := ttftRules && target > 0 && len(a.ttfts) >= ttftMin && p90 > target
 	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
 	pastKnee := a.svcFresh && a.svc > knee
 	a.svcFresh = false
@@ -477,7 +500,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		// may be hung), so no reason to send it more. Any answer counts
 		// here, whenever admitted: answers as long as a minute would
 		// otherwise allow one step per minute.
-	case target > 0 && p90 > growBand*target:
+	case ttftRules && target > 0 && p90 > growBand*target:
 	case a.svc > growBand*knee:
 		// Near the knee: more in flight would only slow every answer.
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
@@ -499,9 +522,9 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	if a.limit != old {
 		a.lastChange = now
 		a.demand = false
+		a.ttfts = a.ttfts[:0]
 	}
 	a.winStart = now
-	a.ttfts = a.ttfts[:0]
 	a.samples, a.finished, a.drops, a.gauges = 0, 0, 0, 0
 	a.waiting, a.running = 0, 0
 	a.kvSum, a.kvN = 0, 0
@@ -533,4 +556,5 @@ func (a *autoLimit) tighten(now time.Time) {
 	a.probing = false
 	a.lastChange = now
 	a.demand = false
+	a.ttfts = a.ttfts[:0]
 }

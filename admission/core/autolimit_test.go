@@ -101,6 +101,14 @@ func TestAutoLimitLaw(t *testing.T) {
 		}
 		return at
 	}
+	t.Run("while the first-token limit can shrink, TTFT is its to keep, not the cap's", func(t *testing.T) {
+		a := newAutoLimit(200*time.Millisecond, 0, t0)
+		a.limit = 40
+		window(a, t0, 250*time.Millisecond, 0, 40, true)
+		if a.cap() < 40 || a.gate.bound() != 2 {
+			t.Errorf("cap %d, first-token limit %d after p90 250ms against 200ms; want the cap not cut and 2 (4 x 0.8, twice)", a.cap(), a.gate.bound())
+		}
+	})
 	t.Run("it starts at 16 and grows by a quarter while demand fills the cap", func(t *testing.T) {
 		a := newAutoLimit(time.Second, 0, t0)
 		if a.cap() != autoInitial {
@@ -152,9 +160,10 @@ func TestAutoLimitLaw(t *testing.T) {
 			t.Errorf("cap %d (probing %v), want 20, still probing", a.cap(), a.probing)
 		}
 	})
-	t.Run("a TTFT p90 over the objective cuts in proportion", func(t *testing.T) {
+	t.Run("a TTFT p90 over the objective, the first-token limit at one, cuts in proportion", func(t *testing.T) {
 		a := newAutoLimit(200*time.Millisecond, 0, t0)
 		a.limit = 40
+		a.gate.limit = 1
 		window(a, t0, 250*time.Millisecond, 0, 40, true)
 		if a.cap() != 32 {
 			t.Errorf("cap %d after p90 250ms against 200ms, want 32", a.cap())
@@ -162,6 +171,7 @@ func TestAutoLimitLaw(t *testing.T) {
 	})
 	t.Run("near the objective the cap holds instead of crossing it", func(t *testing.T) {
 		a := newAutoLimit(200*time.Millisecond, 0, t0)
+		a.gate.limit = 1
 		window(a, t0, 180*time.Millisecond, 0, 16, true)
 		if a.cap() != autoInitial {
 			t.Errorf("cap %d at 90%% of the objective, want it held at %d", a.cap(), autoInitial)

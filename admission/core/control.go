@@ -127,6 +127,9 @@ type Stats struct {
 	// Automatic: max_in_flight 0.
 	Cap                              int
 	Automatic                        bool
+	// FirstTokenLimit bounds the streams awaiting their first token
+	// (AwaitingFirstToken) at once; 0: no such limit.
+	FirstTokenLimit, AwaitingFirstToken int
 	Saturated, Recovering, SlowStart bool
 	// CompletionRate: answers finished per second over the last 10 s.
 	CompletionRate float64
@@ -154,6 +157,7 @@ func (l *Limiter) Stats() Stats {
 	s.InFlight = l.inFlight
 	s.Cap = l.capLocked(now)
 	s.Automatic = l.fixed == 0
+	s.FirstTokenLimit, s.AwaitingFirstToken = l.limitLocked().FirstTokenLimit(), l.awaitingFirst
 	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
 	s.CompletionRate = l.completions.sum(now) / completionSpan.Seconds()
 	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning

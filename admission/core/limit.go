@@ -11,8 +11,12 @@ import "time"
 type Limit interface {
 	// Limit is the cap now, before slow start.
 	Limit() int
-	// OnDemand: a request found the cap full (the cap is being used).
-	OnDemand()
+	// FirstTokenLimit is how many streams may await their first token at
+	// once (admitted, no byte of the answer yet); 0: no such limit.
+	FirstTokenLimit() int
+	// OnDemand: a request found the cap full (the cap is being used), or
+	// with firstToken, a stream found the first-token limit full.
+	OnDemand(firstToken bool)
 	// OnFirstToken: a streamed answer's first byte came ttft after its
 	// request was sent upstream.
 	OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool
@@ -59,8 +63,16 @@ func NewAuto(ttftTarget time.Duration, seats int, now time.Time) Limit {
 	return newAutoLimit(ttftTarget, seats, now)
 }
 
-func (a *autoLimit) Limit() int { return a.cap() }
-func (a *autoLimit) OnDemand()  { a.markDemand() }
+func (a *autoLimit) Limit() int           { return a.cap() }
+func (a *autoLimit) FirstTokenLimit() int { return a.gate.bound() }
+
+func (a *autoLimit) OnDemand(firstToken bool) {
+	if firstToken {
+		a.gate.markDemand()
+		return
+	}
+	a.markDemand()
+}
 
 func (a *autoLimit) OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool {
 	return a.observeTTFT(admitted, ttft, now)
@@ -131,7 +143,8 @@ func (f *fixedCap) OnEngine(g EngineLoad, now time.Time) bool {
 	return f.Limit() != was
 }
 
-func (f *fixedCap) OnDemand()                                             {}
+func (f *fixedCap) FirstTokenLimit() int                                  { return 0 }
+func (f *fixedCap) OnDemand(bool)                                         {}
 func (f *fixedCap) OnFirstToken(time.Time, time.Duration, time.Time) bool { return false }
 func (f *fixedCap) OnSample(Sample, time.Time) bool                       { return false }
 func (f *fixedCap) SetSaturated(on bool, _ time.Time)                     { f.saturated = on }

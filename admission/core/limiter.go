@@ -138,6 +138,9 @@ type Limiter struct {
 	// engine (queue wait excluded), an exponential average of what
 	// Listener.FirstToken reports; 0 before the first.
 	engineTTFT time.Duration
+	// awaitingFirst counts the streams in flight whose first token has not
+	// come yet (see Limit.FirstTokenLimit).
+	awaitingFirst int
 
 	admitted, queued, abandoned atomic.Uint64
 }
@@ -231,7 +234,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		l.mu.Unlock()
 		return lis, nil, nil
 	}
-	l.limitLocked().OnDemand()
+	l.limitLocked().OnDemand(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
 	maxWait := l.maxWaitLocked(r, timeout)
 	if r.Stream {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
@@ -280,15 +283,18 @@ func (l *Limiter) chargeLocked(now time.Time, r Request, timeout time.Duration) 
 	if t != nil {
 		t.charge(now, r.Tokens)
 	}
-	return &Listener{l: l, tenant: t, tokens: r.Tokens, prompt: r.Prompt, retry: r.budgeted(), deadline: timeout}, nil
+	return &Listener{l: l, tenant: t, tokens: r.Tokens, prompt: r.Prompt, retry: r.budgeted(), deadline: timeout,
+		stream: r.Stream}, nil
 }
 
 // admitLocked grants a slot at once when one is free and nobody waits for
-// it; a keyed call's held place (ph) is no longer needed then.
+// it (streams held by the first-token limit do not wait for a plain call's
+// slot); a keyed call's held place (ph) is no longer needed then.
 func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	c := l.capLocked(now)
-	if l.inFlight >= c || l.liveWaitersLocked() > 0 {
-		return false
+	room := l.firstTokenRoomLocked(true)
+	if l.inFlight >= c || (lis.stream && !room) || l.nextWaiterLocked(room) != nil {
+		return false // full, or a waiter who could go now goes first
 	}
 	if ph != nil {
 		l.removeWaiterLocked(ph.elem)
@@ -297,10 +303,18 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	l.admitted.Add(1)
 	l.admissions.add(now, 1)
 	if l.inFlight >= c {
-		l.limitLocked().OnDemand()
+		l.limitLocked().OnDemand(false)
 	}
 	lis.admitted, lis.inFlightAt, lis.areaAt = now, l.inFlight, l.inFlightArea
+	lis.startAwaitingLocked()
 	return true
+}
+
+// firstTokenRoomLocked: a stream may go upstream without passing the
+// first-token limit (anything else always may).
+func (l *Limiter) firstTokenRoomLocked(stream bool) bool {
+	n := l.limitLocked().FirstTokenLimit()
+	return !stream || n == 0 || l.awaitingFirst < n
 }
 
 // wait blocks until the request's slot, its rejection (queue full behind
@@ -330,6 +344,7 @@ func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter,
 		// A slot or a rejection was handed over just as the client left.
 		if res = <-w.ch; res.rej == nil {
 			lis.admitted = l.clock.Now()
+			lis.awaiting = lis.stream // counted by dispatchLocked
 			lis.Ignore()
 		} else {
 			l.mu.Lock()
@@ -346,6 +361,7 @@ func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter,
 		return nil, res.rej, nil
 	}
 	lis.admitted, lis.inFlightAt, lis.areaAt = res.at, res.inFlight, res.area
+	lis.awaiting = lis.stream // counted by dispatchLocked
 	return lis, nil, nil
 }
 

@@ -23,6 +23,28 @@ type Listener struct {
 	inFlightAt int
 	areaAt     float64
 	ended      atomic.Bool
+	// stream: a streamed request; awaiting: admitted, its first token not
+	// yet seen (counted in the Limiter's awaitingFirst). Under the
+	// Limiter's lock.
+	stream, awaiting bool
+}
+
+// startAwaitingLocked counts a stream just admitted as awaiting its first
+// token.
+func (lis *Listener) startAwaitingLocked() {
+	if lis.stream {
+		lis.awaiting = true
+		lis.l.awaitingFirst++
+	}
+}
+
+// stopAwaitingLocked: the stream's first token came, or its slot ended
+// without one.
+func (lis *Listener) stopAwaitingLocked() {
+	if lis.awaiting {
+		lis.awaiting = false
+		lis.l.awaitingFirst--
+	}
 }
 
 // Prompt is the request's estimated prompt tokens, for reading an answer
@@ -50,6 +72,7 @@ func (lis *Listener) Ignore() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
+	lis.stopAwaitingLocked()
 	l.addInFlightLocked(now, -1)
 	l.undoLocked(now, lis)
 	l.dispatchLocked(now)
@@ -66,6 +89,7 @@ func (lis *Listener) Release(o Outcome) {
 	defer l.mu.Unlock()
 	now := l.clock.Now()
 	n := l.meanInFlightLocked(lis, now)
+	lis.stopAwaitingLocked()
 	l.addInFlightLocked(now, -1)
 	if lis.tenant != nil {
 		lis.tenant.finish(now, lis.tokens, o.TotalTokens)
@@ -101,6 +125,10 @@ func (lis *Listener) FirstToken(ttft time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
+	if lis.awaiting {
+		lis.stopAwaitingLocked()
+		defer l.dispatchLocked(now) // room under the first-token limit
+	}
 	if l.engineTTFT == 0 {
 		l.engineTTFT = ttft
 	} else {

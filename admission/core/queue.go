@@ -19,6 +19,8 @@ type waiter struct {
 	// held place taken over). newest_first serves these after every first
 	// attempt, oldest call first.
 	retry bool
+	// stream: a streamed request (see Limit.FirstTokenLimit).
+	stream bool
 	// Placeholders only: the call's key and the timer that drops it.
 	placeholder bool
 	k           CallKey
@@ -42,11 +44,11 @@ func (l *Limiter) enqueueLocked(now time.Time, r Request, ph *waiter) *waiter {
 	if ph != nil && ph.queued {
 		delete(l.held, r.Key)
 		ph.stopHold()
-		w = &waiter{at: ph.at, ch: make(chan waitResult, 1), queued: true, elem: ph.elem, retry: true}
+		w = &waiter{at: ph.at, ch: make(chan waitResult, 1), queued: true, elem: ph.elem, retry: true, stream: r.Stream}
 		ph.elem.Value = w
 		ph.queued = false
 	} else {
-		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true, retry: r.Retry}
+		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true, retry: r.Retry, stream: r.Stream}
 		w.elem = l.waiters.PushBack(w)
 	}
 	w.bytes = r.Bytes
@@ -82,8 +84,13 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 // missed that deadline and comes back a bounded number of times: the
 // oldest call has the fewest attempts left, so it goes first, and no retry
 // displaces fresh work (retries are what keeps an overload going).
-func (l *Limiter) nextWaiterLocked() *list.Element {
-	live := func(e *list.Element) bool { return !e.Value.(*waiter).placeholder }
+// Without streams, streamed waiters are passed over (the first-token limit
+// is full): a plain call behind them still goes.
+func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
+	live := func(e *list.Element) bool {
+		w := e.Value.(*waiter)
+		return !w.placeholder && (streams || !w.stream)
+	}
 	if l.cfg.Order == "fifo" {
 		for e := l.waiters.Front(); e != nil; e = e.Next() {
 			if live(e) {
@@ -126,11 +133,14 @@ func (l *Limiter) holdLocked(w *waiter, k CallKey, d time.Duration) {
 func (l *Limiter) dispatchLocked(now time.Time) {
 	c := l.capLocked(now)
 	for l.inFlight < c {
-		e := l.nextWaiterLocked()
+		e := l.nextWaiterLocked(l.firstTokenRoomLocked(true))
 		if e == nil {
 			return
 		}
 		w := l.removeWaiterLocked(e)
+		if w.stream {
+			l.awaitingFirst++ // the Listener learns it in wait
+		}
 		l.addInFlightLocked(now, 1)
 		l.admitted.Add(1)
 		l.admissions.add(now, 1)

@@ -1,0 +1,111 @@
+package core
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// The first-token limit: how many streams may await their first token at
+// once (admitted, no byte of the answer yet). A stream's time to first
+// token is, almost all of it, its prompt's prefill, and an engine with
+// chunked prefill shares each step's token budget among the prompts it
+// prefills: two 12,000-token prompts admitted together each take the time
+// of both. The in-flight cap cannot tell a prompt being prefilled from an
+// answer being decoded, which costs the others almost nothing; this limit
+// can, because the first byte of a stream marks the end of its prefill.
+//
+// On bench/goodput's longprompt workload (ttft_target at the 0.69 s
+// objective) the in-flight cap alone held 9-21 in flight for 1.02-1.12
+// streams a second within the objective, no more than the no-queue gateway
+// at a fixed cap of 8; with one stream at a time awaiting its first token
+// and no in-flight bound to speak of, 1.82 (bench/README.md).
+const (
+	// firstTokenInitial: where the limit starts; a few short prompts
+	// share one engine step.
+	firstTokenInitial = 4
+	// firstTokenGain: the limit grows by this share of itself per
+	// judgement, and by one at least.
+	firstTokenGain = 0.25
+)
+
+// firstTokenGate is the law of the first-token limit, against the TTFT
+// objective (ttft_target): first tokens judged at the 90th percentile of
+// the latest ttftKeep streams admitted since the limit last changed, from
+// ttftMin of them on. Over the target: the limit shrinks by target/p90 (at
+// most by half, at least by a tenth), to one at least. Within growBand of
+// it, while a stream waited for the limit (demand): it grows by a quarter,
+// one at least, up to the in-flight cap (past it the cap rules). No target,
+// no limit.
+type firstTokenGate struct {
+	limit   float64 // 0: no limit
+	target  float64 // seconds
+	ttfts   []float64
+	changed time.Time
+	demand  bool
+}
+
+func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
+	g := firstTokenGate{target: target.Seconds(), changed: now}
+	if target > 0 {
+		g.limit = firstTokenInitial
+	}
+	return g
+}
+
+// bound is the limit as a count of streams; 0: none.
+func (g *firstTokenGate) bound() int {
+	if g.limit == 0 {
+		return 0
+	}
+	return max(1, int(g.limit+1e-9)) // 8 x 0.75 is 6, not 5.999...
+}
+
+// atFloor: the limit admits one stream's prefill at a time, or there is
+// no limit; TTFT over the target is then no longer the prefill's
+// sharing, and the in-flight cap answers for it.
+func (g *firstTokenGate) atFloor() bool { return g.limit <= 1 }
+
+// p90 of the first tokens judged, and how many there are.
+func (g *firstTokenGate) p90() (float64, int) {
+	if len(g.ttfts) == 0 {
+		return 0, 0
+	}
+	s := slices.Sorted(slices.Values(g.ttfts))
+	return s[min(len(s)-1, len(s)*9/10)], len(s)
+}
+
+// observe feeds a stream's first token (admitted when it went upstream)
+// and applies the law; cap is the in-flight cap in force. It reports
+// whether the limit changed.
+func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now time.Time, cap int) bool {
+	if g.limit == 0 || admitted.Before(g.changed) {
+		return false
+	}
+	if len(g.ttfts) == ttftKeep {
+		g.ttfts = append(g.ttfts[:0], g.ttfts[1:]...)
+	}
+	g.ttfts = append(g.ttfts, ttft.Seconds())
+	p90, n := g.p90()
+	if n < ttftMin {
+		return false
+	}
+	old := g.bound()
+	switch {
+	case p90 > g.target && g.limit > 1:
+		g.change(max(1, g.limit*max(0.5, min(0.9, g.target/p90))), now)
+	case g.demand && p90 <= growBand*g.target && g.limit < float64(cap):
+		g.change(min(float64(cap), max(g.limit+1, g.limit*(1+firstTokenGain))), now)
+	}
+	return g.bound() != old
+}
+
+func (g *firstTokenGate) change(limit float64, now time.Time) {
+	g.limit = math.Max(1, limit)
+	g.changed = now
+	g.demand = false
+	g.ttfts = g.ttfts[:0]
+}
+
+// markDemand: a stream found the limit full while the cap had room.
+func (g *firstTokenGate) markDemand() { g.demand = true }

@@ -1,0 +1,122 @@
+package core
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestTheFirstTokenLimitsLaw(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// judge feeds n first tokens of ttft, admitted after the last change.
+	judge := func(g *firstTokenGate, n int, ttft time.Duration, cap int) bool {
+		changed := false
+		for i := range n {
+			at := t0.Add(time.Hour + time.Duration(i)*time.Millisecond)
+			changed = g.observe(at, ttft, at, cap) || changed
+		}
+		return changed
+	}
+	for _, tc := range []struct {
+		name   string
+		target time.Duration
+		limit  float64 // 0: as it starts
+		demand bool
+		n      int
+		ttft   time.Duration
+		cap    int
+		want   int
+	}{
+		{"no objective, no limit", 0, 0, true, 20, time.Second, 64, 0},
+		{"it starts at four streams", time.Second, 0, false, 0, 0, 64, firstTokenInitial},
+		{"fewer than ttftMin first tokens judge nothing", 500 * time.Millisecond, 8, true, ttftMin - 1, time.Second, 64, 8},
+		{"over the objective it shrinks in proportion", 600 * time.Millisecond, 8, false, ttftMin, 800 * time.Millisecond, 64, 6},
+		{"at most by half", 500 * time.Millisecond, 8, false, ttftMin, 5 * time.Second, 64, 4},
+		{"each change judged by first tokens of its own", 600 * time.Millisecond, 8, false, 2 * ttftMin, 800 * time.Millisecond, 64, 4},
+		{"at least by a tenth", 990 * time.Millisecond, 2, false, 10, time.Second, 64, 1},
+		{"never below one", 100 * time.Millisecond, 1, false, 10, time.Second, 64, 1},
+		{"within 80% of it, with demand, it grows by one at least", time.Second, 1, true, 10, 700 * time.Millisecond, 64, 2},
+		{"by a quarter of itself", time.Second, 8, true, 10, 700 * time.Millisecond, 64, 10},
+		{"not past the in-flight cap", time.Second, 8, true, 10, 700 * time.Millisecond, 9, 9},
+		{"without demand it holds", time.Second, 8, false, 10, 700 * time.Millisecond, 64, 8},
+		{"between 80% and the objective it holds", time.Second, 8, true, 10, 900 * time.Millisecond, 64, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newFirstTokenGate(tc.target, t0)
+			if tc.limit > 0 {
+				g.limit = tc.limit
+			}
+			if tc.demand {
+				g.markDemand()
+			}
+			judge(&g, tc.n, tc.ttft, tc.cap)
+			if got := g.bound(); got != tc.want {
+				t.Errorf("limit %d, want %d", got, tc.want)
+			}
+		})
+	}
+
+	t.Run("first tokens of streams admitted before a change judge nothing", func(t *testing.T) {
+		g := newFirstTokenGate(500*time.Millisecond, t0)
+		g.change(2, t0.Add(time.Hour))
+		for range 10 {
+			g.observe(t0, 5*time.Second, t0.Add(2*time.Hour), 64)
+		}
+		if g.bound() != 2 {
+			t.Errorf("limit %d after first tokens of streams admitted before the change, want 2", g.bound())
+		}
+	})
+}
+
+// gateLimit is a fixed cap with a first-token limit.
+type gateLimit struct {
+	fixedCap
+	firstTokens, gateDemand int
+}
+
+func (g *gateLimit) FirstTokenLimit() int { return g.firstTokens }
+func (g *gateLimit) OnDemand(firstToken bool) {
+	if firstToken {
+		g.gateDemand++
+	}
+}
+
+// With one stream at a time awaiting its first token, a second stream
+// waits for the first one's first token (not for its end), while a plain
+// call behind it goes at once: only streams pass the first-token limit.
+func TestStreamsWaitForTheFirstTokenLimit(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxInFlight = 0
+	lim := &gateLimit{fixedCap: fixedCap{n: 8}, firstTokens: 1}
+	l := New(cfg, WithLimit(lim), WithClock(newFakeClock()))
+	first := mustAcquire(t, l, Request{Stream: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	second := acquireAsync(ctx, l, Request{Stream: true})
+	untilQueued(t, l, 1)
+	if lim.gateDemand != 1 {
+		t.Errorf("gate demand %d, want 1: the stream found the first-token limit full", lim.gateDemand)
+	}
+	plain := mustAcquire(t, l, Request{})
+	if s := l.Stats(); s.InFlight != 2 || s.QueueDepth != 1 || s.AwaitingFirstToken != 1 || s.FirstTokenLimit != 1 {
+		t.Fatalf("in flight %d, queued %d, awaiting a first token %d (limit %d); want 2, 1 (the second stream), 1, 1",
+			s.InFlight, s.QueueDepth, s.AwaitingFirstToken, s.FirstTokenLimit)
+	}
+	first.FirstToken(300 * time.Millisecond)
+	a := get(t, second)
+	if a.lis == nil {
+		t.Fatalf("the second stream was not admitted after the first one's first token: %v %v", a.rj, a.err)
+	}
+	if s := l.Stats(); s.InFlight != 3 || s.AwaitingFirstToken != 1 {
+		t.Errorf("in flight %d, awaiting %d; want 3 and 1", s.InFlight, s.AwaitingFirstToken)
+	}
+	// A slot that ends before its first token frees the limit too.
+	a.lis.Release(Outcome{Dropped: true, Streamed: true})
+	third := mustAcquire(t, l, Request{Stream: true})
+	third.Ignore()
+	first.Release(Outcome{Success: true, Streamed: true})
+	plain.Release(Outcome{Success: true})
+	if s := l.Stats(); s.InFlight != 0 || s.AwaitingFirstToken != 0 {
+		t.Errorf("in flight %d, awaiting %d at the end; want 0 and 0", s.InFlight, s.AwaitingFirstToken)
+	}
+}
