@@ -125,12 +125,12 @@ type Stats struct {
 	InFlight              int
 	// Cap is the cap in force (after slow start and saturation);
 	// Automatic: max_in_flight 0.
-	Cap                              int
-	Automatic                        bool
+	Cap       int
+	Automatic bool
 	// FirstTokenLimit bounds the streams awaiting their first token
 	// (AwaitingFirstToken) at once; 0: no such limit.
 	FirstTokenLimit, AwaitingFirstToken int
-	Saturated, Recovering, SlowStart bool
+	Saturated, Recovering, SlowStart    bool
 	// CompletionRate: answers finished per second over the last 10 s.
 	CompletionRate float64
 	// EngineWaiting and EngineRunning: the engine's gauges as last read
