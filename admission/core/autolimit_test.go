@@ -104,6 +104,7 @@ func TestAutoLimitLaw(t *testing.T) {
 	t.Run("while the first-token limit can shrink, TTFT is its to keep, not the cap's", func(t *testing.T) {
 		a := newAutoLimit(200*time.Millisecond, 0, t0)
 		a.limit = 40
+		a.gate.limit = 4
 		window(a, t0, 250*time.Millisecond, 0, 40, true)
 		if a.cap() < 40 || a.gate.bound() != 2 {
 			t.Errorf("cap %d, first-token limit %d after p90 250ms against 200ms; want the cap not cut and 2 (4 x 0.8, twice)", a.cap(), a.gate.bound())

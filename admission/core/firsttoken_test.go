@@ -28,18 +28,19 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 		want   int
 	}{
 		{"no objective, no limit", 0, 0, true, 20, time.Second, 64, 0},
-		{"it starts at four streams", time.Second, 0, false, 0, 0, 64, firstTokenInitial},
+		{"it starts at one stream", time.Second, 0, false, 0, 0, 64, 1},
 		{"fewer than ttftMin first tokens judge nothing", 500 * time.Millisecond, 8, true, ttftMin - 1, time.Second, 64, 8},
 		{"over the objective it shrinks in proportion", 600 * time.Millisecond, 8, false, ttftMin, 800 * time.Millisecond, 64, 6},
 		{"at most by half", 500 * time.Millisecond, 8, false, ttftMin, 5 * time.Second, 64, 4},
 		{"each change judged by first tokens of its own", 600 * time.Millisecond, 8, false, 2 * ttftMin, 800 * time.Millisecond, 64, 4},
 		{"at least by a tenth", 990 * time.Millisecond, 2, false, 10, time.Second, 64, 1},
 		{"never below one", 100 * time.Millisecond, 1, false, 10, time.Second, 64, 1},
-		{"within 80% of it, with demand, it grows by one at least", time.Second, 1, true, 10, 700 * time.Millisecond, 64, 2},
-		{"by a quarter of itself", time.Second, 8, true, 10, 700 * time.Millisecond, 64, 10},
-		{"not past the in-flight cap", time.Second, 8, true, 10, 700 * time.Millisecond, 9, 9},
-		{"without demand it holds", time.Second, 8, false, 10, 700 * time.Millisecond, 64, 8},
-		{"between 80% and the objective it holds", time.Second, 8, true, 10, 900 * time.Millisecond, 64, 8},
+		{"within 80% of it, with demand, it grows by one at least", time.Second, 1, true, kneeSamples, 700 * time.Millisecond, 64, 2},
+		{"by a quarter of itself", time.Second, 8, true, kneeSamples, 700 * time.Millisecond, 64, 10},
+		{"growth waits for kneeSamples first tokens", time.Second, 8, true, kneeSamples - 1, 700 * time.Millisecond, 64, 8},
+		{"not past the in-flight cap", time.Second, 8, true, kneeSamples, 700 * time.Millisecond, 9, 9},
+		{"without demand it holds", time.Second, 8, false, kneeSamples, 700 * time.Millisecond, 64, 8},
+		{"between 80% and the objective it holds", time.Second, 8, true, kneeSamples, 900 * time.Millisecond, 64, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newFirstTokenGate(tc.target, t0)
@@ -52,6 +53,53 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 			judge(&g, tc.n, tc.ttft, tc.cap)
 			if got := g.bound(); got != tc.want {
 				t.Errorf("limit %d, want %d", got, tc.want)
+			}
+		})
+	}
+
+	// The knee: a growth stays only if first tokens then come faster by
+	// half the growth at least (limit/mean TTFT, Little's law).
+	for _, tc := range []struct {
+		name       string
+		after      time.Duration // mean TTFT at 2, after growing from 1 at 400 ms
+		want       int
+		probeAgain bool // growth is tried again at once (it paid off) or only after kneeHold
+	}{
+		{"prompts that share a step: TTFT as before, twice the rate, it stays", 420 * time.Millisecond, 2, true},
+		{"at half the gain it stays", 533 * time.Millisecond, 2, true},
+		{"long prompts: 0.6 s in pairs, 1.33x the rate, back to one", 600 * time.Millisecond, 1, false},
+		{"twice the TTFT, no gain, back to one", 800 * time.Millisecond, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newFirstTokenGate(2*time.Second, t0)
+			g.markDemand()
+			at := t0
+			feed := func(ttft time.Duration) {
+				for range kneeSamples {
+					at = at.Add(100 * time.Millisecond)
+					g.observe(at, ttft, at, 64)
+				}
+			}
+			feed(400 * time.Millisecond) // at 1: grows to 2
+			if g.bound() != 2 {
+				t.Fatalf("limit %d after first tokens well within the objective with demand, want 2", g.bound())
+			}
+			feed(tc.after)
+			if g.bound() != tc.want {
+				t.Fatalf("limit %d after a mean TTFT of %v at 2, want %d", g.bound(), tc.after, tc.want)
+			}
+			g.markDemand()
+			feed(tc.after)
+			if grew := g.bound() > tc.want; grew != tc.probeAgain {
+				t.Errorf("grew again at once: %v, want %v", grew, tc.probeAgain)
+			}
+			if !tc.probeAgain {
+				at = at.Add(kneeHold)
+				g.markDemand()
+				feed(400 * time.Millisecond)
+				if g.bound() != 2 {
+					t.Errorf("limit %d after kneeHold, want 2: it probes again", g.bound())
+				}
 			}
 		})
 	}
