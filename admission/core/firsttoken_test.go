@@ -66,7 +66,9 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 		probeAgain bool // growth is tried again at once (it paid off) or only after kneeHold
 	}{
 		{"prompts that share a step: TTFT as before, twice the rate, it stays", 420 * time.Millisecond, 2, true},
+		{"within kneeFloor of the TTFT before, it stays whatever the rate", 400*time.Millisecond + kneeFloor, 2, true},
 		{"at half the gain it stays", 533 * time.Millisecond, 2, true},
+		{"under half the gain, past kneeFloor, back to one", 540 * time.Millisecond, 1, false},
 		{"long prompts: 0.6 s in pairs, 1.33x the rate, back to one", 600 * time.Millisecond, 1, false},
 		{"twice the TTFT, no gain, back to one", 800 * time.Millisecond, 1, false},
 	} {
