@@ -20,9 +20,11 @@ type Admission struct {
 	// clients' announced timeouts for plain ones (see package admission).
 	MaxInFlight int `yaml:"max_in_flight"`
 	// TTFTTarget is the time to first token (p90, streamed answers, at the
-	// engine) the automatic cap keeps within; it is the latency objective,
-	// not a capacity figure. 0 = none: the automatic cap then only keeps
-	// the engine's own queue empty (its maximum throughput).
+	// engine) the automatic cap keeps within, through its first-token
+	// limit (streams awaiting their first token at once) and then the cap;
+	// it is the latency objective, not a capacity figure. 0 = none: the
+	// automatic cap then only keeps the engine's own queue empty (its
+	// maximum throughput), with no first-token limit.
 	TTFTTarget time.Duration `yaml:"ttft_target"`
 	// EngineMaxSeqs is the engine's --max-num-seqs, which vLLM does not
 	// export. With long prompts the engine's waiting gauge is never empty

@@ -76,19 +76,21 @@ type pageDoc struct {
 		LastError        string    `json:"last_error"`
 	} `json:"recovery"`
 	Limiter *struct {
-		Calls          float64           `json:"calls"`
-		Executions     float64           `json:"executions"`
-		Admitted       float64           `json:"admitted"`
-		Rejected       map[string]uint64 `json:"rejected"`
-		QueueDepth     int               `json:"queue_depth"`
-		OldestQueuedNS float64           `json:"oldest_queued_ns"`
-		InFlight       int               `json:"in_flight"`
-		Cap            int               `json:"cap"`
-		Automatic      bool              `json:"automatic"`
-		Saturated      bool              `json:"saturated"`
-		Recovering     bool              `json:"recovering"`
-		SlowStart      bool              `json:"slow_start"`
-		CompletionRate float64           `json:"completion_rate"`
+		Calls              float64           `json:"calls"`
+		Executions         float64           `json:"executions"`
+		Admitted           float64           `json:"admitted"`
+		Rejected           map[string]uint64 `json:"rejected"`
+		QueueDepth         int               `json:"queue_depth"`
+		OldestQueuedNS     float64           `json:"oldest_queued_ns"`
+		InFlight           int               `json:"in_flight"`
+		Cap                int               `json:"cap"`
+		Automatic          bool              `json:"automatic"`
+		FirstTokenLimit    int               `json:"first_token_limit"`
+		AwaitingFirstToken int               `json:"awaiting_first_token"`
+		Saturated          bool              `json:"saturated"`
+		Recovering         bool              `json:"recovering"`
+		SlowStart          bool              `json:"slow_start"`
+		CompletionRate     float64           `json:"completion_rate"`
 	} `json:"limiter"`
 	Overrides []struct {
 		Key    string    `json:"key"`
@@ -290,7 +292,8 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 <h2>Admission limiter</h2>
 {{with .Limiter}}<table class="kv">
 <tr><th>in flight / cap</th><td class="n">{{.InFlight}} / {{.Cap}} ({{if .Automatic}}automatic{{else}}fixed{{end}}{{if .SlowStart}}, slow start{{end}}{{if .Saturated}}, engine saturated{{end}}{{if .Recovering}}, recovering{{end}})</td></tr>
-<tr><th>queue</th><td class="n">{{.QueueDepth}} waiting{{if .QueueDepth}}, oldest {{secs $.OldestWait}}{{end}}</td></tr>
+{{if .FirstTokenLimit}}<tr><th>streams awaiting first token / limit</th><td class="n">{{.AwaitingFirstToken}} / {{.FirstTokenLimit}}</td></tr>
+{{end}}<tr><th>queue</th><td class="n">{{.QueueDepth}} waiting{{if .QueueDepth}}, oldest {{secs $.OldestWait}}{{end}}</td></tr>
 <tr><th>completions</th><td class="n">{{num .CompletionRate}}/s</td></tr>
 <tr><th>calls / executions</th><td class="n">{{num .Calls}} / {{num .Executions}}</td></tr>
 <tr><th>admitted</th><td class="n">{{num .Admitted}}</td></tr>
