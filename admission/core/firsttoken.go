@@ -33,8 +33,8 @@ const (
 	// kneeShare: a growth of the limit stays when the rate of first
 	// tokens grew by at least this share of the growth (see paidOff).
 	// Twelve-thousand-token prompts on a step budget of 8,192 tokens
-	// gain 0.3 of the ideal from a second prefill beside the first
-	// (TTFT 0.39 s alone, 0.6 s in pairs: bench/goodput longprompt);
+	// gain about 0.3 of the ideal from a second prefill beside the first
+	// (TTFT about 0.4 s alone, 0.6 s in pairs: bench/goodput longprompt);
 	// prompts that share a step, all of it.
 	kneeShare = 0.5
 	// kneeHold: after a growth that did not pay off, no growth for this
@@ -48,8 +48,10 @@ const (
 // ttftMin of them on. Over the target: the limit shrinks by target/p90 (at
 // most by half, at least by a tenth), to one at least. Within growBand of
 // it, while a stream waited for the limit (demand): it grows by a quarter,
-// one at least, up to the in-flight cap (past it the cap rules). No target,
-// no limit.
+// one at least, up to the in-flight cap (past it the cap rules), and the
+// growth stays only if it paid off (its knee: first tokens came faster by
+// half the growth at least, see paidOff); else back, and no growth for
+// kneeHold. It starts at one. No target, no limit.
 type firstTokenGate struct {
 	limit   float64 // 0: no limit
 	target  float64 // seconds
