@@ -191,9 +191,9 @@ type autoLimit struct {
 
 	lastChange time.Time
 	winStart   time.Time
-	ttfts      []float64 // seconds, the latest ttftKeep streamed answers admitted after lastChange
-	samples    int       // answers finished or first bytes seen since lastChange
-	finished   int       // answers finished this window, whenever admitted
+	ttfts      ttftRing // streamed answers admitted after lastChange
+	samples    int      // answers finished or first bytes seen since lastChange
+	finished   int      // answers finished this window, whenever admitted
 	drops      int
 	gauges     int
 	waiting    float64 // sums over gauges
@@ -269,10 +269,7 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 	if admitted.Before(a.lastChange) {
 		return gated
 	}
-	if len(a.ttfts) == ttftKeep {
-		a.ttfts = append(a.ttfts[:0], a.ttfts[1:]...)
-	}
-	a.ttfts = append(a.ttfts, ttft.Seconds())
+	a.ttfts.add(ttft)
 	a.samples++
 	return a.maybeUpdate(now) || gated
 }
@@ -425,11 +422,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	if !(enough && age >= windowMin) && !(age >= windowMax && a.samples+a.gauges > 0) {
 		return false
 	}
-	var p90 float64
-	if len(a.ttfts) > 0 {
-		sorted := slices.Sorted(slices.Values(a.ttfts))
-		p90 = sorted[min(len(sorted)-1, len(sorted)*9/10)]
-	}
+	p90 := a.ttfts.p90()
 	target := a.target.Seconds()
 	var w, r float64
 	if a.gauges > 0 {

@@ -55,7 +55,7 @@ const (
 type firstTokenGate struct {
 	limit   float64 // 0: no limit
 	target  float64 // seconds
-	ttfts   []float64
+	ttfts   ttftRing
 	changed time.Time
 	demand  bool
 	// grownFrom is the limit before the last growth, until its first
@@ -86,15 +86,6 @@ func (g *firstTokenGate) bound() int {
 // sharing, and the in-flight cap answers for it.
 func (g *firstTokenGate) atFloor() bool { return g.limit <= 1 }
 
-// p90 of the first tokens judged, and how many there are.
-func (g *firstTokenGate) p90() (float64, int) {
-	if len(g.ttfts) == 0 {
-		return 0, 0
-	}
-	s := slices.Sorted(slices.Values(g.ttfts))
-	return s[min(len(s)-1, len(s)*9/10)], len(s)
-}
-
 // observe feeds a stream's first token (admitted when it went upstream)
 // and applies the law; cap is the in-flight cap in force. It reports
 // whether the limit changed.
@@ -102,11 +93,8 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 	if g.limit == 0 || admitted.Before(g.changed) {
 		return false
 	}
-	if len(g.ttfts) == ttftKeep {
-		g.ttfts = append(g.ttfts[:0], g.ttfts[1:]...)
-	}
-	g.ttfts = append(g.ttfts, ttft.Seconds())
-	p90, n := g.p90()
+	g.ttfts.add(ttft)
+	p90, n := g.ttfts.p90(), len(g.ttfts)
 	if n < ttftMin {
 		return false
 	}
@@ -121,7 +109,7 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 		g.change(g.grownFrom, now)
 		g.probeAfter = now.Add(kneeHold)
 	case g.demand && p90 <= growBand*g.target && g.limit < float64(cap) && !now.Before(g.probeAfter):
-		from, mean := g.limit, g.mean()
+		from, mean := g.limit, g.ttfts.mean()
 		g.change(min(float64(cap), max(g.limit+1, g.limit*(1+firstTokenGain))), now)
 		g.grownFrom, g.fromTTFT = from, mean
 	default:
@@ -142,22 +130,14 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 // prompts pay as their batch grows (bench: TTFT 24 ms alone, 33 ms in
 // pairs, on an engine whose batch runs 40).
 func (g *firstTokenGate) paidOff() bool {
-	if g.mean() <= g.fromTTFT+kneeFloor.Seconds() {
+	mean := g.ttfts.mean()
+	if mean <= g.fromTTFT+kneeFloor.Seconds() {
 		return true
 	}
 	from := float64(max(1, int(g.grownFrom+1e-9)))
 	to := float64(g.bound())
-	gain := (to / g.mean()) / (from / g.fromTTFT)
+	gain := (to / mean) / (from / g.fromTTFT)
 	return gain >= 1+kneeShare*(to-from)/from
-}
-
-// mean TTFT of the first tokens judged.
-func (g *firstTokenGate) mean() float64 {
-	var sum float64
-	for _, t := range g.ttfts {
-		sum += t
-	}
-	return sum / float64(len(g.ttfts))
 }
 
 func (g *firstTokenGate) change(limit float64, now time.Time) {
@@ -170,3 +150,31 @@ func (g *firstTokenGate) change(limit float64, now time.Time) {
 
 // markDemand: a stream found the limit full while the cap had room.
 func (g *firstTokenGate) markDemand() { g.demand = true }
+
+// ttftRing holds the latest ttftKeep first tokens (seconds) that judge a
+// limit: the cap's or the first-token limit's.
+type ttftRing []float64
+
+func (r *ttftRing) add(ttft time.Duration) {
+	if len(*r) == ttftKeep {
+		*r = append((*r)[:0], (*r)[1:]...)
+	}
+	*r = append(*r, ttft.Seconds())
+}
+
+// p90 of the ring; 0 when empty.
+func (r ttftRing) p90() float64 {
+	if len(r) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(r))
+	return s[min(len(s)-1, len(s)*9/10)]
+}
+
+func (r ttftRing) mean() float64 {
+	var sum float64
+	for _, t := range r {
+		sum += t
+	}
+	return sum / float64(max(1, len(r)))
+}
