@@ -33,11 +33,14 @@ func (c scaledClock) AfterFunc(d time.Duration, f func()) func() bool {
 
 // longPromptRun is what an open-loop run of long prompts saw.
 type longPromptRun struct {
-	caps          []int // the cap every engine second
-	meanCap       float64
-	maxRunning    int
-	completed     int
-	engineRunning float64 // mean of the engine's running gauge, second half
+	caps []int // the cap every engine second
+	// firstTokenLimits and awaiting: the first-token limit and the streams
+	// awaiting their first token, every engine second.
+	firstTokenLimits, awaiting []int
+	meanCap                    float64
+	maxRunning                 int
+	completed                  int
+	engineRunning              float64 // mean of the engine's running gauge, second half
 }
 
 // runLongPrompts serves Poisson arrivals of streamed 12,000-token prompts
@@ -86,6 +89,8 @@ func runLongPrompts(t *testing.T, ecfg enginesim.Config, seats int, load float64
 			es := eng.Stats()
 			mu.Lock()
 			run.caps = append(run.caps, s.Cap)
+			run.firstTokenLimits = append(run.firstTokenLimits, s.FirstTokenLimit)
+			run.awaiting = append(run.awaiting, s.AwaitingFirstToken)
 			mu.Unlock()
 			sumCap += float64(s.Cap)
 			n++
@@ -185,5 +190,42 @@ func TestTheAutomaticCapReachesTheEnginesConcurrencyWithLongPrompts(t *testing.T
 					mean, concurrency)
 			}
 		})
+	}
+}
+
+// TestLongPromptsArePrefilledOneAtATime: 12,000-token prompts on an engine
+// whose step prefills 8,192 tokens delay each other's first token when
+// admitted together (each waits for both), and a second one beside the
+// first brings first tokens about 1.3x as fast for twice the prompts. With
+// vigil's default objective (2 s, far above one prefill) the first-token
+// limit must find that out by itself and keep them mostly one at a time,
+// while the cap still lets the engine decode many; the streams awaiting
+// their first token never exceed it.
+func TestLongPromptsArePrefilledOneAtATime(t *testing.T) {
+	testinfra.Alone(t)
+	if testing.Short() {
+		t.Skip("runs the simulated engine for several seconds")
+	}
+	ecfg := enginesim.DefaultConfig()
+	ecfg.Scale = 20
+	run := runLongPrompts(t, ecfg, 0, 1.5, 160*time.Second, 2*time.Second)
+	t.Logf("first-token limit every engine second: %v", run.firstTokenLimits)
+	t.Logf("streams awaiting their first token: %v", run.awaiting)
+	t.Logf("cap: %v; engine running %.1f on average over the second half, %d completed", run.caps, run.engineRunning, run.completed)
+	half := run.firstTokenLimits[len(run.firstTokenLimits)/2:]
+	sum := 0
+	for _, n := range half {
+		sum += n
+	}
+	if mean := float64(sum) / float64(len(half)); mean == 0 || mean > 2 {
+		t.Errorf("the first-token limit averaged %.2f over the second half, want from 1 to 2 (a prefill at a time, a pair now and then while it probes)", mean)
+	}
+	for i, n := range run.awaiting {
+		if lim := run.firstTokenLimits[i]; n > lim {
+			t.Errorf("second %d: %d streams awaited their first token, over the limit of %d", i+1, n, lim)
+		}
+	}
+	if run.engineRunning < 8 {
+		t.Errorf("the engine ran %.1f on average: the first-token limit must bound prefills, not the answers being decoded", run.engineRunning)
 	}
 }
