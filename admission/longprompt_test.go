@@ -217,8 +217,8 @@ func TestLongPromptsArePrefilledOneAtATime(t *testing.T) {
 	for _, n := range half {
 		sum += n
 	}
-	if mean := float64(sum) / float64(len(half)); mean == 0 || mean > 2 {
-		t.Errorf("the first-token limit averaged %.2f over the second half, want from 1 to 2 (a prefill at a time, a pair now and then while it probes)", mean)
+	if mean := float64(sum) / float64(len(half)); mean == 0 || mean > 1.5 {
+		t.Errorf("the first-token limit averaged %.2f over the second half, want from 1 to 1.5 (a prefill at a time, a pair now and then while it probes)", mean)
 	}
 	for i, n := range run.awaiting {
 		if lim := run.firstTokenLimits[i]; n > lim {

@@ -58,11 +58,14 @@ type firstTokenGate struct {
 	ttfts   ttftRing
 	changed time.Time
 	demand  bool
+	// firstAt and lastAt: when the first and the latest of ttfts came.
+	firstAt, lastAt time.Time
 	// grownFrom is the limit before the last growth, until its first
-	// tokens judge it (paidOff); fromTTFT their mean TTFT before it.
-	// probeAfter: no growth before it (the last one did not pay off).
-	grownFrom, fromTTFT float64
-	probeAfter          time.Time
+	// tokens judge it (paidOff); fromTTFT and fromRate: the mean TTFT and
+	// the rate of first tokens before it. probeAfter: no growth before it
+	// (the last one did not pay off).
+	grownFrom, fromTTFT, fromRate float64
+	probeAfter                    time.Time
 }
 
 func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
@@ -93,6 +96,10 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 	if g.limit == 0 || admitted.Before(g.changed) {
 		return false
 	}
+	if len(g.ttfts) == 0 {
+		g.firstAt = now
+	}
+	g.lastAt = now
 	g.ttfts.add(ttft)
 	p90, n := g.ttfts.p90(), len(g.ttfts)
 	if n < ttftMin {
@@ -109,9 +116,9 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 		g.change(g.grownFrom, now)
 		g.probeAfter = now.Add(kneeHold)
 	case g.demand && p90 <= growBand*g.target && g.limit < float64(cap) && !now.Before(g.probeAfter):
-		from, mean := g.limit, g.ttfts.mean()
+		from, mean, rate := g.limit, g.ttfts.mean(), g.rate()
 		g.change(min(float64(cap), max(g.limit+1, g.limit*(1+firstTokenGain))), now)
-		g.grownFrom, g.fromTTFT = from, mean
+		g.grownFrom, g.fromTTFT, g.fromRate = from, mean, rate
 	default:
 		g.grownFrom = 0 // the last growth paid off, or there was none
 	}
@@ -119,25 +126,37 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 }
 
 // paidOff tells whether the last growth raised the rate of first tokens
-// by at least kneeShare of the ideal. While the limit is full, by
+// (rate) by at least kneeShare of itself. While the limit is full, by
 // Little's law first tokens come at limit/TTFT a second: for prompts that
 // share one engine step TTFT stays as it was and the rate grows with the
 // limit; past the step's token budget each prompt added delays all the
-// others, TTFT grows in proportion and the rate stays flat.
+// others, TTFT grows in proportion and the rate stays flat. A growth the
+// streams did not use (the cap or the arrivals bound them) does not raise
+// the rate either, and goes: it was never judged, and long prompts let
+// through in pairs when load rises are what it would cost (with the rate
+// taken as limit/TTFT, such a growth stayed and the limit sat at 2-3).
 //
 // A growth that added less than kneeFloor to the mean TTFT pays off
 // whatever the rate: that is within an engine step or two, which short
 // prompts pay as their batch grows (bench: TTFT 24 ms alone, 33 ms in
 // pairs, on an engine whose batch runs 40).
 func (g *firstTokenGate) paidOff() bool {
-	mean := g.ttfts.mean()
-	if mean <= g.fromTTFT+kneeFloor.Seconds() {
+	if g.ttfts.mean() <= g.fromTTFT+kneeFloor.Seconds() {
 		return true
 	}
 	from := float64(max(1, int(g.grownFrom+1e-9)))
 	to := float64(g.bound())
-	gain := (to / mean) / (from / g.fromTTFT)
-	return gain >= 1+kneeShare*(to-from)/from
+	return g.rate() >= g.fromRate*(1+kneeShare*(to-from)/from)
+}
+
+// rate is first tokens a second over those judged: from the first to the
+// latest of them.
+func (g *firstTokenGate) rate() float64 {
+	span := g.lastAt.Sub(g.firstAt).Seconds()
+	if len(g.ttfts) < 2 || span <= 0 {
+		return 0
+	}
+	return float64(len(g.ttfts)-1) / span
 }
 
 func (g *firstTokenGate) change(limit float64, now time.Time) {

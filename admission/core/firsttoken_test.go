@@ -76,9 +76,10 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 			g := newFirstTokenGate(2*time.Second, t0)
 			g.markDemand()
 			at := t0
+			// feed: the limit full, first tokens come every ttft/limit.
 			feed := func(ttft time.Duration) {
 				for range kneeSamples {
-					at = at.Add(100 * time.Millisecond)
+					at = at.Add(ttft / time.Duration(g.bound()))
 					g.observe(at, ttft, at, 64)
 				}
 			}
@@ -105,6 +106,24 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("a growth the streams did not use goes", func(t *testing.T) {
+		// First tokens at 2 come no faster than at 1 (the arrivals bound
+		// them), TTFT 100 ms longer: by limit/TTFT that would read as 1.6x
+		// the rate, and the growth stayed unjudged.
+		g := newFirstTokenGate(2*time.Second, t0)
+		g.markDemand()
+		at := t0
+		for _, ttft := range []time.Duration{400 * time.Millisecond, 500 * time.Millisecond} {
+			for range kneeSamples {
+				at = at.Add(400 * time.Millisecond)
+				g.observe(at, ttft, at, 64)
+			}
+		}
+		if g.bound() != 1 {
+			t.Errorf("limit %d, want 1", g.bound())
+		}
+	})
 
 	t.Run("first tokens of streams admitted before a change judge nothing", func(t *testing.T) {
 		g := newFirstTokenGate(500*time.Millisecond, t0)
