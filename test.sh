@@ -51,9 +51,14 @@ echo "== load tests, alone (one package at a time, without -race)"
 # Without -race: the race detector's 5-10x CPU cost starves a run scaled
 # 80-200x (the pool smoke once delivered nothing under it); the code they
 # drive is race-tested by its own packages' tests in the step above.
-VIGIL_ALONE=1 go test -count=1 -p 1 -timeout 6m \
-  -run 'TestTheBurstIsDeliveredWithoutTheTimeoutHeader|TestTheSDKShape|TestSmokeKeyAffine|TestTheAutomaticCapReachesTheEnginesConcurrencyWithLongPrompts' \
-  ./bench/harness/ ./bench/pool/ ./admission/
+# Every test that calls testinfra.Alone(t) is found in the source and run
+# here: one the step above skips and this one does not name never runs.
+alone_files=$(grep -rl --include='*_test.go' 'testinfra.Alone(t)' . | sort)
+alone_tests=$(awk '/^func Test[A-Za-z0-9_]*\(t \*testing\.T\)/ {name=$2; sub(/\(.*/, "", name)}
+  /testinfra\.Alone\(t\)/ {print name}' $alone_files | sort -u | paste -sd'|')
+alone_pkgs=$(for f in $alone_files; do dirname "$f"; done | sort -u)
+echo "alone: $alone_tests"
+VIGIL_ALONE=1 go test -count=1 -p 1 -timeout 6m -run "^($alone_tests)\$" $alone_pkgs
 
 echo "== fuzz: metrics parser (10s)"
 go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/

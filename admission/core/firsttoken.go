@@ -58,8 +58,10 @@ type firstTokenGate struct {
 	ttfts   ttftRing
 	changed time.Time
 	demand  bool
-	// firstAt and lastAt: when the first and the latest of ttfts came.
-	firstAt, lastAt time.Time
+	// seen counts the first tokens judged since changed; lastAt is when
+	// the latest came.
+	seen   int
+	lastAt time.Time
 	// grownFrom is the limit before the last growth, until its first
 	// tokens judge it (paidOff); fromTTFT and fromRate: the mean TTFT and
 	// the rate of first tokens before it. probeAfter: no growth before it
@@ -96,9 +98,7 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 	if g.limit == 0 || admitted.Before(g.changed) {
 		return false
 	}
-	if len(g.ttfts) == 0 {
-		g.firstAt = now
-	}
+	g.seen++
 	g.lastAt = now
 	g.ttfts.add(ttft)
 	p90, n := g.ttfts.p90(), len(g.ttfts)
@@ -149,14 +149,16 @@ func (g *firstTokenGate) paidOff() bool {
 	return g.rate() >= g.fromRate*(1+kneeShare*(to-from)/from)
 }
 
-// rate is first tokens a second over those judged: from the first to the
-// latest of them.
+// rate is first tokens a second since the limit last changed, to the
+// latest of them. Counted from the change, not from the first of them: a
+// stall then a burst of first tokens (an engine catching up) would
+// otherwise read as a fast rate.
 func (g *firstTokenGate) rate() float64 {
-	span := g.lastAt.Sub(g.firstAt).Seconds()
-	if len(g.ttfts) < 2 || span <= 0 {
+	span := g.lastAt.Sub(g.changed).Seconds()
+	if span <= 0 {
 		return 0
 	}
-	return float64(len(g.ttfts)-1) / span
+	return float64(g.seen) / span
 }
 
 func (g *firstTokenGate) change(limit float64, now time.Time) {
@@ -164,6 +166,7 @@ func (g *firstTokenGate) change(limit float64, now time.Time) {
 	g.changed = now
 	g.demand = false
 	g.ttfts = g.ttfts[:0]
+	g.seen = 0
 	g.grownFrom = 0
 }
 

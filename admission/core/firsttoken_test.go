@@ -125,6 +125,26 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 		}
 	})
 
+	t.Run("a stall then a burst of first tokens is no faster rate", func(t *testing.T) {
+		// At 2, nothing for 3 s, then ten first tokens 10 ms apart (an
+		// engine catching up): 10 in 3.1 s since the change, not 9 in 90 ms.
+		g := newFirstTokenGate(2*time.Second, t0)
+		g.markDemand()
+		at := t0
+		for range kneeSamples {
+			at = at.Add(400 * time.Millisecond)
+			g.observe(at, 400*time.Millisecond, at, 64)
+		}
+		at = at.Add(3 * time.Second)
+		for range kneeSamples {
+			at = at.Add(10 * time.Millisecond)
+			g.observe(at, 700*time.Millisecond, at, 64)
+		}
+		if g.bound() != 1 {
+			t.Errorf("limit %d, want 1", g.bound())
+		}
+	})
+
 	t.Run("first tokens of streams admitted before a change judge nothing", func(t *testing.T) {
 		g := newFirstTokenGate(500*time.Millisecond, t0)
 		g.change(2, t0.Add(time.Hour))
