@@ -107,43 +107,38 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 		})
 	}
 
-	t.Run("a growth the streams did not use goes", func(t *testing.T) {
+	// Growths that read as faster first tokens without being faster: each
+	// goes back to 1 after the 10 first tokens at 2 that judge it.
+	for _, tc := range []struct {
+		name       string
+		pause, gap time.Duration // before the first of them, and between them
+		ttft       time.Duration
+	}{
 		// First tokens at 2 come no faster than at 1 (the arrivals bound
-		// them), TTFT 100 ms longer: by limit/TTFT that would read as 1.6x
-		// the rate, and the growth stayed unjudged.
-		g := newFirstTokenGate(2*time.Second, t0)
-		g.markDemand()
-		at := t0
-		for _, ttft := range []time.Duration{400 * time.Millisecond, 500 * time.Millisecond} {
-			for range kneeSamples {
+		// them), TTFT 100 ms longer: by limit/TTFT, 1.6x the rate.
+		{"a growth the streams did not use goes", 0, 400 * time.Millisecond, 500 * time.Millisecond},
+		// Nothing for 3 s, then ten first tokens 10 ms apart (an engine
+		// catching up): 10 in 3.1 s since the change, not 9 in 90 ms.
+		{"a stall then a burst of first tokens is no faster rate", 3 * time.Second, 10 * time.Millisecond, 700 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newFirstTokenGate(2*time.Second, t0)
+			g.markDemand()
+			at := t0
+			for range kneeSamples { // at 1, full: one every TTFT
 				at = at.Add(400 * time.Millisecond)
-				g.observe(at, ttft, at, 64)
+				g.observe(at, 400*time.Millisecond, at, 64)
 			}
-		}
-		if g.bound() != 1 {
-			t.Errorf("limit %d, want 1", g.bound())
-		}
-	})
-
-	t.Run("a stall then a burst of first tokens is no faster rate", func(t *testing.T) {
-		// At 2, nothing for 3 s, then ten first tokens 10 ms apart (an
-		// engine catching up): 10 in 3.1 s since the change, not 9 in 90 ms.
-		g := newFirstTokenGate(2*time.Second, t0)
-		g.markDemand()
-		at := t0
-		for range kneeSamples {
-			at = at.Add(400 * time.Millisecond)
-			g.observe(at, 400*time.Millisecond, at, 64)
-		}
-		at = at.Add(3 * time.Second)
-		for range kneeSamples {
-			at = at.Add(10 * time.Millisecond)
-			g.observe(at, 700*time.Millisecond, at, 64)
-		}
-		if g.bound() != 1 {
-			t.Errorf("limit %d, want 1", g.bound())
-		}
-	})
+			at = at.Add(tc.pause)
+			for range kneeSamples {
+				at = at.Add(tc.gap)
+				g.observe(at, tc.ttft, at, 64)
+			}
+			if g.bound() != 1 {
+				t.Errorf("limit %d, want 1", g.bound())
+			}
+		})
+	}
 
 	t.Run("first tokens of streams admitted before a change judge nothing", func(t *testing.T) {
 		g := newFirstTokenGate(500*time.Millisecond, t0)
