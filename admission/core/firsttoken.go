@@ -31,14 +31,14 @@ const (
 	// TTFT against the one before it).
 	kneeSamples = 2 * ttftMin
 	// kneeShare: a growth of the limit stays when the rate of first
-	// tokens grew by at least this share of the growth (see paidOff).
+	// tokens grew by at least this share of the growth (see worth).
 	// Twelve-thousand-token prompts on a step budget of 8,192 tokens
 	// gain about 0.3 of the ideal from a second prefill beside the first
 	// (TTFT about 0.4 s alone, 0.6 s in pairs: bench/goodput longprompt);
 	// prompts that share a step, all of it.
 	kneeShare = 0.5
 	// kneeHold: after a growth that did not pay off, no growth for this
-	// long.
+	// long; a limit held this long probes a step below.
 	kneeHold = 30 * time.Second
 )
 
@@ -50,8 +50,9 @@ const (
 // it, while a stream waited for the limit (demand): it grows by a quarter,
 // one at least, up to the in-flight cap (past it the cap rules), and the
 // growth stays only if it paid off (its knee: first tokens came faster by
-// half the growth at least, see paidOff); else back, and no growth for
-// kneeHold. It starts at one. No target, no limit.
+// half the growth at least, see worth); else back, and no growth for
+// kneeHold. Held kneeHold, it probes a step below and stays there unless
+// the larger limit proves worth it. It starts at one. No target, no limit.
 type firstTokenGate struct {
 	limit   float64 // 0: no limit
 	target  float64 // seconds
@@ -62,12 +63,14 @@ type firstTokenGate struct {
 	// the latest came.
 	seen   int
 	lastAt time.Time
-	// grownFrom is the limit before the last growth, until its first
-	// tokens judge it (paidOff); fromTTFT and fromRate: the mean TTFT and
-	// the rate of first tokens before it. probeAfter: no growth before it
-	// (the last one did not pay off).
-	grownFrom, fromTTFT, fromRate float64
-	probeAfter                    time.Time
+	// A move of the limit to judge by its knee (worth): moved is +1 after a
+	// growth, -1 after a probe down, 0 when none waits; from is the limit
+	// before it, fromTTFT and fromRate the mean TTFT and the rate of first
+	// tokens there. probeAfter: no growth before it (the last one did not
+	// pay off).
+	moved                    int
+	from, fromTTFT, fromRate float64
+	probeAfter               time.Time
 }
 
 func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
@@ -110,43 +113,56 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 	case p90 > g.target && g.limit > 1:
 		g.change(max(1, g.limit*max(0.5, min(0.9, g.target/p90))), now)
 	case n < kneeSamples:
-	case g.grownFrom > 0 && !g.paidOff():
+	case g.moved > 0 && !g.worth(g.from, g.limit, g.fromRate, g.rate(), g.fromTTFT, g.ttfts.mean()):
 		// Past the knee: back to where the limit came from, and no
 		// growth for a while (the mix of prompts may change).
-		g.change(g.grownFrom, now)
+		g.change(g.from, now)
 		g.probeAfter = now.Add(kneeHold)
+	case g.moved < 0 && g.worth(g.limit, g.from, g.rate(), g.fromRate, g.ttfts.mean(), g.fromTTFT):
+		g.change(g.from, now) // the larger limit was worth it after all
+	case g.moved != 0:
+		g.moved = 0 // the move stays
 	case g.demand && p90 <= growBand*g.target && g.limit < float64(cap) && !now.Before(g.probeAfter):
-		from, mean, rate := g.limit, g.ttfts.mean(), g.rate()
-		g.change(min(float64(cap), max(g.limit+1, g.limit*(1+firstTokenGain))), now)
-		g.grownFrom, g.fromTTFT, g.fromRate = from, mean, rate
-	default:
-		g.grownFrom = 0 // the last growth paid off, or there was none
+		g.move(+1, min(float64(cap), max(g.limit+1, g.limit*(1+firstTokenGain))), now)
+	case g.limit > 1 && now.Sub(g.changed) >= kneeHold:
+		// Held this long: probe below, so that a growth that passed on a
+		// lucky judgement (an engine's hiccup in the rate it was judged
+		// against) is judged again instead of staying for good.
+		g.move(-1, max(1, g.limit/(1+firstTokenGain)), now)
 	}
 	return g.bound() != old
 }
 
-// paidOff tells whether the last growth raised the rate of first tokens
-// (rate) by at least kneeShare of itself. While the limit is full, by
-// Little's law first tokens come at limit/TTFT a second: for prompts that
-// share one engine step TTFT stays as it was and the rate grows with the
-// limit; past the step's token budget each prompt added delays all the
-// others, TTFT grows in proportion and the rate stays flat. A growth the
-// streams did not use (the cap or the arrivals bound them) does not raise
-// the rate either, and goes: it was never judged, and long prompts let
-// through in pairs when load rises are what it would cost (with the rate
-// taken as limit/TTFT, such a growth stayed and the limit sat at 2-3).
+// move changes the limit to limit, to be judged by its knee.
+func (g *firstTokenGate) move(dir int, limit float64, now time.Time) {
+	from, mean, rate := g.limit, g.ttfts.mean(), g.rate()
+	g.change(limit, now)
+	g.moved, g.from, g.fromTTFT, g.fromRate = dir, from, mean, rate
+}
+
+// worth tells whether the larger of two limits (big over small, with
+// their rates of first tokens and mean TTFTs) is worth having: its first
+// tokens come faster by at least kneeShare of the growth. While the limit
+// is full, by Little's law first tokens come at limit/TTFT a second: for
+// prompts that share one engine step TTFT stays as it was and the rate
+// grows with the limit; past the step's token budget each prompt added
+// delays all the others, TTFT grows in proportion and the rate stays flat.
+// A limit the streams did not fill (the cap or the arrivals bound them)
+// does not raise the rate either: a growth nobody used goes, since long
+// prompts let through in pairs when load rises are what it would cost
+// (with the rate taken as limit/TTFT, such a growth stayed and the limit
+// sat at 2-3).
 //
-// A growth that added less than kneeFloor to the mean TTFT pays off
+// A larger limit whose mean TTFT is less than kneeFloor longer is worth it
 // whatever the rate: that is within an engine step or two, which short
 // prompts pay as their batch grows (bench: TTFT 24 ms alone, 33 ms in
 // pairs, on an engine whose batch runs 40).
-func (g *firstTokenGate) paidOff() bool {
-	if g.ttfts.mean() <= g.fromTTFT+kneeFloor.Seconds() {
+func (g *firstTokenGate) worth(small, big, smallRate, bigRate, smallTTFT, bigTTFT float64) bool {
+	if bigTTFT < smallTTFT+kneeFloor.Seconds() {
 		return true
 	}
-	from := float64(max(1, int(g.grownFrom+1e-9)))
-	to := float64(g.bound())
-	return g.rate() >= g.fromRate*(1+kneeShare*(to-from)/from)
+	n, m := float64(max(1, int(small+1e-9))), float64(max(1, int(big+1e-9)))
+	return bigRate >= smallRate*(1+kneeShare*(m-n)/n)
 }
 
 // rate is first tokens a second since the limit last changed, to the
@@ -167,7 +183,7 @@ func (g *firstTokenGate) change(limit float64, now time.Time) {
 	g.demand = false
 	g.ttfts = g.ttfts[:0]
 	g.seen = 0
-	g.grownFrom = 0
+	g.moved = 0
 }
 
 // markDemand: a stream found the limit full while the cap had room.

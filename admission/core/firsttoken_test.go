@@ -12,7 +12,7 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 	judge := func(g *firstTokenGate, n int, ttft time.Duration, cap int) bool {
 		changed := false
 		for i := range n {
-			at := t0.Add(time.Hour + time.Duration(i)*time.Millisecond)
+			at := t0.Add(time.Duration(i+1) * time.Millisecond)
 			changed = g.observe(at, ttft, at, cap) || changed
 		}
 		return changed
@@ -136,6 +136,46 @@ func TestTheFirstTokenLimitsLaw(t *testing.T) {
 			}
 			if g.bound() != 1 {
 				t.Errorf("limit %d, want 1", g.bound())
+			}
+		})
+	}
+
+	// Held kneeHold, the limit probes a step below, and stays there
+	// unless the larger one proves worth it: a growth that passed on a
+	// lucky judgement does not stay for good.
+	for _, tc := range []struct {
+		name         string
+		atTwo, atOne time.Duration // mean TTFT at each, the limit full
+		want         int
+	}{
+		{"long prompts held in pairs go back to one", 600 * time.Millisecond, 400 * time.Millisecond, 1},
+		{"prompts that share a step stay in pairs (TTFT under kneeFloor shorter alone)", 420 * time.Millisecond, 400 * time.Millisecond, 2},
+		{"pairs twice as fast stay", 400 * time.Millisecond, 400 * time.Millisecond, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newFirstTokenGate(2*time.Second, t0)
+			g.change(2, t0) // as if a growth to 2 had passed
+			at := t0
+			feed := func(ttft time.Duration, d time.Duration) {
+				for end := at.Add(d); at.Before(end); {
+					at = at.Add(ttft / time.Duration(g.bound()))
+					g.observe(at, ttft, at, 64)
+				}
+			}
+			feed(tc.atTwo, kneeHold-time.Second)
+			if g.bound() != 2 {
+				t.Fatalf("limit %d within kneeHold, want 2", g.bound())
+			}
+			feed(tc.atTwo, time.Second) // held kneeHold
+			if g.bound() != 1 {
+				t.Fatalf("limit %d after kneeHold at 2, want the probe at 1", g.bound())
+			}
+			for range kneeSamples {
+				at = at.Add(tc.atOne)
+				g.observe(at, tc.atOne, at, 64)
+			}
+			if g.bound() != tc.want {
+				t.Errorf("limit %d after the probe, want %d", g.bound(), tc.want)
 			}
 		})
 	}
