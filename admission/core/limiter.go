@@ -248,7 +248,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		l.mu.Unlock()
 		return nil, rj, nil
 	}
-	w := l.enqueueLocked(now, r, ph)
+	w := l.enqueueLocked(now, r, ph, lis)
 	l.mu.Unlock()
 	return l.wait(ctx, r, lis, w, maxWait)
 }
@@ -293,8 +293,15 @@ func (l *Limiter) chargeLocked(now time.Time, r Request, timeout time.Duration) 
 func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	c := l.capLocked(now)
 	room := l.firstTokenRoomLocked(true)
-	if l.inFlight >= c || (lis.stream && !room) || l.nextWaiterLocked(room) != nil {
-		return false // full, or a waiter who could go now goes first
+	// A waiter who could go now goes first. While streams may go, that is
+	// any live waiter; only with the first-token limit full does the queue
+	// need a look for a plain call.
+	waiting := l.liveWaitersLocked() > 0
+	if waiting && !room {
+		waiting = l.nextWaiterLocked(false) != nil
+	}
+	if l.inFlight >= c || (lis.stream && !room) || waiting {
+		return false
 	}
 	if ph != nil {
 		l.removeWaiterLocked(ph.elem)
@@ -344,7 +351,6 @@ func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter,
 		// A slot or a rejection was handed over just as the client left.
 		if res = <-w.ch; res.rej == nil {
 			lis.admitted = l.clock.Now()
-			lis.awaiting = lis.stream // counted by dispatchLocked
 			lis.Ignore()
 		} else {
 			l.mu.Lock()
@@ -361,7 +367,6 @@ func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter,
 		return nil, res.rej, nil
 	}
 	lis.admitted, lis.inFlightAt, lis.areaAt = res.at, res.inFlight, res.area
-	lis.awaiting = lis.stream // counted by dispatchLocked
 	return lis, nil, nil
 }
 

@@ -19,8 +19,8 @@ type waiter struct {
 	// held place taken over). newest_first serves these after every first
 	// attempt, oldest call first.
 	retry bool
-	// stream: a streamed request (see Limit.FirstTokenLimit).
-	stream bool
+	// lis is the slot's Listener (nil once a placeholder).
+	lis *Listener
 	// Placeholders only: the call's key and the timer that drops it.
 	placeholder bool
 	k           CallKey
@@ -39,16 +39,16 @@ type waitResult struct {
 // enqueueLocked queues a request that found no free slot (room was made).
 // A retry of a call whose earlier attempt was queued (ph, its held place)
 // resumes from that attempt's place instead of starting over.
-func (l *Limiter) enqueueLocked(now time.Time, r Request, ph *waiter) *waiter {
+func (l *Limiter) enqueueLocked(now time.Time, r Request, ph *waiter, lis *Listener) *waiter {
 	var w *waiter
 	if ph != nil && ph.queued {
 		delete(l.held, r.Key)
 		ph.stopHold()
-		w = &waiter{at: ph.at, ch: make(chan waitResult, 1), queued: true, elem: ph.elem, retry: true, stream: r.Stream}
+		w = &waiter{at: ph.at, ch: make(chan waitResult, 1), queued: true, elem: ph.elem, retry: true, lis: lis}
 		ph.elem.Value = w
 		ph.queued = false
 	} else {
-		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true, retry: r.Retry, stream: r.Stream}
+		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true, retry: r.Retry, lis: lis}
 		w.elem = l.waiters.PushBack(w)
 	}
 	w.bytes = r.Bytes
@@ -89,7 +89,7 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	live := func(e *list.Element) bool {
 		w := e.Value.(*waiter)
-		return !w.placeholder && (streams || !w.stream)
+		return !w.placeholder && (streams || !w.lis.stream)
 	}
 	if l.cfg.Order == "fifo" {
 		for e := l.waiters.Front(); e != nil; e = e.Next() {
@@ -118,7 +118,7 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 func (l *Limiter) holdLocked(w *waiter, k CallKey, d time.Duration) {
 	l.queuedBytes -= w.bytes
 	w.bytes = 0
-	w.placeholder, w.k = true, k
+	w.placeholder, w.k, w.lis = true, k, nil
 	l.held[k] = w
 	w.stopHold = l.clock.AfterFunc(d, func() {
 		l.mu.Lock()
@@ -138,9 +138,7 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 			return
 		}
 		w := l.removeWaiterLocked(e)
-		if w.stream {
-			l.awaitingFirst++ // the Listener learns it in wait
-		}
+		w.lis.startAwaitingLocked()
 		l.addInFlightLocked(now, 1)
 		l.admitted.Add(1)
 		l.admissions.add(now, 1)
