@@ -86,7 +86,12 @@ func (g *firstTokenGate) bound() int {
 	if g.limit == 0 {
 		return 0
 	}
-	return max(1, int(g.limit+1e-9)) // 8 x 0.75 is 6, not 5.999...
+	return streams(g.limit)
+}
+
+// streams is a limit as a count of streams, one at least.
+func streams(limit float64) int {
+	return max(1, int(limit+1e-9)) // 8 x 0.75 is 6, not 5.999...
 }
 
 // atFloor: the limit admits one stream's prefill at a time, or there is
@@ -161,7 +166,7 @@ func (g *firstTokenGate) worth(small, big, smallRate, bigRate, smallTTFT, bigTTF
 	if bigTTFT < smallTTFT+kneeFloor.Seconds() {
 		return true
 	}
-	n, m := float64(max(1, int(small+1e-9))), float64(max(1, int(big+1e-9)))
+	n, m := float64(streams(small)), float64(streams(big))
 	return bigRate >= smallRate*(1+kneeShare*(m-n)/n)
 }
 
