@@ -325,6 +325,23 @@ func (r sdkRun) String() string {
 		r.p50.Round(10*time.Millisecond), r.p99.Round(10*time.Millisecond))
 }
 
+// compareSDK runs the SDK shape at load x capacity straight at the engine
+// and through vigil, logs both and fails the test if vigil added timeouts:
+// a few are vigil's to make while it learns the route's timeout from its
+// clients giving up (3 give-ups, confirmed by their retries); past that,
+// none.
+func compareSDK(t *testing.T, load float64) (direct, vigil sdkRun) {
+	t.Helper()
+	direct = runSDK(t, load, false)
+	vigil = runSDK(t, load, true)
+	t.Logf("direct: %v", direct)
+	t.Logf("vigil:  %v\n  limiter: %s", vigil, vigil.limiter)
+	if tol := max(3, vigil.calls/100); vigil.timeouts > direct.timeouts+tol {
+		t.Errorf("through vigil the SDK saw %d timeouts, direct %d: want at most %d more", vigil.timeouts, direct.timeouts, tol)
+	}
+	return direct, vigil
+}
+
 // TestTheSDKShapeAtModerateOverload is issue 17's SDK experiment: the Node
 // SDK (6 s client-level timeout, no header, 3 retries) streaming
 // 12,000-token prompts at 1.5x the engine's capacity. Direct, the engine
@@ -352,16 +369,7 @@ func TestTheSDKShapeAtModerateOverload(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the simulated engine for about 20 s")
 	}
-	direct := runSDK(t, 1.5, false)
-	vigil := runSDK(t, 1.5, true)
-	t.Logf("direct: %v", direct)
-	t.Logf("vigil:  %v\n  limiter: %s", vigil, vigil.limiter)
-	// A few timeouts are vigil's to make while it learns the route's
-	// timeout from its clients giving up (3 give-ups, confirmed by their
-	// retries); past that, none.
-	if tol := max(3, vigil.calls/100); vigil.timeouts > direct.timeouts+tol {
-		t.Errorf("through vigil the SDK saw %d timeouts, direct %d: want at most %d more", vigil.timeouts, direct.timeouts, tol)
-	}
+	direct, vigil := compareSDK(t, 1.5)
 	// Latency: judged on the median first token from the call's start,
 	// retries included, and the counts. Not on the p99: both arms' p99 is
 	// the tail of calls near the 90 s patience (direct's spread 47-73 s
@@ -387,13 +395,7 @@ func TestTheSDKShapeUnderARetryStorm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the simulated engine for about 20 s")
 	}
-	direct := runSDK(t, 2.5, false)
-	vigil := runSDK(t, 2.5, true)
-	t.Logf("direct: %v", direct)
-	t.Logf("vigil:  %v\n  limiter: %s", vigil, vigil.limiter)
-	if tol := max(3, vigil.calls/100); vigil.timeouts > direct.timeouts+tol {
-		t.Errorf("through vigil the SDK saw %d timeouts, direct %d: want at most %d more", vigil.timeouts, direct.timeouts, tol)
-	}
+	direct, vigil := compareSDK(t, 2.5)
 	if vigil.served <= direct.served || vigil.delivered <= direct.delivered {
 		t.Errorf("through vigil %d calls delivered, %d with the first token within %v; direct %d and %d: want more of both",
 			vigil.delivered, vigil.served, sdkObjective, direct.delivered, direct.served)
