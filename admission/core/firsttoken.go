@@ -109,10 +109,11 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 	g.seen++
 	g.lastAt = now
 	g.ttfts.add(ttft)
-	p90, n := g.ttfts.p90(), len(g.ttfts)
+	n := len(g.ttfts)
 	if n < ttftMin {
 		return false
 	}
+	p90 := g.ttfts.p90()
 	old := g.bound()
 	switch {
 	case p90 > g.target && g.limit > 1:
