@@ -34,12 +34,16 @@ const (
 	MetricE2ELatencyCount    = "vllm:e2e_request_latency_seconds_count"
 	MetricQueueTimeSum       = "vllm:request_queue_time_seconds_sum"
 	MetricQueueTimeCount     = "vllm:request_queue_time_seconds_count"
+	// MetricProcessStart is the engine process's start time (Prometheus
+	// clients export it by default): when it is there, a counter reset is
+	// believed only if it changed.
+	MetricProcessStart = "process_start_time_seconds"
 )
 
 var extraNames = []string{
 	MetricPromptTokens, MetricPrefixCacheQueries, MetricRequestSuccess,
 	MetricE2ELatencySum, MetricE2ELatencyCount,
-	MetricQueueTimeSum, MetricQueueTimeCount,
+	MetricQueueTimeSum, MetricQueueTimeCount, MetricProcessStart,
 }
 
 // Metrics is one readable scrape, reduced to what the watchdog needs. Every
@@ -317,7 +321,12 @@ func eachSeries(fams map[string]*dto.MetricFamily, name string, fn func(mt *dto.
 		}
 	}
 	for _, mt := range mf.GetMetric() {
-		v := pick(mt)
+		v, ok := pick(mt)
+		if !ok {
+			// A histogram cut short before its _count or _sum line: the
+			// series is missing, never zero (a zero would read as a reset).
+			continue
+		}
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Errorf("metrics: %s has a non-finite value (%v)", name, v)
 		}
@@ -397,37 +406,44 @@ func cutSuffix(name string) (base, suffix string, ok bool) {
 
 // plainValue reads a counter, gauge or untyped sample. Configuring a
 // histogram or summary by its own name reads its count.
-func plainValue(mt *dto.Metric) float64 {
+func plainValue(mt *dto.Metric) (float64, bool) {
 	switch {
 	case mt.Counter != nil:
-		return mt.GetCounter().GetValue()
+		return mt.GetCounter().GetValue(), true
 	case mt.Gauge != nil:
-		return mt.GetGauge().GetValue()
+		return mt.GetGauge().GetValue(), true
 	case mt.Untyped != nil:
-		return mt.GetUntyped().GetValue()
+		return mt.GetUntyped().GetValue(), true
 	}
 	return sampleCount(mt)
 }
 
-func sampleCount(mt *dto.Metric) float64 {
+// sampleCount is a histogram's or summary's count; ok is false when the
+// scrape had no _count line for the series.
+func sampleCount(mt *dto.Metric) (float64, bool) {
 	if h := mt.GetHistogram(); h != nil {
-		if h.SampleCountFloat != nil {
-			return h.GetSampleCountFloat()
+		switch {
+		case h.SampleCountFloat != nil:
+			return h.GetSampleCountFloat(), true
+		case h.SampleCount != nil:
+			return float64(h.GetSampleCount()), true
 		}
-		return float64(h.GetSampleCount())
+		return 0, false
 	}
-	if s := mt.GetSummary(); s != nil {
-		return float64(s.GetSampleCount())
+	if s := mt.GetSummary(); s != nil && s.SampleCount != nil {
+		return float64(s.GetSampleCount()), true
 	}
-	return 0
+	return 0, false
 }
 
-func sampleSum(mt *dto.Metric) float64 {
-	if h := mt.GetHistogram(); h != nil {
-		return h.GetSampleSum()
+// sampleSum is a histogram's or summary's sum; ok is false when the
+// scrape had no _sum line for the series.
+func sampleSum(mt *dto.Metric) (float64, bool) {
+	if h := mt.GetHistogram(); h != nil && h.SampleSum != nil {
+		return h.GetSampleSum(), true
 	}
-	if s := mt.GetSummary(); s != nil {
-		return s.GetSampleSum()
+	if s := mt.GetSummary(); s != nil && s.SampleSum != nil {
+		return s.GetSampleSum(), true
 	}
-	return 0
+	return 0, false
 }

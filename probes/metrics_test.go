@@ -298,3 +298,22 @@ func FuzzParseMetrics(f *testing.F) {
 		}
 	})
 }
+
+// A body cut at a line boundary parses; a histogram cut before its _count
+// line must read as missing, never as a count of zero (which the watchdog
+// would take for an engine restart).
+func TestAHistogramCutBeforeItsCountIsMissingNotZero(t *testing.T) {
+	t.Parallel()
+	full := string(fixture(t))
+	cut := full[:strings.Index(full, "vllm:iteration_tokens_total_count{")]
+	m, missing, err := ParseMetrics(strings.NewReader(cut), vllmNames())
+	if err != nil {
+		t.Fatalf("a body cut at a line boundary after the required families should parse: %v", err)
+	}
+	if v, ok := m.Heartbeats["vllm:iteration_tokens_total_count"]; ok {
+		t.Errorf("the cut histogram's count read as %v; want it missing", v)
+	}
+	if !slices.Contains(missing, "vllm:iteration_tokens_total_count") {
+		t.Errorf("missing = %v; want vllm:iteration_tokens_total_count named", missing)
+	}
+}

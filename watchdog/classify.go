@@ -48,6 +48,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 		v.Reason = "UNKNOWN: no sample yet"
 		return v
 	}
+	history = wholeScrapes(history)
 	sc := scanHistory(history, now)
 	v.Evidence = evidence(history, &sc, p, now)
 	last := sc.last
@@ -129,6 +130,17 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 		if why == "" {
 			why = last.Metrics.Observation.String()
 		}
+		if k, ok := flakyScrape(history); ok && sc.wedge.For == 0 && onlyMetricsFailed(last) {
+			// One bad scrape among good ones says nothing new about
+			// progress: the verdict stands as of the last readable scrape,
+			// so a flaky /metrics neither flips it nor pages.
+			c := Classify(history[:k+1], p, history[k].At)
+			c.At = now
+			c.Evidence.MetricsError = why
+			c.Reason += fmt.Sprintf("; last scrape unreadable (%s): verdict as of the readable scrape %s before",
+				why, humanize.Duration(now.Sub(history[k].At)))
+			return c
+		}
 		if sc.wedge.For > 0 {
 			return say(StateUnknown, "UNKNOWN: no endpoint has answered for %s (timeouts; hung as a wedged API server at %s); probe %s; not restarting",
 				humanize.Duration(sc.wedge.For), humanize.Duration(p.HangAfter), ev.Probe)
@@ -140,11 +152,23 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	m := last.Metrics.Metrics
 	modelsAlive := last.Models.Class != probes.ClassRefused && last.Models.Class != probes.ClassReset
 
-	// hung: the whole engine.
+	// hung: the whole engine. A probe that started after the counters
+	// froze and completed proves the engine served and /metrics is stale;
+	// it proves so for hang_after after it completed, and from then on the
+	// probes alone judge (stale metrics cannot hide a hang for longer).
+	stale := false
 	if sc.pending && modelsAlive && p.HangAfter > 0 && sc.stall >= p.HangAfter {
-		if proof := probeServedSince(history, now.Add(-sc.stall)); proof != "" {
-			ev.Odd = append(ev.Odd, fmt.Sprintf("counters frozen with work pending, but %s: /metrics may be stale", proof))
-		} else {
+		done, proved := probeCompletedSince(history, now.Add(-sc.stall))
+		switch {
+		case proved && now.Sub(done) < p.HangAfter:
+			stale = true
+			ev.Stale = now.Sub(sc.lastMove)
+		case proved:
+			ev.Hang, ev.Stale = HangEngine, now.Sub(sc.lastMove)
+			ev.Stalled = now.Sub(done)
+			return say(StateHung, "HUNG: no probe has completed for %s while /metrics stayed unchanged for %s (stale: probes completed after the counters froze), %s; /v1/models %s; probe %s",
+				humanize.Duration(now.Sub(done)), humanize.Duration(ev.Stale), pendingWork(m, last), ev.Models, ev.Probe)
+		default:
 			ev.Hang = HangEngine
 			ranks := ""
 			if hung := hungRanks(ev.Ranks); len(hung) > 0 && len(hung) < len(ev.Ranks) {
@@ -152,8 +176,19 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 				// the frozen rank, so the sums froze too.
 				ranks = fmt.Sprintf(" (data-parallel rank %s of %d frozen with work, the others idle)", rankList(hung), len(ev.Ranks))
 			}
-			return say(StateHung, "HUNG: no progress for %s with %s waiting, %s running%s; /v1/models %s; probe %s",
-				humanize.Duration(sc.stall), humanize.Count(m.Waiting), humanize.Count(m.Running), ranks, ev.Models, ev.Probe)
+			return say(StateHung, "HUNG: no progress for %s with %s%s; /v1/models %s; probe %s",
+				humanize.Duration(sc.stall), pendingWork(m, last), ranks, ev.Models, ev.Probe)
+		}
+	}
+	if stale {
+		// Judged by the probes alone: the gauges are as old as the counters.
+		why := fmt.Sprintf("/metrics unchanged for %s while probes complete (stale: a cache or a stuck exporter?), judged by the probe", humanize.Duration(ev.Stale))
+		if probeSlow {
+			return say(StateSaturated, "SATURATED: %s; probe %s (SLO %s); not restarting", why, ev.Probe, humanize.Duration(p.ProbeSLO))
+		}
+		ev.Odd = append(ev.Odd, "/metrics stale: unchanged while probes complete")
+		if !probeFailed {
+			return say(StateHealthy, "HEALTHY: %s; probe %s", why, ev.Probe)
 		}
 	}
 
@@ -218,14 +253,39 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 		return say(StateUnknown, "UNKNOWN: first readable scrape, progress cannot be judged yet; %s waiting, %s running; probe %s",
 			humanize.Count(m.Waiting), humanize.Count(m.Running), ev.Probe)
 	case !sc.moving && sc.pending && sc.stall < p.HangAfter:
-		return say(StateUnknown, "UNKNOWN: no progress for %s with %s waiting, %s running (hung at %s); /v1/models %s; probe %s; not restarting",
-			humanize.Duration(sc.stall), humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Duration(p.HangAfter), ev.Models, ev.Probe)
-	case probeFailed:
+		return say(StateUnknown, "UNKNOWN: no progress for %s with %s (hung at %s); /v1/models %s; probe %s; not restarting",
+			humanize.Duration(sc.stall), pendingWork(m, last), humanize.Duration(p.HangAfter), ev.Models, ev.Probe)
+	case probeFailed && sc.moving:
 		return say(StateUnknown, "UNKNOWN: %s waiting, %s running, counters moving (%s tok/s); not restarting",
 			humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec))
+	case probeFailed:
+		return say(StateUnknown, "UNKNOWN: %s waiting, %s running, counters unchanged; not restarting",
+			humanize.Count(m.Waiting), humanize.Count(m.Running))
 	}
 	return say(StateUnknown, "UNKNOWN: %s waiting, %s running, %s tok/s; probe %s; not restarting",
 		humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec), ev.Probe)
+}
+
+// maxFlaky is the longest run of unreadable scrapes at the end of the
+// history that still counts as a flaky /metrics rather than a lost one.
+const maxFlaky = 2
+
+// flakyScrape reports whether the history ends in a short run (at most
+// maxFlaky) of unreadable scrapes after a readable one, and that one's index.
+func flakyScrape(history []Sample) (k int, ok bool) {
+	for i := len(history) - 1; i >= 0 && i >= len(history)-1-maxFlaky; i-- {
+		if history[i].readable() {
+			return i, i < len(history)-1
+		}
+	}
+	return 0, false
+}
+
+// onlyMetricsFailed: at this sample /v1/models served a model list and
+// /health (when probed) answered 200, so a bad scrape is /metrics' own
+// trouble, not the engine's.
+func onlyMetricsFailed(s *Sample) bool {
+	return s.Models.OK() && (!s.Health.Taken() || s.Health.OK())
 }
 
 // engineDown: the engine itself is down at this sample, not one endpoint:
@@ -283,12 +343,30 @@ func servedSince(history []Sample, sc *scan, t time.Time) string {
 // probeServedSince names a completion probe sent at or after t that
 // completed, or "".
 func probeServedSince(history []Sample, t time.Time) string {
-	for i := len(history) - 1; i >= 0; i-- {
-		if pr := history[i].Probe; pr.State == probes.ProbeOK && !pr.Started.Before(t) {
-			return "probes complete"
-		}
+	if _, ok := probeCompletedSince(history, t); ok {
+		return "probes complete"
 	}
 	return ""
+}
+
+// probeCompletedSince is when the latest completion probe sent at or after
+// t completed; ok is false when none did.
+func probeCompletedSince(history []Sample, t time.Time) (done time.Time, ok bool) {
+	for i := len(history) - 1; i >= 0; i-- {
+		if pr := history[i].Probe; pr.State == probes.ProbeOK && !pr.Started.Before(t) {
+			return pr.Started.Add(pr.Latency), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// pendingWork says what is pending, naming vigil's own probe when it is
+// the only work: "0 waiting, 0 running" alone reads as idle.
+func pendingWork(m *probes.Metrics, last *Sample) string {
+	if m.Waiting+m.Running == 0 && last.Probe.Pending() {
+		return "only vigil's probe pending (0 waiting, 0 running)"
+	}
+	return fmt.Sprintf("%s waiting, %s running", humanize.Count(m.Waiting), humanize.Count(m.Running))
 }
 
 // lastFinishedProbe is the most recent probe that finished.

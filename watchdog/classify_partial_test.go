@@ -240,12 +240,12 @@ func TestClassifyPartialFailures(t *testing.T) {
 			reason: []string{"counters rise", "not down"},
 		},
 		{
-			name: "counters frozen with work pending but a probe completing during the stall is not hung",
+			name: "counters frozen with work pending but probes completing through the stall: stale /metrics, judged by the probe",
 			hist: func() *sim {
 				return newSim().work(5, 5).tick(16, func(s *sim) { s.probeOK(2 * time.Second) })
 			},
-			want: StateUnknown, never: []State{StateHung, StateDown},
-			reason: []string{"/metrics may be stale"},
+			want: StateHealthy, never: []State{StateHung, StateDown},
+			reason: []string{"/metrics unchanged for 3m45s while probes complete (stale", "judged by the probe"},
 		},
 		// Row 5: the probe fails while the engine is saturated.
 		{

@@ -204,7 +204,7 @@ func TestClassify(t *testing.T) {
 				return s.probeOut(s.at.Add(time.Millisecond)).tick(13)
 			},
 			want:   StateHung,
-			reason: "HUNG: no progress for 3m15s with 0 waiting, 0 running; /v1/models 200 in 3ms (llama); probe outstanding for 3m15s",
+			reason: "HUNG: no progress for 3m15s with only vigil's probe pending (0 waiting, 0 running); /v1/models 200 in 3ms (llama); probe outstanding for 3m15s",
 		},
 		{
 			name: "idle engine whose probes keep timing out is hung",
@@ -220,7 +220,7 @@ func TestClassify(t *testing.T) {
 				return s.probeOut(s.at.Add(time.Millisecond)).tick(11)
 			},
 			want: StateUnknown, never: []State{StateHung},
-			reason: "UNKNOWN: no progress for 2m45s with 0 waiting, 0 running (hung at 3m00s)",
+			reason: "UNKNOWN: no progress for 2m45s with only vigil's probe pending (0 waiting, 0 running) (hung at 3m00s)",
 		},
 		{
 			name: "hang under load is hung after hang_after",
@@ -304,7 +304,14 @@ func TestClassify(t *testing.T) {
 			name: "a counter reset restarts the frozen clock",
 			hist: func() *sim {
 				return newSim().work(5, 8).tick(11).
-					tick(1, func(s *sim) { s.m.Progress["vllm:prompt_tokens_total"] = 0 }).
+					tick(1, func(s *sim) {
+						// An engine restart takes every counter back at once.
+						for _, c := range []map[string]float64{s.m.Progress, s.m.Heartbeats, s.m.Extra} {
+							for k := range c {
+								c[k] = 0
+							}
+						}
+					}).
 					tick(2)
 			},
 			want: StateUnknown, never: []State{StateHung},
@@ -320,15 +327,24 @@ func TestClassify(t *testing.T) {
 			reason: "UNKNOWN: /metrics unreadable (metrics: parse: text format parsing error in line 3)",
 		},
 		{
-			name: "time under unreadable scrapes does not count toward hang_after",
+			name: "unreadable scrapes bracketed by equal readings count toward hang_after",
 			hist: func() *sim {
 				s := newSim().work(40, 8).tick(2, func(s *sim) { s.serve(1000, 1) }).tick(6).
 					tick(20, unreadable("metrics: empty body"))
 				s.scrape = nil
 				return s.tick(1)
 			},
+			want:   StateHung,
+			reason: "HUNG: no progress for 6m45s with 40 waiting, 8 running",
+		},
+		{
+			name: "unreadable scrapes at the end of the history do not count toward hang_after",
+			hist: func() *sim {
+				return newSim().work(40, 8).tick(2, func(s *sim) { s.serve(1000, 1) }).tick(6).
+					tick(20, unreadable("metrics: empty body"))
+			},
 			want: StateUnknown, never: []State{StateHung},
-			reason: "no progress for 1m45s",
+			reason: "UNKNOWN: /metrics unreadable (metrics: empty body)",
 		},
 		{
 			name: "401 is misconfigured",

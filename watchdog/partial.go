@@ -110,6 +110,14 @@ func (d decodeScan) Stalled(hangAfter time.Duration) bool {
 	return d.Known && hangAfter > 0 && d.Stall >= hangAfter && d.FirstTokens > 0 && d.Running > 0
 }
 
+// decodeTolerance is how far decode tokens (generation less first tokens)
+// may rise over the base and still count as not moving. The two counters
+// are read a moment apart, so their difference wobbles by the first tokens
+// given in between, either way; a decode that really moves gives every
+// running request a token per step and leaves this far behind within a
+// few seconds.
+const decodeTolerance = 8
+
 // scanDecode walks the readable samples once. A max_tokens=1 workload
 // gives first tokens and finishes in the same step, so it never owes
 // decode; a long chunked prefill gives no first token, so it never owes
@@ -135,7 +143,7 @@ func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 			base, owedSince = nil, time.Time{}
 			continue
 		case base == nil,
-			d.DecodeTokens() != base.DecodeTokens(),
+			d.DecodeTokens() > base.DecodeTokens()+decodeTolerance,
 			d.FirstTokens < base.FirstTokens, d.Finished < base.Finished:
 			base, owedSince = d, time.Time{}
 			continue
@@ -227,10 +235,21 @@ func compareCounters(a, b map[string]float64) (moved, reset bool) {
 	return moved, reset
 }
 
-// unreadableSpans lists the time each unreadable sample covers.
+// unreadableSpans lists the time each unreadable sample after the last
+// readable one covers. Earlier unreadable scrapes are bracketed by
+// readable ones: counters only rise, so equal readings on both sides
+// prove nothing moved in between and the gap counts as frozen, while a
+// move on the far side restarts the clock there anyway. Only the trailing
+// stretch is unproven, and it is taken off the clock.
 func unreadableSpans(history []Sample) []span {
+	last := -1
+	for i := range history {
+		if history[i].readable() {
+			last = i
+		}
+	}
 	var spans []span
-	for i := 1; i < len(history); i++ {
+	for i := max(last+1, 1); i < len(history); i++ {
 		if !history[i].readable() {
 			spans = append(spans, span{end: history[i].At, d: history[i].At.Sub(history[i-1].At)})
 		}

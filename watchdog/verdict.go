@@ -59,6 +59,10 @@ type Evidence struct {
 	ProbeLatency time.Duration `json:"probe_latency_seconds"`
 	// MetricsError is why the last scrape was unreadable ("" if it was fine).
 	MetricsError string `json:"metrics_error,omitempty"`
+	// Stale is how long /metrics has shown the same counters while probes
+	// sent after they froze completed: the scrape is stale (a cache, a
+	// stuck exporter) and the probes judge alone. Zero otherwise.
+	Stale time.Duration `json:"stale_seconds,omitempty"`
 
 	// CompletionsPerSec is the finished-request rate; DrainEstimate the
 	// time to clear the waiting queue at that rate (0 if unknown).

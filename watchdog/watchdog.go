@@ -380,7 +380,7 @@ func trim(h []Sample, now time.Time, retention time.Duration) []Sample {
 	for cut < len(h)-2 && h[cut].At.Before(now.Add(-retention)) {
 		cut++
 	}
-	if sc := scanHistory(h, now); sc.lastReadable != nil && sc.lastMoveIdx < cut {
+	if sc := scanHistory(wholeScrapes(h), now); sc.lastReadable != nil && sc.lastMoveIdx < cut {
 		cut = sc.lastMoveIdx
 	}
 	cut = max(cut, len(h)-maxHistory)
