@@ -499,7 +499,9 @@ func TestBrokenMetricsAreUnknownNeverFrozen(t *testing.T) {
 				t.Fatal("broken metrics were recovered")
 			}
 			for _, v := range rec.all() {
-				if v.At.After(brokeAt.Add(interval)) && v.State != watchdog.StateUnknown {
+				// One or two bad scrapes keep the last verdict (a flaky
+				// /metrics does not flip it); from the third on, unknown.
+				if v.At.After(brokeAt.Add(4*interval)) && v.State != watchdog.StateUnknown {
 					t.Fatalf("with %s metrics: %s: %s", tc.name, v.State, v.Reason)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -116,7 +117,7 @@ type Watchdog struct {
 	// Used by the cycle only (under cycleMu).
 	probeFailing  string // the probe failure last told (noticeOdd)
 	odd           string // the oddities last told (noticeOdd)
-	missing       string
+	missing       map[string]int // consecutive scrapes each name was missing from
 	lastCompleted time.Time
 	saveErr       string
 	asked         string // incident+state recovery was last asked for
@@ -421,16 +422,31 @@ func (w *Watchdog) observeSample(s *Sample) {
 		w.lastCompleted = st.Started
 		w.metrics.probe("completion", st.Observation)
 	}
-	// A missing metric is said once, when the set of missing names changes;
-	// a scrape that failed to parse says nothing about names.
+	// A missing metric is said once it has been missing from
+	// acceptShapeAfter scrapes in a row, and once: a body cut short drops
+	// families from one scrape, which is the proxy's fault, not the
+	// config's. A scrape that failed to parse says nothing about names.
 	if s.Metrics.Readable() || len(s.Metrics.Missing) > 0 {
-		if missing := strings.Join(s.Metrics.Missing, ", "); missing != w.missing {
-			if missing != "" {
-				w.log.WithField("missing", missing).
-					Warn("watchdog: engine metrics missing from /metrics (check engine.metrics); a missing heartbeat is ignored, a missing waiting, running or progress metric leaves the verdict unknown")
-				w.notice("metrics_missing", "engine metrics missing from /metrics: "+missing+" (check engine.metrics)")
+		if w.missing == nil {
+			w.missing = map[string]int{}
+		}
+		var tell []string
+		for name := range w.missing {
+			if !slices.Contains(s.Metrics.Missing, name) {
+				delete(w.missing, name)
 			}
-			w.missing = missing
+		}
+		for _, name := range s.Metrics.Missing {
+			w.missing[name]++
+			if w.missing[name] == acceptShapeAfter {
+				tell = append(tell, name)
+			}
+		}
+		if len(tell) > 0 {
+			missing := strings.Join(tell, ", ")
+			w.log.WithField("missing", missing).
+				Warn("watchdog: engine metrics missing from /metrics (check engine.metrics); a missing heartbeat is ignored, a missing waiting, running or progress metric leaves the verdict unknown")
+			w.notice("metrics_missing", "engine metrics missing from /metrics: "+missing+" (check engine.metrics)")
 		}
 	}
 }
