@@ -28,7 +28,9 @@ func everyNth(n int, fault func(*sim)) func(*sim) {
 }
 
 // cutMidLine is a body cut inside a line: the parser rejects it.
-func cutMidLine(s *sim) { unreadable("metrics: parse: text format parsing error in line 212: unexpected end of input")(s) }
+func cutMidLine(s *sim) {
+	unreadable("metrics: parse: text format parsing error in line 212: unexpected end of input")(s)
+}
 
 // answer500 is /metrics answering 500.
 func answer500(s *sim) {
@@ -268,7 +270,10 @@ func TestOnlyAWholeResetIsARestart(t *testing.T) {
 			s := newSim().work(2, 8)
 			s.m.Extra[probes.MetricProcessStart] = 1.7e9
 			return s.tick(3, func(s *sim) { s.serve(3000, 10) }).
-				tick(1, func(s *sim) { s.m.Progress["vllm:prompt_tokens_total"] = 0; s.m.Extra[probes.MetricProcessStart] = 1.8e9 })
+				tick(1, func(s *sim) {
+					s.m.Progress["vllm:prompt_tokens_total"] = 0
+					s.m.Extra[probes.MetricProcessStart] = 1.8e9
+				})
 		}, true},
 	}
 	for _, c := range cases {

@@ -115,8 +115,8 @@ type Watchdog struct {
 	cycled    bool // a cycle has run
 
 	// Used by the cycle only (under cycleMu).
-	probeFailing  string // the probe failure last told (noticeOdd)
-	odd           string // the oddities last told (noticeOdd)
+	probeFailing  string         // the probe failure last told (noticeOdd)
+	odd           string         // the oddities last told (noticeOdd)
 	missing       map[string]int // consecutive scrapes each name was missing from
 	lastCompleted time.Time
 	saveErr       string
