@@ -18,6 +18,11 @@ type Watchdog struct {
 	// SaturatedWaiting: waiting requests at or above this, with progress,
 	// is saturated.
 	SaturatedWaiting int `yaml:"saturated_waiting"`
+	// SaturatedShed: with the admission limiter in front, the node is
+	// saturated when the limiter answers at least this share of calls with
+	// 429/503 over the last few cycles, however shallow the engine's own
+	// queue (the limiter keeps it so). 0 turns the rule off.
+	SaturatedShed float64 `yaml:"saturated_shed"`
 	// DownAfter: consecutive failed samples of /health or /v1/models
 	// before the engine counts as down.
 	DownAfter int `yaml:"down_after"`
@@ -50,6 +55,7 @@ func defaultWatchdog() Watchdog {
 		ProbeTimeout:     90 * time.Second,
 		ProbeSLO:         30 * time.Second,
 		SaturatedWaiting: 8,
+		SaturatedShed:    0.1,
 		DownAfter:        2,
 		StartupGrace:     10 * time.Minute,
 		StateFile:        "/var/lib/vigil/state.json",
@@ -73,6 +79,9 @@ func (w *Watchdog) validate(v *validator) {
 	}
 	if w.SaturatedWaiting < 1 {
 		v.errorf("watchdog.saturated_waiting", "must be >= 1")
+	}
+	if w.SaturatedShed < 0 || w.SaturatedShed > 1 {
+		v.errorf("watchdog.saturated_shed", "must be between 0 (off) and 1")
 	}
 	if w.DownAfter < 1 {
 		v.errorf("watchdog.down_after", "must be >= 1")

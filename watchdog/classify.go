@@ -100,8 +100,12 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 		if down {
 			proof := servedSince(history, &sc, first.At)
 			if proof == "" {
-				return say(StateDown, "DOWN: /health %s, /v1/models %s on %d consecutive samples",
-					ev.Health, ev.Models, n)
+				loading := ""
+				if saysLoading(last) {
+					loading = "; the engine says it is loading the model"
+				}
+				return say(StateDown, "DOWN: /health %s, /v1/models %s on %d consecutive samples%s",
+					ev.Health, ev.Models, n, loading)
 			}
 			ev.Odd = append(ev.Odd, fmt.Sprintf("looks down (/health %s, /v1/models %s) but %s: not down",
 				outcome(last.Health), outcome(last.Models.Observation), proof))
@@ -211,8 +215,17 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 			humanize.Duration(sc.decode.Stall), humanize.Count(sc.decode.FirstTokens), humanize.Count(m.Running), humanize.Count(m.Waiting), ev.Probe)
 	}
 
-	// saturated
+	// saturated at the limiter: it sheds or queues while the engine,
+	// kept shallow by it, shows nothing.
 	deep := p.SaturatedWaiting > 0 && m.Waiting >= float64(p.SaturatedWaiting)
+	if sc.prevReadable != nil && !deep && !probeSlow && limiterSaturated(ev, p) {
+		ev.LimiterOnly = true
+		return say(StateSaturated, "SATURATED at the limiter: shedding %.0f%% of calls (%s in the last %d cycles), %s queued in vigil; the engine shallow (%s waiting, %s running, %s tok/s); not restarting",
+			100*ev.ShedRate, humanize.Count(float64(ev.ShedCalls)), shedCycles, humanize.Count(float64(ev.LimiterQueued)),
+			humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec))
+	}
+
+	// saturated
 	if sc.prevReadable != nil && sc.moving && (deep || probeSlow) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "SATURATED: %s waiting, %s running, %s tok/s, counters +%s in %s",
@@ -266,6 +279,42 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 		humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec), ev.Probe)
 }
 
+// shedCycles is how many cycles back the limiter's shed rate looks, and
+// minShedCalls the calls it needs in that time to judge.
+const (
+	shedCycles   = 4
+	minShedCalls = 20
+)
+
+// shedding fills the limiter's share of the evidence from the samples.
+func shedding(history []Sample, ev *Evidence) {
+	last := history[len(history)-1].Limiter
+	if last == nil {
+		return
+	}
+	ev.LimiterQueued = last.Queued
+	for i := max(len(history)-1-shedCycles, 0); i < len(history)-1; i++ {
+		base := history[i].Limiter
+		if base == nil || last.Calls < base.Calls || last.Shed < base.Shed {
+			continue
+		}
+		if calls := last.Calls - base.Calls; calls > 0 {
+			ev.ShedCalls = calls
+			ev.ShedRate = float64(last.Shed-base.Shed) / float64(calls)
+		}
+		return
+	}
+}
+
+// limiterSaturated: the limiter sheds at least saturated_shed of enough
+// calls, or holds saturated_waiting calls in its queue.
+func limiterSaturated(ev *Evidence, p Params) bool {
+	if p.SaturatedShed > 0 && ev.ShedCalls >= minShedCalls && ev.ShedRate >= p.SaturatedShed {
+		return true
+	}
+	return p.SaturatedWaiting > 0 && ev.LimiterQueued >= p.SaturatedWaiting
+}
+
 // maxFlaky is the longest run of unreadable scrapes at the end of the
 // history that still counts as a flaky /metrics rather than a lost one.
 const maxFlaky = 2
@@ -279,6 +328,17 @@ func flakyScrape(history []Sample) (k int, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// saysLoading: an endpoint's error body says the model is loading (vLLM
+// and the gateways in front of it answer 503 "model is loading").
+func saysLoading(s *Sample) bool {
+	for _, o := range []probes.Observation{s.Models.Observation, s.Health, s.Metrics.Observation, s.Probe.Observation} {
+		if strings.Contains(strings.ToLower(o.Error), "loading") {
+			return true
+		}
+	}
+	return false
 }
 
 // onlyMetricsFailed: at this sample /v1/models served a model list and
@@ -462,6 +522,12 @@ func probeVerdict(history []Sample, p Params) (slow, failed bool) {
 			if s.Class == probes.ClassRefused || s.Class == probes.ClassReset {
 				return false, false
 			}
+			// A 5xx is the engine speaking of itself (503 "model is
+			// loading", a crashed core): the down and hang rules judge it,
+			// and it is no sign of a wrong engine.model.
+			if s.Class == probes.ClassHTTPStatus && s.Code >= 500 {
+				return false, false
+			}
 			return false, true
 		}
 		return false, false
@@ -519,6 +585,7 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 		ev.DecodeStalled = sc.decode.Stall
 	}
 	ev.Unanswered = sc.wedge.For
+	shedding(history, &ev)
 	ev.Serving = (sc.moving && !sc.reset) || last.Probe.State == probes.ProbeOK
 	if d, ok := r.extra[probes.MetricRequestSuccess]; ok {
 		ev.CompletionsPerSec = r.perSecond(d)

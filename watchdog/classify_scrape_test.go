@@ -287,3 +287,131 @@ func TestOnlyAWholeResetIsARestart(t *testing.T) {
 		})
 	}
 }
+
+// Reasons that say what vigil saw: issue #27's "also confusing" list.
+func TestReasonsSayWhatTheySaw(t *testing.T) {
+	t.Parallel()
+	loading503 := func(endpoint string) probes.Observation {
+		return probes.Observation{Endpoint: endpoint, Class: probes.ClassHTTPStatus, Code: 503, Error: `503 Service Unavailable: {"error":"model is loading"}`}
+	}
+	cases := []struct {
+		name    string
+		hist    func() *sim
+		params  func(*Params)
+		want    State
+		says    []string
+		notSays []string
+	}{
+		{
+			name: "an engine answering 503 model is loading everywhere reads as loading, not as a probe misconfiguration",
+			hist: func() *sim {
+				return newSim().work(0, 0).tick(3).tick(3, func(s *sim) {
+					s.models = probes.ModelsObservation{Observation: loading503(probes.EndpointModels)}
+					s.health = loading503(probes.EndpointHealth)
+					s.scrape = &probes.MetricsObservation{Observation: loading503(probes.EndpointMetrics)}
+					s.probe = probes.CompletionStatus{State: probes.ProbeFailed, Started: s.at.Add(-time.Second), Observation: loading503(probes.EndpointCompletions)}
+				})
+			},
+			want:    StateDown,
+			says:    []string{"the engine says it is loading the model"},
+			notSays: []string{"check engine.model", "probe failing"},
+		},
+		{
+			name: "an idle engine whose probe fails is not said to be moving",
+			hist: func() *sim {
+				return newSim().work(0, 0).tick(4, func(s *sim) {
+					s.probe = probes.CompletionStatus{State: probes.ProbeFailed, Started: s.at.Add(-time.Second),
+						Observation: probes.Observation{Endpoint: probes.EndpointCompletions, Class: probes.ClassHTTPStatus, Code: 404, Error: "404 Not Found: model nope"}}
+				})
+			},
+			want:    StateUnknown,
+			says:    []string{"counters unchanged"},
+			notSays: []string{"moving"},
+		},
+		{
+			name: "the HUNG line's duration is the stall's, unreadable scrapes in it included",
+			hist: func() *sim {
+				return newSim().work(40, 8).tick(4, func(s *sim) { s.serve(30000, 20) }).
+					tick(4, everyNth(2, answer500), keepProbeOutstanding(90*time.Second)).tick(1, func(s *sim) { s.scrape = nil })
+			},
+			params: func(p *Params) { p.HangAfter = time.Minute },
+			want:   StateHung,
+			says:   []string{"HUNG: no progress for 1m15s"},
+		},
+		{
+			name: "the pending work is named as vigil's own probe when it is the only work",
+			hist: func() *sim {
+				s := newSim().work(0, 0).tick(4)
+				return s.probeOut(s.at.Add(time.Millisecond)).tick(13)
+			},
+			want: StateHung,
+			says: []string{"only vigil's probe pending"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := defaultParams()
+			if c.params != nil {
+				c.params(&p)
+			}
+			s := c.hist()
+			v := Classify(s.samples, p, s.at)
+			if v.State != c.want {
+				t.Fatalf("got %s (%s), want %s", v.State, v.Reason, c.want)
+			}
+			for _, w := range c.says {
+				if !strings.Contains(v.Reason, w) {
+					t.Errorf("reason %q does not say %q", v.Reason, w)
+				}
+			}
+			for _, w := range c.notSays {
+				if strings.Contains(v.Reason, w) {
+					t.Errorf("reason %q says %q", v.Reason, w)
+				}
+			}
+		})
+	}
+}
+
+// With the limiter in front, a 3x overload shows at the limiter, not in
+// the engine's queue: the node is saturated where it lives.
+func TestSaturationHeldOffByTheLimiterIsSaturated(t *testing.T) {
+	t.Parallel()
+	limiter := func(calls, shed uint64, queued int) func(*sim) {
+		var c, sh uint64
+		return func(s *sim) {
+			c, sh = c+calls, sh+shed
+			s.lim = &LimiterLoad{Calls: c, Shed: sh, Queued: queued}
+		}
+	}
+	cases := []struct {
+		name        string
+		lim         func(*sim)
+		want        State
+		says        string
+		limiterOnly bool
+	}{
+		{"the limiter sheds 63% of calls, the engine shallow", limiter(100, 63, 2), StateSaturated, "SATURATED at the limiter: shedding 63% of calls", true},
+		{"the limiter queues past saturated_waiting, sheds nothing", limiter(100, 0, 12), StateSaturated, "12 queued in vigil", true},
+		{"the limiter sheds 2% of calls", limiter(100, 2, 1), StateHealthy, "HEALTHY", false},
+		{"too few calls to judge", limiter(3, 2, 0), StateHealthy, "HEALTHY", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSim().work(3, 8).probeOK(200*time.Millisecond).tick(6, func(s *sim) { s.serve(3000, 10) }, c.lim)
+			v := Classify(s.samples, defaultParams(), s.at)
+			if v.State != c.want || !strings.Contains(v.Reason, c.says) {
+				t.Fatalf("got %s (%s), want %s saying %q", v.State, v.Reason, c.want, c.says)
+			}
+			if v.Evidence.LimiterOnly != c.limiterOnly {
+				t.Errorf("limiter only = %v, want %v", v.Evidence.LimiterOnly, c.limiterOnly)
+			}
+			// The limiter is never told to cut its cap for its own shedding.
+			if got := saturatedForLimiter(v, &Incident{Peak: v.State}); got == c.limiterOnly && c.want == StateSaturated {
+				t.Errorf("limiter told saturated = %v for %s", got, v.Reason)
+			}
+		})
+	}
+}

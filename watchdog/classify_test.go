@@ -24,6 +24,7 @@ type sim struct {
 	health  probes.Observation
 	scrape  *probes.MetricsObservation // overrides the scrape when set
 	probe   probes.CompletionStatus
+	lim     *LimiterLoad // the limiter's counts, when set
 	samples []Sample
 }
 
@@ -93,7 +94,7 @@ func (s *sim) tick(n int, each ...func(*sim)) *sim {
 		for _, f := range each {
 			f(s)
 		}
-		sm := Sample{At: s.at, Models: s.models, Health: s.health, Probe: s.probe}
+		sm := Sample{At: s.at, Models: s.models, Health: s.health, Probe: s.probe, Limiter: s.lim}
 		if s.probe.State == probes.ProbeOutstanding {
 			sm.Probe.Age = s.at.Sub(s.probe.Started)
 		}

@@ -125,6 +125,9 @@ func (t *tracker) observe(v Verdict, busy bool, unknownAfter, calm time.Duration
 			t.Open.Peak = v.State
 		}
 	}
+	if v.State == StateSaturated && !v.Evidence.LimiterOnly {
+		t.Open.EngineSaturated = true
+	}
 	c := *t.Open
 	return &c, opened, false
 }

@@ -16,6 +16,21 @@ type Sample struct {
 	// Probe is the completion probe as polled this cycle: the one in
 	// flight, or the last one finished.
 	Probe probes.CompletionStatus `json:"probe"`
+	// Limiter is what the admission limiter in front of the engine had
+	// done by this cycle; nil without a limiter.
+	Limiter *LimiterLoad `json:"limiter,omitempty"`
+}
+
+// LimiterLoad is the admission limiter's side of the load: with the
+// limiter in front, the engine's own queue stays shallow by design, and
+// saturation shows here instead.
+type LimiterLoad struct {
+	// Calls and Shed count attempts seen and answered 429/503 by the
+	// limiter itself, since it started.
+	Calls uint64 `json:"calls"`
+	Shed  uint64 `json:"shed"`
+	// Queued is how many calls wait in the limiter's queue now.
+	Queued int `json:"queued"`
 }
 
 // readable reports a scrape with usable values.
@@ -62,6 +77,9 @@ type Thresholds struct {
 	// SaturatedWaiting: waiting at or above this, with progress, is
 	// saturated.
 	SaturatedWaiting int `json:"saturated_waiting"`
+	// SaturatedShed: the limiter shedding at least this share of calls is
+	// saturated (0: off).
+	SaturatedShed float64 `json:"saturated_shed,omitempty"`
 	// ProbeSLO: a completion probe slower than this is a saturation sign.
 	ProbeSLO time.Duration `json:"probe_slo"`
 	// DownAfter: consecutive samples of refused/reset/5xx from /health or
@@ -77,6 +95,7 @@ func ThresholdsFrom(w configs.Watchdog) Thresholds {
 	return Thresholds{
 		HangAfter:        w.HangAfter,
 		SaturatedWaiting: w.SaturatedWaiting,
+		SaturatedShed:    w.SaturatedShed,
 		ProbeSLO:         w.ProbeSLO,
 		DownAfter:        w.DownAfter,
 		StartupGrace:     w.StartupGrace,

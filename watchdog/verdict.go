@@ -59,6 +59,15 @@ type Evidence struct {
 	ProbeLatency time.Duration `json:"probe_latency_seconds"`
 	// MetricsError is why the last scrape was unreadable ("" if it was fine).
 	MetricsError string `json:"metrics_error,omitempty"`
+	// ShedRate is the share of calls the admission limiter answered
+	// 429/503 itself over the last few cycles, of ShedCalls calls;
+	// LimiterQueued the calls waiting in its queue. Zero without a limiter.
+	ShedRate      float64 `json:"shed_rate,omitempty"`
+	ShedCalls     uint64  `json:"shed_calls,omitempty"`
+	LimiterQueued int     `json:"limiter_queued,omitempty"`
+	// LimiterOnly: saturated at the limiter while the engine's own queue
+	// is shallow; the limiter is not told to cut its cap for it.
+	LimiterOnly bool `json:"limiter_only,omitempty"`
 	// Stale is how long /metrics has shown the same counters while probes
 	// sent after they froze completed: the scrape is stale (a cache, a
 	// stuck exporter) and the probes judge alone. Zero otherwise.
@@ -136,6 +145,9 @@ type Incident struct {
 	Changed time.Time `json:"changed"`
 	// Resolved is zero while the incident is open.
 	Resolved time.Time `json:"resolved,omitzero"`
+	// EngineSaturated: a saturated verdict in it saw the engine's own queue
+	// deep (or its probe slow), not only the limiter shedding.
+	EngineSaturated bool `json:"engine_saturated,omitempty"`
 }
 
 // Open reports whether the incident is still open.

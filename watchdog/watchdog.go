@@ -71,6 +71,10 @@ type Options struct {
 	// MaxInFlight is the admission limiter's cap, shown beside the
 	// Little's-law estimate by Diagnose and Capacity (0: not shown).
 	MaxInFlight int
+	// LimiterLoad, when set, reads the admission limiter's counts each
+	// cycle, so saturation held off by the limiter is seen. It must not
+	// block.
+	LimiterLoad func() LimiterLoad
 	// Notice, when set, is told standalone events that are not verdicts:
 	// the retry-storm alarm starting and ending ("retry_storm") and
 	// configured metrics missing from the engine ("metrics_missing"). It
@@ -214,6 +218,10 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	defer w.cycleMu.Unlock()
 	now := w.now()
 	s := sampleOnce(ctx, w.probes, now, w.opts.Engine.RequestTimeout)
+	if w.opts.LimiterLoad != nil {
+		l := w.opts.LimiterLoad()
+		s.Limiter = &l
+	}
 	if ctx.Err() != nil {
 		// Shutting down mid-sample: the probes saw our own cancellation,
 		// not the engine. Record nothing.
@@ -604,9 +612,13 @@ func (w *Watchdog) notice(kind, text string) {
 // saturated_waiting the verdict flips every second or two; the limiter
 // holds its cap's growth through the whole episode instead of growing
 // between flips and being cut again at the next.
+//
+// Saturation seen only at the limiter (it sheds, the engine's queue is
+// shallow) is the limiter doing its job: telling it would cut its cap and
+// shed more.
 func saturatedForLimiter(v Verdict, inc *Incident) bool {
 	if v.State == StateSaturated {
-		return true
+		return !v.Evidence.LimiterOnly
 	}
-	return v.State == StateHealthy && inc.Open() && inc.Peak == StateSaturated
+	return v.State == StateHealthy && inc.Open() && inc.Peak == StateSaturated && inc.EngineSaturated
 }

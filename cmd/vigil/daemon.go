@@ -261,6 +261,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	if d.limiter != nil {
 		wo.Limiter = d.limiter
 		wo.MaxInFlight = cfg.Admission.MaxInFlight
+		wo.LimiterLoad = d.limiterLoad
 	}
 	if st, err := d.restarter.Status(ctx); err == nil && st.Known {
 		wo.EngineStarted = st.StartedAt
@@ -557,3 +558,14 @@ func waitTimeout(wait func(), d time.Duration) bool {
 }
 
 var errNoLimiter = errors.New("the admission limiter is off (admission.enabled: false)")
+
+// limiterLoad is the limiter's side of the load, for the watchdog: calls
+// seen, calls it answered 429/503 itself, and its queue.
+func (d *daemon) limiterLoad() watchdog.LimiterLoad {
+	st := d.limiter.Stats()
+	l := watchdog.LimiterLoad{Calls: st.Calls, Queued: st.QueueDepth}
+	for _, n := range st.Rejected {
+		l.Shed += n
+	}
+	return l
+}
