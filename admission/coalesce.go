@@ -407,7 +407,8 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *core.Listener) {
 		tk.Release(o)
 		l.co.finish(ex, complete, failure, l.clock.Now())
 	}()
-	m := meter{sent: l.clock.Now()}
+	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
+	defer l.inflight.done(m.call)
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
 		if ex.ctx.Err() == nil {

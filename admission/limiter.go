@@ -61,7 +61,8 @@ type Limiter struct {
 	// package carries HTTP to it and the engine's answers back.
 	core *core.Limiter
 
-	c counters
+	c        counters
+	inflight inFlight
 }
 
 // counters are the monotonic counts behind Stats and the metrics (the

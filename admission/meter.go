@@ -22,6 +22,8 @@ type meter struct {
 	edge   [5]byte // last bytes of the previous chunk, for events split across reads
 	edgeN  int
 	tail   []byte
+	// call is the upstream call being metered, told of its first byte.
+	call *upstreamCall
 }
 
 // chunk records p, read at now.

@@ -305,7 +305,8 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	if tk != nil {
 		defer func() { tk.Release(o) }()
 	}
-	m := meter{sent: l.clock.Now()}
+	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
+	defer l.inflight.done(m.call)
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -360,6 +361,14 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	return false
 }
 
+// promptOf is the ticket's estimated prompt tokens (0 without a ticket).
+func promptOf(tk *core.Listener) int {
+	if tk == nil {
+		return 0
+	}
+	return tk.Prompt()
+}
+
 // upstreamFailed answers a request whose upstream call failed before any
 // header came back.
 func (l *Limiter) upstreamFailed(w http.ResponseWriter, err error) {
@@ -393,6 +402,9 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink fu
 			now := l.clock.Now()
 			first := m.first.IsZero()
 			m.chunk(buf[:n], now)
+			if first {
+				l.inflight.firstByte(m.call)
+			}
 			if first && tk != nil && m.sse && resp.StatusCode < 300 {
 				tk.FirstToken(now.Sub(m.sent))
 			}

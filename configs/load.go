@@ -196,6 +196,9 @@ func (v *validator) yamlError(err error) *FieldError {
 	return &FieldError{Path: path, Line: line, Msg: msg}
 }
 
+// autoDurations are the duration keys that also take `auto` (decoded as 0).
+var autoDurations = map[string]bool{"watchdog.hang_after": true}
+
 var (
 	durationType = reflect.TypeOf(time.Duration(0))
 	timeType     = reflect.TypeOf(time.Time{})
@@ -212,6 +215,18 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string) {
 		n = n.Alias
 	}
 	switch {
+	case t == durationType && autoDurations[path]:
+		// "auto" is the zero duration; an explicit zero would read the same,
+		// so it is refused rather than taken for auto by surprise.
+		switch {
+		case n.Kind == yaml.ScalarNode && n.Value == "auto":
+			n.Value, n.Tag = "0s", "!!str"
+		case n.Kind == yaml.ScalarNode && (n.Value == "0" || n.Value == "0s"):
+			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line, Msg: "must be > 0, or auto"})
+		case n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float"):
+			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line,
+				Msg: fmt.Sprintf("%s is a bare number; write a duration with a unit, e.g. %ss, or auto", n.Value, n.Value)})
+		}
 	case t == durationType:
 		if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") && n.Value != "0" {
 			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line,

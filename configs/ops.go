@@ -232,7 +232,7 @@ func overrideProblem(o Override, now time.Time) (field string, err error) {
 // changes. Every key in OverridableKeys has one.
 var valueChecks = map[string]func(string) error{
 	"admission.max_in_flight":    nonNegativeInt,
-	"watchdog.hang_after":        positiveDuration,
+	"watchdog.hang_after":        hangAfterValue,
 	"watchdog.saturated_waiting": positiveInt,
 }
 
@@ -248,6 +248,27 @@ func positiveInt(s string) error {
 		return errors.New("want an integer >= 1")
 	}
 	return nil
+}
+
+// hangAfterValue is a positive duration or auto (the window sized from
+// the work; an expiring override puts auto back this way).
+func hangAfterValue(s string) error {
+	if s == "auto" {
+		return nil
+	}
+	if err := positiveDuration(s); err != nil {
+		return errors.New("want auto or a positive duration such as 90s or 5m")
+	}
+	return nil
+}
+
+// HangAfterString writes a hang_after as config and overrides take it:
+// auto for 0.
+func HangAfterString(d time.Duration) string {
+	if d == 0 {
+		return "auto"
+	}
+	return d.String()
 }
 
 func positiveDuration(s string) error {
@@ -273,7 +294,7 @@ func validateOverrides(v *validator, os []Override, w Watchdog) {
 			v.errorf(path+"."+field, "%v", err)
 			continue
 		}
-		if o.Key == "watchdog.hang_after" {
+		if o.Key == "watchdog.hang_after" && o.Value != "auto" {
 			if d, _ := time.ParseDuration(o.Value); d <= w.Interval {
 				v.errorf(path+".value", "watchdog.hang_after %s must be > watchdog.interval (%s)", o.Value, w.Interval)
 				continue

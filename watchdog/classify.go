@@ -585,6 +585,7 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 		ev.DecodeStalled = sc.decode.Stall
 	}
 	ev.Unanswered = sc.wedge.For
+	ev.HangAfter, ev.HangAfterWhy = p.HangAfter, p.WindowWhy
 	shedding(history, &ev)
 	ev.Serving = (sc.moving && !sc.reset) || last.Probe.State == probes.ProbeOK
 	if d, ok := r.extra[probes.MetricRequestSuccess]; ok {

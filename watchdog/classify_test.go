@@ -13,7 +13,13 @@ var t0 = time.Date(2026, 3, 1, 3, 0, 0, 0, time.UTC)
 
 const iv = 15 * time.Second
 
-func defaultParams() Params { return ParamsFrom(configs.Default().Watchdog) }
+// defaultParams are the defaults with the window fixed at hang_after_max,
+// as the loop puts a window in force before every Classify.
+func defaultParams() Params {
+	p := ParamsFrom(configs.Default().Watchdog)
+	p.HangAfter = p.HangAfterMax
+	return p
+}
 
 // sim writes a history the way the loop would record it, one sample per
 // tick, from an engine state the test mutates.

@@ -152,6 +152,16 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 	params.DownAfter = min(max(params.DownAfter, 1), n)
 	params.LastStart = opts.EngineStarted
 	params.RateWindow = last.At.Sub(history[0].At)
+	if params.HangAfter == 0 {
+		// auto: what these samples teach (a one-shot diagnose rarely sees
+		// enough serving to go below the ceiling, and says so).
+		var l workLog
+		for i := 2; i <= len(history); i++ {
+			l.learn(history[:i], history[i-1].At)
+		}
+		win := autoWindow(history, &l, params.HangAfterMin, params.HangAfterMax)
+		params.HangAfter, params.WindowWhy = win.D, win.Why
+	}
 	v := Classify(history, params, last.At)
 
 	r := Report{
@@ -234,6 +244,11 @@ func (r Report) WriteText(w io.Writer) error {
 		row("heartbeat", "+%s %s", humanize.Count(ev.HeartbeatDeltas[name]), name)
 	}
 	row("since progress", "%s", humanize.Duration(ev.SinceProgress))
+	if ev.HangAfterWhy != "" {
+		row("hang_after", "%s", ev.HangAfterWhy)
+	} else {
+		row("hang_after", "%s (fixed)", humanize.Duration(r.HangAfter))
+	}
 	if ev.Stalled > 0 {
 		row("stalled", "%s with work pending (hung at %s)", humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter))
 	}

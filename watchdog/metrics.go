@@ -19,6 +19,7 @@ type metrics struct {
 	probeErrors  *prometheus.CounterVec
 	scrapeErrors prometheus.Counter
 	cycles       prometheus.Counter
+	hangAfter    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -48,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "vigil_watchdog_cycles_total",
 			Help: "Sampling cycles run.",
 		}),
+		hangAfter: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vigil_watchdog_hang_after_seconds",
+			Help: "The hang_after window in force: fixed, or sized from the engine's work each cycle (auto).",
+		}),
 	}
 	for _, s := range allStates {
 		m.state.WithLabelValues(string(s))
@@ -55,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.state, m.opened, m.probeSeconds, m.probeErrors, m.scrapeErrors, m.cycles} {
+	for _, c := range []prometheus.Collector{m.state, m.opened, m.probeSeconds, m.probeErrors, m.scrapeErrors, m.cycles, m.hangAfter} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

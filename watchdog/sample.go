@@ -31,6 +31,12 @@ type LimiterLoad struct {
 	Shed  uint64 `json:"shed"`
 	// Queued is how many calls wait in the limiter's queue now.
 	Queued int `json:"queued"`
+	// InFlight is how many calls the limiter has sent to the engine now;
+	// LongestPrompt the estimated prompt tokens of the longest of them
+	// still awaiting its first byte (0: none): the prefill the engine may
+	// legitimately be silent for.
+	InFlight      int `json:"in_flight"`
+	LongestPrompt int `json:"longest_prompt,omitempty"`
 }
 
 // readable reports a scrape with usable values.
@@ -73,7 +79,12 @@ func (s *Sample) unauthorized() *probes.Observation {
 // change on a live watchdog (SIGHUP, an override).
 type Thresholds struct {
 	// HangAfter: no progress for this long while work is pending is hung.
-	HangAfter time.Duration `json:"hang_after"`
+	// In Thresholds, 0 is auto (sized each cycle between HangAfterMin and
+	// HangAfterMax); in the Params given to Classify it is the window in
+	// force.
+	HangAfter    time.Duration `json:"hang_after"`
+	HangAfterMin time.Duration `json:"hang_after_min,omitempty"`
+	HangAfterMax time.Duration `json:"hang_after_max,omitempty"`
 	// SaturatedWaiting: waiting at or above this, with progress, is
 	// saturated.
 	SaturatedWaiting int `json:"saturated_waiting"`
@@ -94,6 +105,8 @@ type Thresholds struct {
 func ThresholdsFrom(w configs.Watchdog) Thresholds {
 	return Thresholds{
 		HangAfter:        w.HangAfter,
+		HangAfterMin:     w.HangAfterMin,
+		HangAfterMax:     w.HangAfterMax,
 		SaturatedWaiting: w.SaturatedWaiting,
 		SaturatedShed:    w.SaturatedShed,
 		ProbeSLO:         w.ProbeSLO,
@@ -120,6 +133,17 @@ type Params struct {
 	// completing). Frozen idle gauges are no proof: a hung idle engine
 	// shows them too, e.g. to a vigil that has just restarted.
 	ProofSince time.Time
+	// WindowWhy says how HangAfter was chosen ("" for a fixed one).
+	WindowWhy string
+}
+
+// Ceiling is the longest HangAfter can be: the fixed value, or
+// HangAfterMax when auto.
+func (t Thresholds) Ceiling() time.Duration {
+	if t.HangAfter == 0 {
+		return t.HangAfterMax
+	}
+	return t.HangAfter
 }
 
 // ParamsFrom takes the thresholds from the watchdog config. LastStart and

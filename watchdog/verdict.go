@@ -59,6 +59,10 @@ type Evidence struct {
 	ProbeLatency time.Duration `json:"probe_latency_seconds"`
 	// MetricsError is why the last scrape was unreadable ("" if it was fine).
 	MetricsError string `json:"metrics_error,omitempty"`
+	// HangAfter is the window the verdict judged stalls against, and
+	// HangAfterWhy how it was chosen (hang_after: auto).
+	HangAfter    time.Duration `json:"hang_after_seconds"`
+	HangAfterWhy string        `json:"hang_after_why,omitempty"`
 	// ShedRate is the share of calls the admission limiter answered
 	// 429/503 itself over the last few cycles, of ShedCalls calls;
 	// LimiterQueued the calls waiting in its queue. Zero without a limiter.

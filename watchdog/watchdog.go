@@ -93,6 +93,11 @@ type persisted struct {
 	tracker
 	LastReady time.Time `json:"last_ready,omitzero"`
 	History   []Sample  `json:"history"`
+	// Work is this engine's pace as learned (hang_after: auto).
+	Work workLog `json:"work"`
+	// Held is the auto window held while a stall is timed: it never
+	// shrinks under a stall, vigil's own restart included.
+	Held time.Duration `json:"held_window,omitempty"`
 }
 
 // Watchdog is the cycle loop: sample, classify, keep the incident, tell
@@ -126,6 +131,8 @@ type Watchdog struct {
 	saveErr       string
 	asked         string // incident+state recovery was last asked for
 	storm         bool
+	work          workLog       // guarded by mu
+	held          time.Duration // guarded by mu
 }
 
 // New builds a Watchdog and restores its persisted state: an incident
@@ -166,6 +173,7 @@ func New(opts Options) (*Watchdog, error) {
 	}
 	if found {
 		w.tracker, w.lastReady, w.history = p.tracker, p.LastReady, p.History
+		w.work, w.held = p.Work, p.Held
 		if w.tracker.Open != nil {
 			w.log.WithFields(logrus.Fields{"incident": w.tracker.Open.ID, "state": w.tracker.Open.State}).
 				Info("watchdog: resuming the open incident")
@@ -235,7 +243,9 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	if s.Models.OK() {
 		w.lastReady = now
 	}
+	w.work.learn(w.history, now)
 	params := w.params(now)
+	w.window(&params, now)
 	v := Classify(w.history, params, now)
 	w.history = trim(w.history, now, w.retention())
 	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
@@ -243,7 +253,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	inc, opened, resolved := w.tracker.observe(v, busy, w.opts.UnknownAfter, w.opts.CalmFor, w.opts.Node)
 	prev, first := w.current, !w.cycled
 	w.current, w.cycled = v, true
-	snapshot := persisted{tracker: w.tracker, LastReady: w.lastReady, History: w.history}
+	snapshot := persisted{tracker: w.tracker, LastReady: w.lastReady, History: w.history, Work: w.work, Held: w.held}
 	w.mu.Unlock()
 
 	// The next completion probe runs while we wait for the next cycle.
@@ -375,11 +385,31 @@ func (w *Watchdog) params(now time.Time) Params {
 	return p
 }
 
+// window puts the hang_after in force into p: the fixed one, or the
+// automatic window, which never shrinks while a stall is being timed (a
+// stall judged against a window that shrank under it would be called hung
+// by a rule it never met). Call with mu held.
+func (w *Watchdog) window(p *Params, now time.Time) {
+	if p.HangAfter > 0 {
+		w.metrics.hangAfter.Set(p.HangAfter.Seconds())
+		return
+	}
+	win := autoWindow(w.history, &w.work, p.HangAfterMin, p.HangAfterMax)
+	sc := scanHistory(wholeScrapes(w.history), now)
+	if stalling := sc.stall > 0 || sc.decode.Stall > 0 || sc.wedge.For > 0; stalling && w.held > win.D {
+		win.Why = fmt.Sprintf("hang_after %s (auto, held while the stall is timed; now %s)", humanize.Duration(w.held), win.Why)
+		win.D = w.held
+	}
+	w.held = win.D
+	p.HangAfter, p.WindowWhy = win.D, win.Why
+	w.metrics.hangAfter.Set(win.D.Seconds())
+}
+
 // retention is how much history the classifier and Capacity need: twice
 // hang_after, the capacity window, and a few intervals (trim keeps more
 // while a stall is longer). Call with mu held.
 func (w *Watchdog) retention() time.Duration {
-	return max(2*w.base.HangAfter, capacityWindow, w.opts.Watchdog.RetryStorm.Window) + 4*w.interval
+	return max(2*w.base.Ceiling(), capacityWindow, w.opts.Watchdog.RetryStorm.Window) + 4*w.interval
 }
 
 // trim drops samples older than retention, but never the sample at which

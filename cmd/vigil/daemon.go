@@ -353,7 +353,7 @@ func (d *daemon) run(ctx context.Context) error {
 	cfg := d.config()
 	d.log.WithFields(logrus.Fields{
 		"engine": cfg.Engine.URL, "node": cfg.Node, "dry_run": cfg.Watchdog.DryRun,
-		"interval_seconds": cfg.Watchdog.Interval.Seconds(), "hang_after_seconds": cfg.Watchdog.HangAfter.Seconds(),
+		"interval_seconds": cfg.Watchdog.Interval.Seconds(), "hang_after": configs.HangAfterString(cfg.Watchdog.HangAfter),
 		"limiter": limiterSummary(cfg.Admission), "load_balancer": cfg.LoadBalancer.Kind, "restart": cfg.Restart.Kind,
 		"alerts": cfg.Alerts.Kind, "state_file": cfg.Watchdog.StateFile, "version": version,
 		"gomaxprocs": runtime.GOMAXPROCS(0),
@@ -564,6 +564,7 @@ var errNoLimiter = errors.New("the admission limiter is off (admission.enabled: 
 func (d *daemon) limiterLoad() watchdog.LimiterLoad {
 	st := d.limiter.Stats()
 	l := watchdog.LimiterLoad{Calls: st.Calls, Queued: st.QueueDepth}
+	l.InFlight, l.LongestPrompt = d.limiter.InFlightPrefill()
 	for _, n := range st.Rejected {
 		l.Shed += n
 	}

@@ -27,7 +27,7 @@ func (s liveSettings) Get(key string) (string, error) {
 		}
 		return strconv.Itoa(d.limiter.MaxInFlight()), nil
 	case "watchdog.hang_after":
-		return d.watchdog.Thresholds().HangAfter.String(), nil
+		return configs.HangAfterString(d.watchdog.Thresholds().HangAfter), nil
 	case "watchdog.saturated_waiting":
 		return strconv.Itoa(d.watchdog.Thresholds().SaturatedWaiting), nil
 	}
@@ -48,6 +48,10 @@ func (s liveSettings) Set(key, value string) error {
 		d.limiter.SetMaxInFlight(n)
 		return nil
 	case "watchdog.hang_after":
+		if value == "auto" {
+			d.updateThresholds(func(th *watchdog.Thresholds) { th.HangAfter = 0 })
+			return nil
+		}
 		v, err := time.ParseDuration(value)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %v", overrides.ErrInvalid, key, err)
@@ -213,7 +217,7 @@ func (d *daemon) liveKey(key string, cur *configs.Config) (apply func(next *conf
 	}
 	switch key {
 	case "watchdog.hang_after":
-		return configured(func(c *configs.Config) string { return c.Watchdog.HangAfter.String() }), true
+		return configured(func(c *configs.Config) string { return configs.HangAfterString(c.Watchdog.HangAfter) }), true
 	case "watchdog.saturated_waiting":
 		return configured(func(c *configs.Config) string { return strconv.Itoa(c.Watchdog.SaturatedWaiting) }), true
 	case "admission.max_in_flight":

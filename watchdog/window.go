@@ -1,0 +1,227 @@
+package watchdog
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/probes"
+)
+
+// The window in force (hang_after: auto). A fixed hang_after must cover
+// the worst legitimate silence ever (one very long prompt prefilled alone
+// moves no token counter until its first token), so it is minutes, while
+// most of the time the longest legitimate silence is a second. The window
+// is instead the longest silence the current work can cause, times a
+// margin, between hang_after_min and hang_after_max:
+//
+//   - the longest prefill in flight through the limiter (its prompt at the
+//     prefill rate measured on this engine) plus a step;
+//   - a high quantile of the silences seen on this engine with work
+//     pending (workLog, persisted);
+//   - hang_after_max for what vigil cannot size: work the limiter did not
+//     admit, a prompt with no measured prefill rate, an engine never seen
+//     serving.
+
+const (
+	// windowMargin multiplies the longest legitimate silence.
+	windowMargin = 3
+	// gapQuantile is the quantile of past silences the window covers.
+	gapQuantile = 0.999
+	// logKeep is how long the work log remembers, and logMax its size.
+	logKeep = 6 * time.Hour
+	logMax  = 2000
+	// servedEnough is how many cycles of counters moving under work the
+	// log needs before its history is trusted below the ceiling.
+	servedEnough = 8
+	// defaultStep is an engine step when the heartbeat gives none.
+	defaultStep = time.Second
+)
+
+// workLog is what the watchdog learns of this engine's pace, kept in the
+// state file so a restart of vigil does not start from nothing.
+type workLog struct {
+	// Gaps are the silences between counter moves while work was pending,
+	// each recorded when a move ended it.
+	Gaps []logged `json:"gaps,omitempty"`
+	// Prefill holds the prompt tokens per second of each cycle in which
+	// prompt tokens rose: the peak is the rate a prompt prefills at alone.
+	Prefill []logged `json:"prefill,omitempty"`
+	// Served counts cycles in which counters moved with work pending.
+	Served int `json:"served"`
+}
+
+// logged is one measurement: a duration (a gap) or a rate, with its time.
+type logged struct {
+	At time.Time     `json:"at"`
+	D  time.Duration `json:"d,omitempty"`
+	V  float64       `json:"v,omitempty"`
+}
+
+// learn takes what the last sample shows: a silence it ended, the
+// prefill rate since the readable sample before it, a cycle of serving.
+func (l *workLog) learn(history []Sample, now time.Time) {
+	h := wholeScrapes(history)
+	if len(h) < 2 || !h[len(h)-1].readable() {
+		return
+	}
+	last := &h[len(h)-1]
+	prev := -1
+	for i := len(h) - 2; i >= 0; i-- {
+		if h[i].readable() {
+			prev = i
+			break
+		}
+	}
+	if prev < 0 {
+		return
+	}
+	moved, reset := compare(h[prev].Metrics.Metrics, last.Metrics.Metrics)
+	if !moved || reset {
+		return
+	}
+	// The stall the classifier saw at the readable sample before this
+	// move is the silence this move ended, as the window will have to
+	// cover it: measured the same way, on the same clock.
+	if before := scanHistory(h[:prev+1], h[prev].At); before.pending || h[prev].Probe.Pending() {
+		l.Served++
+		if before.stall > 0 {
+			l.Gaps = append(l.Gaps, logged{At: last.At, D: before.stall})
+		}
+	}
+	a, ok1 := h[prev].Metrics.Metrics.Extra[probes.MetricPromptTokens]
+	b, ok2 := last.Metrics.Metrics.Extra[probes.MetricPromptTokens]
+	if dt := last.At.Sub(h[prev].At); ok1 && ok2 && b > a && dt > 0 {
+		l.Prefill = append(l.Prefill, logged{At: last.At, V: (b - a) / dt.Seconds()})
+	}
+	l.Gaps = keepRecent(l.Gaps, now)
+	l.Prefill = keepRecent(l.Prefill, now)
+}
+
+func keepRecent(xs []logged, now time.Time) []logged {
+	cut := 0
+	for cut < len(xs) && (xs[cut].At.Before(now.Add(-logKeep)) || len(xs)-cut > logMax) {
+		cut++
+	}
+	return xs[cut:]
+}
+
+// gapQ is the gapQuantile of the logged silences (0 when none).
+func (l *workLog) gapQ() time.Duration {
+	if len(l.Gaps) == 0 {
+		return 0
+	}
+	ds := make([]time.Duration, len(l.Gaps))
+	for i, g := range l.Gaps {
+		ds[i] = g.D
+	}
+	slices.Sort(ds)
+	return ds[min(int(gapQuantile*float64(len(ds))), len(ds)-1)]
+}
+
+// peakPrefill is the highest prefill rate logged (0 when none).
+func (l *workLog) peakPrefill() float64 {
+	var peak float64
+	for _, p := range l.Prefill {
+		peak = max(peak, p.V)
+	}
+	return peak
+}
+
+// window is the hang_after in force and why.
+type window struct {
+	D   time.Duration
+	Why string
+}
+
+// autoWindow sizes the window for the last sample's work. It is pure: the
+// history, what the log learned and the bounds are all it reads.
+func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
+	ceiling := func(why string) window {
+		return window{D: hi, Why: fmt.Sprintf("hang_after %s (auto, the ceiling): %s", humanize.Duration(hi), why)}
+	}
+	if len(history) == 0 {
+		return ceiling("no sample yet")
+	}
+	if l.Served < servedEnough {
+		return ceiling("this engine has not been seen serving long enough to size it")
+	}
+	last := &history[len(history)-1]
+	var m *probes.Metrics
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i].readable() {
+			m = history[i].Metrics.Metrics
+			break
+		}
+	}
+	probe := 0.0
+	if last.Probe.Pending() {
+		probe = 1
+	}
+	var parts []string
+	var longest time.Duration
+	if m != nil && m.Waiting+m.Running > probe {
+		lim := last.Limiter
+		switch {
+		case lim == nil:
+			return ceiling(fmt.Sprintf("%s requests in the engine and no limiter in front to size them",
+				humanize.Count(m.Waiting+m.Running)))
+		case m.Waiting+m.Running > float64(lim.InFlight)+probe:
+			return ceiling(fmt.Sprintf("%s requests in the engine, %s of them through the limiter: work it did not admit",
+				humanize.Count(m.Waiting+m.Running), humanize.Count(float64(lim.InFlight))))
+		case lim.LongestPrompt > 0:
+			rate := l.peakPrefill()
+			if rate <= 0 {
+				return ceiling(fmt.Sprintf("a %s-token prompt in flight and no prefill rate measured yet", humanize.Count(float64(lim.LongestPrompt))))
+			}
+			step := stepTime(history)
+			longest = time.Duration(float64(lim.LongestPrompt)/rate*float64(time.Second)) + step
+			parts = append(parts, fmt.Sprintf("longest prefill in flight %s tokens at %s tok/s",
+				humanize.Count(float64(lim.LongestPrompt)), humanize.Count(rate)))
+		}
+	}
+	if q := l.gapQ(); q > 0 {
+		parts = append(parts, fmt.Sprintf("history p99.9 gap %s", humanize.Duration(q)))
+		longest = max(longest, q)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "no silence with work pending seen, nothing long in flight")
+	}
+	d := min(max(windowMargin*longest, lo), hi)
+	bound := ""
+	switch d {
+	case lo:
+		bound = ", the floor"
+	case hi:
+		bound = ", the ceiling"
+	}
+	return window{D: d, Why: fmt.Sprintf("hang_after %s (auto%s): %s; x%d margin", humanize.Duration(d), bound, strings.Join(parts, ", "), windowMargin)}
+}
+
+// stepTime is one engine step by the iteration heartbeat over the last
+// two readable samples that moved it, or defaultStep.
+func stepTime(history []Sample) time.Duration {
+	var a, b *Sample
+	for i := len(history) - 1; i >= 0 && a == nil; i-- {
+		if !history[i].readable() {
+			continue
+		}
+		if b == nil {
+			b = &history[i]
+		} else {
+			a = &history[i]
+		}
+	}
+	if a == nil {
+		return defaultStep
+	}
+	const steps = "vllm:iteration_tokens_total_count"
+	x, ok1 := a.Metrics.Metrics.Heartbeats[steps]
+	y, ok2 := b.Metrics.Metrics.Heartbeats[steps]
+	if !ok1 || !ok2 || y <= x {
+		return defaultStep
+	}
+	return min(time.Duration(float64(b.At.Sub(a.At))/(y-x)), defaultStep)
+}

@@ -1,0 +1,188 @@
+package watchdog
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/state"
+)
+
+const (
+	floor   = 15 * time.Second
+	ceiling = 3 * time.Minute
+)
+
+// served is a log of an engine seen serving for an hour: chat-like work
+// (no silence with work pending) at a measured prefill rate.
+func served(rate float64, gaps ...time.Duration) *workLog {
+	l := &workLog{Served: 240}
+	for i := range 10 {
+		l.Prefill = append(l.Prefill, logged{At: t0.Add(-time.Duration(i) * time.Minute), V: rate * float64(i+1) / 10})
+	}
+	for _, g := range gaps {
+		l.Gaps = append(l.Gaps, logged{At: t0, D: g})
+	}
+	return l
+}
+
+// through sets what the limiter had in flight at each tick.
+func through(inFlight, longestPrompt int) func(*sim) {
+	return func(s *sim) { s.lim = &LimiterLoad{InFlight: inFlight, LongestPrompt: longestPrompt} }
+}
+
+func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		hist func() *sim
+		log  *workLog
+		want time.Duration
+		says string
+	}{
+		{
+			name: "idle: the floor",
+			hist: func() *sim { return newSim().work(0, 0).tick(3, through(0, 0)) },
+			log:  served(40_000), want: floor, says: "(auto, the floor)",
+		},
+		{
+			name: "chat load through the limiter: the floor",
+			hist: func() *sim {
+				return newSim().work(2, 30).tick(3, func(s *sim) { s.serve(3000, 10) }, through(32, 2400))
+			},
+			log: served(40_000), want: floor, says: "longest prefill in flight 2,400 tokens at 40,000 tok/s",
+		},
+		{
+			name: "one 196k-token prompt alone: the window covers its prefill three times over",
+			hist: func() *sim { return newSim().work(0, 1).tick(3, through(1, 196_763)) },
+			log:  served(40_000),
+			// 196,763 / 40,000 = 4.92 s, plus a step (1 s when the heartbeat
+			// gives none), times 3.
+			want: time.Duration(3 * (196_763.0/40_000*float64(time.Second) + float64(time.Second))),
+			says: "longest prefill in flight 196,763 tokens",
+		},
+		{
+			name: "a 196k-token prompt on a slow engine: the ceiling bounds it",
+			hist: func() *sim { return newSim().work(0, 1).tick(3, through(1, 196_763)) },
+			log:  served(900), want: ceiling, says: "(auto, the ceiling)",
+		},
+		{
+			name: "requests that bypass the limiter: the ceiling",
+			hist: func() *sim {
+				return newSim().work(10, 40).tick(3, func(s *sim) { s.serve(3000, 10) }, through(8, 2000))
+			},
+			log: served(40_000), want: ceiling, says: "50 requests in the engine, 8 of them through the limiter",
+		},
+		{
+			name: "work in the engine and no limiter in front: the ceiling",
+			hist: func() *sim { return newSim().work(2, 8).tick(3, func(s *sim) { s.serve(3000, 10) }) },
+			log:  served(40_000), want: ceiling, says: "no limiter in front",
+		},
+		{
+			name: "an engine vigil has never seen serve: the ceiling",
+			hist: func() *sim { return newSim().work(0, 0).tick(3, through(0, 0)) },
+			log:  &workLog{}, want: ceiling, says: "not been seen serving",
+		},
+		{
+			name: "a prompt in flight and no prefill rate measured: the ceiling",
+			hist: func() *sim { return newSim().work(0, 1).tick(3, through(1, 12_000)) },
+			log:  &workLog{Served: 100}, want: ceiling, says: "no prefill rate measured",
+		},
+		{
+			name: "long silences seen on this engine widen the window",
+			hist: func() *sim { return newSim().work(0, 0).tick(3, through(0, 0)) },
+			log:  served(40_000, 15*time.Second, 30*time.Second), want: 90 * time.Second, says: "history p99.9 gap 30s",
+		},
+		{
+			name: "only vigil's probe pending on an idle engine: sized, not the ceiling",
+			hist: func() *sim {
+				s := newSim().work(0, 0).tick(2, through(0, 0))
+				return s.probeOut(s.at.Add(time.Millisecond)).tick(1, through(0, 0))
+			},
+			log: served(40_000), want: floor, says: "(auto, the floor)",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := c.hist()
+			w := autoWindow(s.samples, c.log, floor, ceiling)
+			if w.D.Round(time.Millisecond) != c.want.Round(time.Millisecond) {
+				t.Errorf("window %s, want %s (%s)", w.D, c.want, w.Why)
+			}
+			if !strings.Contains(w.Why, c.says) {
+				t.Errorf("why %q does not say %q", w.Why, c.says)
+			}
+		})
+	}
+}
+
+// The log learns silences the classifier saw and the prefill rate, and
+// counts cycles of serving; a steadily moving engine shows no silence.
+func TestTheWorkLogLearnsSilencesAndThePrefillRate(t *testing.T) {
+	t.Parallel()
+	s := newSim().work(2, 8)
+	s.m.Extra[probes.MetricPromptTokens] = 0
+	grow := func(s *sim) { s.serve(3000, 10); s.m.Extra[probes.MetricPromptTokens] += 15 * 4000 }
+	s.tick(6, grow).tick(2).tick(1, grow)
+	var l workLog
+	for i := 2; i <= len(s.samples); i++ {
+		l.learn(s.samples[:i], s.samples[i-1].At)
+	}
+	if len(l.Gaps) != 1 || l.Gaps[0].D != 2*iv {
+		t.Errorf("gaps %+v, want one of %s (two samples without a move)", l.Gaps, 2*iv)
+	}
+	if got := l.peakPrefill(); got != 4000 {
+		t.Errorf("peak prefill %v tok/s, want 4000", got)
+	}
+	if l.Served != 6 {
+		t.Errorf("served %d cycles, want 6", l.Served)
+	}
+}
+
+func TestTheWindowNeverShrinksWhileAStallIsTimedAndSurvivesARestartOfVigil(t *testing.T) {
+	t.Parallel()
+	store := state.Memory()
+	r := newRig(t, store, func(o *Options) {
+		o.Watchdog.HangAfter = 0 // auto
+		o.LimiterLoad = func() LimiterLoad { return LimiterLoad{InFlight: 1, LongestPrompt: 150_000} }
+	})
+	r.w.mu.Lock()
+	r.w.work = *served(10_000)
+	r.w.mu.Unlock()
+	r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.mode = 0, 1, "hung" })
+	r.w.Cycle(t.Context())
+	r.w.Cycle(t.Context())
+	v, _ := r.w.Current()
+	// 150,000 / 10,000 = 15 s + 1 s step, x3 = 48 s.
+	if v.Evidence.HangAfter != 48*time.Second {
+		t.Fatalf("window %s (%s), want 48s", v.Evidence.HangAfter, v.Evidence.HangAfterWhy)
+	}
+	// The long prompt's first byte comes, nothing else is in flight, but
+	// the counters stay frozen: the stall being timed keeps its window.
+	r.w.opts.LimiterLoad = func() LimiterLoad { return LimiterLoad{InFlight: 1} }
+	r.w.Cycle(t.Context())
+	v, _ = r.w.Current()
+	if v.Evidence.HangAfter != 48*time.Second || !strings.Contains(v.Evidence.HangAfterWhy, "held while the stall is timed") {
+		t.Fatalf("window under a stall: %s (%s), want 48s held", v.Evidence.HangAfter, v.Evidence.HangAfterWhy)
+	}
+	// vigil restarts: the log and the held window come back from the
+	// state file.
+	r2 := newRig(t, store, func(o *Options) {
+		o.Watchdog.HangAfter = 0
+		o.LimiterLoad = func() LimiterLoad { return LimiterLoad{InFlight: 1} }
+	})
+	r2.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.mode = 0, 1, "hung" })
+	r2.w.mu.Lock()
+	restored := r2.w.work.Served
+	r2.w.mu.Unlock()
+	if restored < servedEnough {
+		t.Fatalf("the restarted vigil's log has %d cycles served, want the persisted %d", restored, 240)
+	}
+	r2.w.Cycle(t.Context())
+	v, _ = r2.w.Current()
+	if v.Evidence.HangAfter != 48*time.Second {
+		t.Fatalf("after vigil's restart, under the same stall: %s (%s), want 48s held", v.Evidence.HangAfter, v.Evidence.HangAfterWhy)
+	}
+}
