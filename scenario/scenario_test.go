@@ -180,10 +180,22 @@ func serve(t *testing.T, cfg enginesim.Config, override http.HandlerFunc) (*engi
 func load(t *testing.T, url, apiKey string, clients, prompt, output int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	wait := loadCtx(ctx, url, apiKey, clients, prompt, output)
+	t.Cleanup(func() { cancel(); wait() })
+}
+
+// loadCtx keeps clients closed-loop requests in flight until ctx is done;
+// wait returns once they have all stopped.
+func loadCtx(ctx context.Context, url, apiKey string, clients, prompt, output int) (wait func()) {
+	return loadText(ctx, url, apiKey, clients, "x", prompt, output)
+}
+
+// loadText is loadCtx with the prompt's text given: the limiter sizes a
+// prompt by its text, the simulated engine by vigil_sim.
+func loadText(ctx context.Context, url, apiKey string, clients int, text string, prompt, output int) (wait func()) {
 	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
 	body, _ := json.Marshal(map[string]any{
-		"model": "sim", "prompt": "x", "max_tokens": output,
+		"model": "sim", "prompt": text, "max_tokens": output,
 		"vigil_sim": map[string]any{"prompt_tokens": prompt, "output_tokens": output},
 	})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
@@ -210,6 +222,7 @@ func load(t *testing.T, url, apiKey string, clients, prompt, output int) {
 			}
 		}()
 	}
+	return wg.Wait
 }
 
 func TestSaturationForALongStretchIsNeverHungAndNeverRestarts(t *testing.T) {

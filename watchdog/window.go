@@ -18,7 +18,8 @@ import (
 // margin, between hang_after_min and hang_after_max:
 //
 //   - the longest prefill in flight through the limiter (its prompt at the
-//     prefill rate measured on this engine) plus a step;
+//     prompt tokens per second of busy time measured on this engine) plus
+//     a step;
 //   - a high quantile of the silences seen on this engine with work
 //     pending (workLog, persisted);
 //   - hang_after_max for what vigil cannot size: work the limiter did not
@@ -46,8 +47,12 @@ type workLog struct {
 	// Gaps are the silences between counter moves while work was pending,
 	// each recorded when a move ended it.
 	Gaps []logged `json:"gaps,omitempty"`
-	// Prefill holds the prompt tokens per second of each cycle in which
-	// prompt tokens rose: the peak is the rate a prompt prefills at alone.
+	// Prefill holds, for each cycle that began with work pending, the
+	// prompt tokens counted (V) and the cycle's length (D): their sums give
+	// prompt tokens per second of busy time. A prompt is counted only at
+	// its first token, so one interval's rise says nothing of the rate it
+	// prefilled at; the sum over busy time does, and on the slow side
+	// (decode time is busy time too), which is the safe side here.
 	Prefill []logged `json:"prefill,omitempty"`
 	// Served counts cycles in which counters moved with work pending.
 	Served int `json:"served"`
@@ -79,25 +84,31 @@ func (l *workLog) learn(history []Sample, now time.Time) {
 		return
 	}
 	moved, reset := compare(h[prev].Metrics.Metrics, last.Metrics.Metrics)
-	if !moved || reset {
+	if reset {
+		return
+	}
+	if p, _ := h[prev].pending(); p {
+		a, ok1 := h[prev].Metrics.Metrics.Extra[probes.MetricPromptTokens]
+		b, ok2 := last.Metrics.Metrics.Extra[probes.MetricPromptTokens]
+		if dt := last.At.Sub(h[prev].At); ok1 && ok2 && b >= a && dt > 0 {
+			l.Prefill = append(l.Prefill, logged{At: last.At, V: b - a, D: dt})
+		}
+		l.Prefill = keepRecent(l.Prefill, now)
+	}
+	if !moved {
 		return
 	}
 	// The stall the classifier saw at the readable sample before this
 	// move is the silence this move ended, as the window will have to
 	// cover it: measured the same way, on the same clock.
-	if before := scanHistory(h[:prev+1], h[prev].At); before.pending || h[prev].Probe.Pending() {
+	before := scanHistory(h[:prev+1], h[prev].At)
+	if before.pending {
 		l.Served++
 		if before.stall > 0 {
 			l.Gaps = append(l.Gaps, logged{At: last.At, D: before.stall})
 		}
 	}
-	a, ok1 := h[prev].Metrics.Metrics.Extra[probes.MetricPromptTokens]
-	b, ok2 := last.Metrics.Metrics.Extra[probes.MetricPromptTokens]
-	if dt := last.At.Sub(h[prev].At); ok1 && ok2 && b > a && dt > 0 {
-		l.Prefill = append(l.Prefill, logged{At: last.At, V: (b - a) / dt.Seconds()})
-	}
 	l.Gaps = keepRecent(l.Gaps, now)
-	l.Prefill = keepRecent(l.Prefill, now)
 }
 
 func keepRecent(xs []logged, now time.Time) []logged {
@@ -121,13 +132,18 @@ func (l *workLog) gapQ() time.Duration {
 	return ds[min(int(gapQuantile*float64(len(ds))), len(ds)-1)]
 }
 
-// peakPrefill is the highest prefill rate logged (0 when none).
-func (l *workLog) peakPrefill() float64 {
-	var peak float64
+// prefillRate is prompt tokens per second of busy time (0 when none).
+func (l *workLog) prefillRate() float64 {
+	var tokens float64
+	var busy time.Duration
 	for _, p := range l.Prefill {
-		peak = max(peak, p.V)
+		tokens += p.V
+		busy += p.D
 	}
-	return peak
+	if tokens <= 0 || busy <= 0 {
+		return 0
+	}
+	return tokens / busy.Seconds()
 }
 
 // window is the hang_after in force and why.
@@ -172,7 +188,7 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 			return ceiling(fmt.Sprintf("%s requests in the engine, %s of them through the limiter: work it did not admit",
 				humanize.Count(m.Waiting+m.Running), humanize.Count(float64(lim.InFlight))))
 		case lim.LongestPrompt > 0:
-			rate := l.peakPrefill()
+			rate := l.prefillRate()
 			if rate <= 0 {
 				return ceiling(fmt.Sprintf("a %s-token prompt in flight and no prefill rate measured yet", humanize.Count(float64(lim.LongestPrompt))))
 			}
@@ -201,8 +217,15 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 }
 
 // stepTime is one engine step by the iteration heartbeat over the last
-// two readable samples that moved it, or defaultStep.
+// two readable samples that moved it; without one, defaultStep, but never
+// more than a quarter of a cycle (an engine step is far shorter than one).
 func stepTime(history []Sample) time.Duration {
+	fallback := defaultStep
+	if n := len(history); n >= 2 {
+		if cycle := history[n-1].At.Sub(history[n-2].At); cycle > 0 {
+			fallback = min(fallback, cycle/4)
+		}
+	}
 	var a, b *Sample
 	for i := len(history) - 1; i >= 0 && a == nil; i-- {
 		if !history[i].readable() {
@@ -215,13 +238,13 @@ func stepTime(history []Sample) time.Duration {
 		}
 	}
 	if a == nil {
-		return defaultStep
+		return fallback
 	}
 	const steps = "vllm:iteration_tokens_total_count"
 	x, ok1 := a.Metrics.Metrics.Heartbeats[steps]
 	y, ok2 := b.Metrics.Metrics.Heartbeats[steps]
 	if !ok1 || !ok2 || y <= x {
-		return defaultStep
+		return fallback
 	}
-	return min(time.Duration(float64(b.At.Sub(a.At))/(y-x)), defaultStep)
+	return min(time.Duration(float64(b.At.Sub(a.At))/(y-x)), fallback)
 }

@@ -19,7 +19,9 @@ const (
 func served(rate float64, gaps ...time.Duration) *workLog {
 	l := &workLog{Served: 240}
 	for i := range 10 {
-		l.Prefill = append(l.Prefill, logged{At: t0.Add(-time.Duration(i) * time.Minute), V: rate * float64(i+1) / 10})
+		// Busy cycles of varied rates whose mean over busy time is rate.
+		d := time.Duration(i+1) * time.Second
+		l.Prefill = append(l.Prefill, logged{At: t0.Add(-time.Duration(i) * time.Minute), V: rate * d.Seconds(), D: d})
 	}
 	for _, g := range gaps {
 		l.Gaps = append(l.Gaps, logged{At: t0, D: g})
@@ -133,8 +135,10 @@ func TestTheWorkLogLearnsSilencesAndThePrefillRate(t *testing.T) {
 	if len(l.Gaps) != 1 || l.Gaps[0].D != 2*iv {
 		t.Errorf("gaps %+v, want one of %s (two samples without a move)", l.Gaps, 2*iv)
 	}
-	if got := l.peakPrefill(); got != 4000 {
-		t.Errorf("peak prefill %v tok/s, want 4000", got)
+	// 8 busy cycles (the 2 silent ones included) counted 6 rises of 60,000
+	// prompt tokens: the rate is over busy time, silences and all.
+	if got, want := l.prefillRate(), 6*60_000/(8*iv.Seconds()); got != want {
+		t.Errorf("prefill rate %v tok/s of busy time, want %v", got, want)
 	}
 	if l.Served != 6 {
 		t.Errorf("served %d cycles, want 6", l.Served)
