@@ -117,3 +117,34 @@ func loadFor(t *testing.T, url string, clients, prompt, output int) (stop func()
 	t.Cleanup(stop)
 	return stop
 }
+
+// The "never restart" workloads, with hang_after: auto and the limiter in
+// front: an overload, and an engine ten times slower than the scenarios'
+// (the lone long prefill is the test above).
+func TestNeverRestartWorkloadsAreNeverHungWithAnAutomaticWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		scale   float64
+		clients int
+		prompt  int
+		output  int
+	}{
+		{"an overload of 10x the engine's seats", 20, 40, 500, 200},
+		{"an engine ten times slower", 2, 8, 2000, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := engineConfig()
+			cfg.Scale = tc.scale
+			_, url, rec := throughLimiter(t, cfg)
+			load(t, url, "", tc.clients, tc.prompt, tc.output)
+			time.Sleep(5 * time.Second)
+			rec.never(t, watchdog.StateHung, watchdog.StateDown)
+			if n := rec.recoveries(); n != 0 {
+				t.Fatalf("recovered %d times", n)
+			}
+			t.Logf("last: %s; %s", rec.last().Reason, rec.last().Evidence.HangAfterWhy)
+		})
+	}
+}

@@ -220,9 +220,13 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	deep := p.SaturatedWaiting > 0 && m.Waiting >= float64(p.SaturatedWaiting)
 	if sc.prevReadable != nil && !deep && !probeSlow && limiterSaturated(ev, p) {
 		ev.LimiterOnly = true
-		return say(StateSaturated, "SATURATED at the limiter: shedding %.0f%% of calls (%s in the last %d cycles), %s queued in vigil; the engine shallow (%s waiting, %s running, %s tok/s); not restarting",
-			100*ev.ShedRate, humanize.Count(float64(ev.ShedCalls)), shedCycles, humanize.Count(float64(ev.LimiterQueued)),
-			humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec))
+		what := fmt.Sprintf("shedding %.0f%% of %s calls in the last %d cycles, %s queued in vigil",
+			100*ev.ShedRate, humanize.Count(float64(ev.ShedCalls)), shedCycles, humanize.Count(float64(ev.LimiterQueued)))
+		if ev.ShedRate < p.SaturatedShed || p.SaturatedShed == 0 {
+			what = fmt.Sprintf("%s calls queued in vigil (shedding %.0f%%)", humanize.Count(float64(ev.LimiterQueued)), 100*ev.ShedRate)
+		}
+		return say(StateSaturated, "SATURATED at the limiter: %s; the engine shallow (%s waiting, %s running, %s tok/s); not restarting",
+			what, humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec))
 	}
 
 	// saturated

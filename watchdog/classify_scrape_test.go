@@ -392,8 +392,8 @@ func TestSaturationHeldOffByTheLimiterIsSaturated(t *testing.T) {
 		says        string
 		limiterOnly bool
 	}{
-		{"the limiter sheds 63% of calls, the engine shallow", limiter(100, 63, 2), StateSaturated, "SATURATED at the limiter: shedding 63% of calls", true},
-		{"the limiter queues past saturated_waiting, sheds nothing", limiter(100, 0, 12), StateSaturated, "12 queued in vigil", true},
+		{"the limiter sheds 63% of calls, the engine shallow", limiter(100, 63, 2), StateSaturated, "SATURATED at the limiter: shedding 63% of 400 calls", true},
+		{"the limiter queues past saturated_waiting, sheds nothing", limiter(100, 0, 12), StateSaturated, "12 calls queued in vigil", true},
 		{"the limiter sheds 2% of calls", limiter(100, 2, 1), StateHealthy, "HEALTHY", false},
 		{"too few calls to judge", limiter(3, 2, 0), StateHealthy, "HEALTHY", false},
 	}
