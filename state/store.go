@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,35 +17,52 @@ type Store struct {
 	sections map[string]json.RawMessage
 }
 
+// ErrNotWritable marks an Open whose store was read but cannot be written.
+var ErrNotWritable = errors.New("state: not writable")
+
 // Open reads the state file at path, or starts empty if it does not exist.
 // The directory is created if needed, and must be writable: every write
 // replaces the file through a temporary file beside it, and a store that
-// cannot write is found now rather than at the first recovery step. A
-// corrupt file is an error: vigil must not forget a drain in progress
-// because a file was damaged.
+// cannot write is found now rather than at the first recovery step. When
+// it cannot be written, Open still returns the store, read as far as it
+// could be, with an error that wraps ErrNotWritable: every Save on it
+// fails, so nothing that must be journaled (a restart) can run, while what
+// needs no journal (the proxy) may. A corrupt file is an error with no
+// store: vigil must not forget a drain in progress because a file was
+// damaged.
 func Open(path string) (*Store, error) {
 	s := &Store{path: path, sections: map[string]json.RawMessage{}}
 	dir := filepath.Dir(path)
+	var unwritable error
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("state: create directory for %s: %w", path, err)
+		unwritable = fmt.Errorf("state: create directory for %s: %w (%w)", path, err, ErrNotWritable)
+	} else if err := probeWritable(dir); err != nil {
+		unwritable = fmt.Errorf("state: directory %s of %s is not writable: %w (%w)", dir, path, err, ErrNotWritable)
 	}
-	if err := probeWritable(dir); err != nil {
-		return nil, fmt.Errorf("state: directory %s of %s is not writable: %w", dir, path, err)
+	if err := s.read(); err != nil {
+		return nil, err
 	}
+	return s, unwritable
+}
+
+// read loads the file, if there is one.
+func (s *Store) read() error {
+	path := s.path
 	data, err := os.ReadFile(path)
 	switch {
 	case os.IsNotExist(err):
-		return s, nil
+		return nil
 	case err != nil:
-		return nil, fmt.Errorf("state: read %s: %w", path, err)
+		return fmt.Errorf("state: read %s: %w", path, err)
 	case len(data) == 0:
-		return s, nil
+		return nil
 	}
 	if err := json.Unmarshal(data, &s.sections); err != nil {
-		return nil, fmt.Errorf("state: %s is corrupt (move it aside to start fresh): %w", path, err)
+		return fmt.Errorf("state: %s is corrupt (move it aside to start fresh): %w", path, err)
 	}
-	return s, nil
+	return nil
 }
+
 
 // probeWritable creates and removes a temporary file in dir, as every
 // write does.

@@ -148,6 +148,10 @@ type daemon struct {
 	lastSent  uint64
 	onCycleFn func(watchdog.Verdict) // daemonOptions.OnCycle
 
+	// stateFault says why the state file cannot be written ("" when it
+	// can): paged at start, shown on /status.
+	stateFault string
+
 	// Listeners are bound in newDaemon, before anything runs, so a taken
 	// port fails the start instead of leaving the rest running.
 	admissionLn net.Listener
@@ -178,7 +182,16 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 		d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if d.store, err = state.Open(cfg.Watchdog.StateFile); err != nil {
-		return nil, fmt.Errorf("%w (watchdog.state_file)", err)
+		if !errors.Is(err, state.ErrNotWritable) {
+			return nil, fmt.Errorf("%w (watchdog.state_file)", err)
+		}
+		// vigil sits in the data path: a state directory it cannot write
+		// must not take the proxy down with it. Every journaled step (a
+		// restart) refuses on this store; the watchdog still judges and
+		// pages, and the first page says why nothing will be restarted.
+		d.stateFault = fmt.Sprintf("%v (watchdog.state_file)", err)
+		log.WithError(err).Error("vigil: the state file cannot be written: the limiter serves and verdicts are paged, but no recovery can run until it can")
+		err = nil
 	}
 
 	// Pages.
@@ -387,6 +400,10 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	d.cron.Start()
 
+	if d.stateFault != "" {
+		d.notice("state_unwritable", "STATE NOT WRITABLE, RESTARTS REFUSED: "+d.stateFault+
+			"; the limiter serves and verdicts are paged, but vigil will not drain or restart the engine until the state file can be written (check the directory's owner, permissions and free space)")
+	}
 	// A recovery that was in progress when vigil stopped goes on first.
 	if err := d.recovery.Resume(sup.Context()); err != nil {
 		d.log.WithError(err).Error("cannot resume the recovery in the journal")

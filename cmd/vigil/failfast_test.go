@@ -66,9 +66,13 @@ func TestRunExitsAtOnceWhenAPartCannotStart(t *testing.T) {
 		{"the admission port is taken", func(yml string) string {
 			return replaceListen(yml, "admission", busy)
 		}, []string{"admission.listen " + busy + ": cannot listen: bind: address already in use"}},
-		{"the state directory cannot be written", func(yml string) string {
-			return replaceLine(yml, "  state_file: ", "  state_file: /proc/vigil/state.json")
-		}, []string{"watchdog.state_file", "/proc/vigil/state.json"}},
+		{"the state file is corrupt", func(yml string) string {
+			bad := filepath.Join(t.TempDir(), "state.json")
+			if err := os.WriteFile(bad, []byte("{not json"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return replaceLine(yml, "  state_file: ", "  state_file: "+bad)
+		}, []string{"watchdog.state_file", "is corrupt"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,5 +230,40 @@ func TestRunExitsAtOnceOnARefusedSlackToken(t *testing.T) {
 	}
 	if strings.Contains(stderr, "xoxb-wrong-token") {
 		t.Fatal("the token leaked into the error")
+	}
+}
+
+// Issue #24: vigil sits in the data path, so a state directory it cannot
+// write at start must not take the proxy down (systemd would restart it
+// every 5 s with no client reaching the engine). The proxy serves, the
+// reason is paged, and restarts are refused: a journaled step cannot run.
+func TestAStateDirectoryThatCannotBeWrittenKeepsTheProxyServingAndRefusesRestarts(t *testing.T) {
+	s := startEngine(t, nil)
+	yml := replaceLine(daemonConfig(t, s.URL()), "  state_file: ", "  state_file: /proc/vigil/state.json")
+	td := startDaemon(t, yml)
+	resp, err := http.Post(td.proxyURL+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"hi","max_tokens":2}`))
+	if err != nil {
+		t.Fatalf("the proxy does not serve with an unwritable state directory: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("completion through the proxy: %d", resp.StatusCode)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(td.logs.String(), "STATE NOT WRITABLE, RESTARTS REFUSED") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no page says restarts are refused:\n%s", td.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(td.logs.String(), "/proc/vigil/state.json") {
+		t.Errorf("the page does not name the state file:\n%s", td.logs.String())
+	}
+	select {
+	case err := <-td.done:
+		t.Fatalf("the daemon stopped: %v", err)
+	default:
 	}
 }
