@@ -170,8 +170,10 @@ func newTransport(u *url.URL) roundTripper {
 // Handler is the proxy: mount it on any server, or use Serve.
 func (l *Limiter) Handler() http.Handler { return http.HandlerFunc(l.serveHTTP) }
 
-// Serve answers on ln until ctx is done, then shuts down (5 s grace for
-// requests in flight) and closes idle upstream connections. The server's
+// Serve answers on ln until ctx is done, then shuts down, giving the
+// requests in flight admission.shutdown_grace to finish (a restart of
+// vigil must not cut a stream that would end in time), and closes idle
+// upstream connections. The server's
 // header and read timeouts come from the config: a client dribbling its
 // headers or body is cut off instead of holding a goroutine.
 func (l *Limiter) Serve(ctx context.Context, ln net.Listener) error {
@@ -192,8 +194,10 @@ func (l *Limiter) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		l.log.WithField("grace_seconds", l.cfg.ShutdownGrace.Seconds()).Info("admission proxy stopping: the requests in flight may finish")
+		sctx, cancel := context.WithTimeout(context.Background(), l.cfg.ShutdownGrace)
 		if serr := srv.Shutdown(sctx); serr != nil {
+			l.log.WithError(serr).Warn("admission proxy: requests still in flight at the end of shutdown_grace are cut")
 			_ = srv.Close()
 		}
 		cancel()

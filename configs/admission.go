@@ -86,6 +86,10 @@ type Admission struct {
 	// ReadHeaderTimeout and ReadTimeout protect against slow clients.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	// ShutdownGrace is how long a stopping vigil (SIGTERM) lets the
+	// requests in flight through it finish before it cuts them. Keep it
+	// under the unit's TimeoutStopSec (60s).
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// InjectAPIKey sends the engine's API key upstream so clients never
 	// hold it.
 	InjectAPIKey bool `yaml:"inject_api_key"`
@@ -146,6 +150,7 @@ func defaultAdmission() Admission {
 		MaxBodyBytes:      8 << 20,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
+		ShutdownGrace:     50 * time.Second,
 		InjectAPIKey:      true,
 		SlowStart:         2 * time.Minute,
 	}
@@ -158,6 +163,9 @@ func (a *Admission) validate(v *validator) {
 	if v.nonEmpty("admission.listen", a.Listen) {
 		v.listenAddr("admission.listen", a.Listen, a.AllowRemote, "admission.allow_remote",
 			"the proxy lets every client that reaches it use the engine (with its API key injected)")
+	}
+	if a.ShutdownGrace < 0 {
+		v.errorf("admission.shutdown_grace", "must be >= 0")
 	}
 	if a.MaxInFlight < 0 {
 		v.errorf("admission.max_in_flight", "must be >= 0 (0 = automatic)")

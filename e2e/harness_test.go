@@ -397,6 +397,7 @@ alerts:
   digest: ""
 admission:
   listen: %s
+  shutdown_grace: 3s
 status:
   listen: %s
 `, c.Node, c.EngineURL, startupGrace, c.StateFile, c.HAProxySocket, backend, c.Server, c.DrainTimeoutHung,

@@ -47,7 +47,7 @@ CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
 install -m 0644 systemd/vigil.service "$root/lib/systemd/system/vigil.service"
 install -m 0644 systemd/vigil.env "$root/etc/default/vigil"
 install -m 0640 configs/vigil.yaml "$root/etc/vigil/vigil.yaml"
-install -m 0644 configs/example.yaml systemd/restart-systemd.conf systemd/50-vigil-restart-engine.rules \
+install -m 0644 configs/example.yaml systemd/restart-systemd.conf systemd/50-vigil-restart-engine.rules systemd/vigil.socket \
   "$root/usr/share/doc/vigil/examples/"
 install -m 0644 monitoring/*.yml "$root/usr/share/vigil/monitoring/"
 install -m 0644 monitoring/grafana/vigil.json "$root/usr/share/vigil/monitoring/grafana/"

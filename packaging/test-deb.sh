@@ -112,7 +112,8 @@ if command -v systemd-analyze >/dev/null; then
   install -D -m 0644 /usr/share/doc/vigil/examples/restart-systemd.conf /etc/systemd/system/vigil.service.d/restart-systemd.conf
   systemd-analyze verify "$unit" || fail "systemd-analyze verify with the restart-systemd drop-in"
   rm -rf /etc/systemd/system/vigil.service.d
-  ok "systemd-analyze verify (with and without the drop-in); exposure $exposure"
+  systemd-analyze verify /usr/share/doc/vigil/examples/vigil.socket "$unit" || fail "systemd-analyze verify vigil.socket"
+  ok "systemd-analyze verify (with and without the drop-in, and the socket); exposure $exposure"
 else
   echo "test-deb: systemd-analyze not installed: unit not verified"
 fi

@@ -63,7 +63,6 @@ func (s *Store) read() error {
 	return nil
 }
 
-
 // probeWritable creates and removes a temporary file in dir, as every
 // write does.
 func probeWritable(dir string) error {

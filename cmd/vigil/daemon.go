@@ -69,7 +69,12 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	d, err := newDaemon(ctx, cfg, log, daemonOptions{})
+	inherited, err := systemdSockets(log)
+	if err != nil {
+		log.WithError(err).Error("vigil cannot start")
+		return exitFail
+	}
+	d, err := newDaemon(ctx, cfg, log, daemonOptions{Inherited: inherited})
 	if err != nil {
 		// Exit at once with the reason: systemd restarts vigil and the
 		// journal shows why, instead of a half-started daemon.
@@ -106,6 +111,10 @@ type daemonOptions struct {
 	Registry *prometheus.Registry
 	// NoStatus skips vigil's own listener.
 	NoStatus bool
+	// Inherited are listening sockets handed over by name ("admission",
+	// "status"), as systemd socket activation passes them: used instead of
+	// binding, so the socket and its backlog outlive vigil's own restart.
+	Inherited map[string]net.Listener
 	// Drainer and Restarter replace the ones load_balancer.kind and
 	// restart.kind build: the demo's in-memory load balancer, and its
 	// restart of the in-process simulated engine.
@@ -314,16 +323,32 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	// Bind last, once everything else has been built, and before anything
 	// runs.
 	if d.limiter != nil {
-		if d.admissionLn, err = listen("admission.listen", cfg.Admission.Listen); err != nil {
+		if d.admissionLn, err = bind(o.Inherited["admission"], "admission.listen", cfg.Admission.Listen); err != nil {
 			return nil, err
 		}
 	}
 	if d.status != nil {
-		if d.statusLn, err = listen("status.listen", cfg.Status.Listen); err != nil {
+		if d.statusLn, err = bind(o.Inherited["status"], "status.listen", cfg.Status.Listen); err != nil {
 			return nil, err
 		}
 	}
 	return d, nil
+}
+
+// bind uses the socket systemd handed over when there is one (it must be
+// on the configured address: two sources of truth that disagree are a
+// start-up error naming both), and listens on addr otherwise.
+func bind(inherited net.Listener, setting, addr string) (net.Listener, error) {
+	if inherited == nil {
+		return listen(setting, addr)
+	}
+	want, err := net.ResolveTCPAddr("tcp", addr)
+	got, ok := inherited.Addr().(*net.TCPAddr)
+	if err != nil || !ok || !got.IP.Equal(want.IP) || got.Port != want.Port {
+		return nil, fmt.Errorf("%s %s: systemd passed a socket on %s instead (vigil.socket's ListenStream): make them the same",
+			setting, addr, inherited.Addr())
+	}
+	return inherited, nil
 }
 
 // listen binds addr for the setting that names it; the error says which
@@ -380,8 +405,11 @@ func (d *daemon) run(ctx context.Context) error {
 	defer stopPager()
 	// The pager outlives the others by a flush; its context is its own.
 	sup.Go("alerts pager", untilStopped, func(context.Context) error { return d.pager.Run(pagerCtx) })
+	noProxy := make(chan struct{})
+	close(noProxy)
+	served := (<-chan struct{})(noProxy)
 	if d.limiter != nil {
-		sup.Go("admission.listen "+cfg.Admission.Listen, untilStopped, func(ctx context.Context) error {
+		served = sup.Go("admission.listen "+cfg.Admission.Listen, untilStopped, func(ctx context.Context) error {
 			return d.limiter.Serve(ctx, d.admissionLn)
 		})
 	}
@@ -424,6 +452,9 @@ func (d *daemon) run(ctx context.Context) error {
 	// Each recovery step was journaled before it ran: the next vigil
 	// resumes it. Give the step in flight a moment to finish cleanly.
 	waitTimeout(d.recovery.Wait, 5*time.Second)
+	// The proxy drains its requests in flight (shutdown_grace) before its
+	// executions are cancelled.
+	<-served
 	if d.limiter != nil {
 		d.limiter.Close()
 	}

@@ -47,6 +47,7 @@ watchdog:
   state_file: %s
 admission:
   listen: %s
+  shutdown_grace: 2s
 status:
   listen: %s
 `, engineURL, filepath.Join(dir, "state.json"), freeAddr(t), freeAddr(t))
@@ -278,4 +279,31 @@ func TestOverrideCommandsRoundTripThroughTheDaemon(t *testing.T) {
 	if code != 0 || td.d.limiter.MaxInFlight() != 0 {
 		t.Fatalf("clear: exit %d, cap %d\n%s", code, td.d.limiter.MaxInFlight(), out)
 	}
+}
+
+// startDaemonWith is startDaemon with daemonOptions (inherited sockets).
+func startDaemonWith(t *testing.T, yml string, o daemonOptions) *testDaemon {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "vigil.yaml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := configs.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testinfra.Buffer{}
+	l := logrus.New()
+	l.SetOutput(logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := newDaemon(ctx, cfg, logrus.NewEntry(l), o)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	td := &testDaemon{d: d, cfgPath: path, statusURL: "http://" + cfg.Status.Listen, proxyURL: "http://" + cfg.Admission.Listen,
+		logs: logs, cancel: cancel, done: make(chan error, 1), configYAML: yml}
+	go func() { td.done <- d.run(ctx) }()
+	t.Cleanup(td.stop)
+	return td
 }

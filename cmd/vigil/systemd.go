@@ -2,12 +2,16 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
+	"github.com/coreos/go-systemd/v22/activation"
 	sd "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
 )
@@ -118,4 +122,28 @@ func parseTimespan(s string) (time.Duration, error) {
 		rest = rest[j:]
 	}
 	return total, nil
+}
+
+// socketNames are the listening sockets vigil takes from systemd socket
+// activation, by FileDescriptorName= (systemd/vigil.socket).
+var socketNames = []string{"admission", "status"}
+
+// systemdSockets takes the sockets systemd passed (none outside socket
+// activation). A socket with another name, or two with one name, is an
+// error: vigil would otherwise serve on a socket nobody meant.
+func systemdSockets(log *logrus.Entry) (map[string]net.Listener, error) {
+	byName, err := activation.ListenersWithNames()
+	if err != nil {
+		return nil, fmt.Errorf("systemd socket activation: %w", err)
+	}
+	out := map[string]net.Listener{}
+	for name, lns := range byName {
+		if !slices.Contains(socketNames, name) || len(lns) != 1 {
+			return nil, fmt.Errorf("systemd socket activation: %d socket(s) named %q; vigil takes one each of %s (FileDescriptorName= in vigil.socket)",
+				len(lns), name, strings.Join(socketNames, ", "))
+		}
+		out[name] = lns[0]
+		log.WithFields(logrus.Fields{"socket": name, "listen": lns[0].Addr().String()}).Info("vigil: serving on a socket systemd holds: it outlives this process")
+	}
+	return out, nil
 }
