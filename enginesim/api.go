@@ -16,9 +16,6 @@ import (
 // Version is what GET /version reports.
 const Version = "0.11.0+vigil-sim"
 
-// fillerToken is the text of every generated token.
-const fillerToken = " word"
-
 // maxBody bounds a request body; vLLM has no small limit, but a simulator
 // has no use for more.
 const maxBody = 16 << 20
@@ -142,7 +139,12 @@ type genRequest struct {
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Stream              bool            `json:"stream"`
-	StreamOptions       *struct {
+	// AddGenerationPrompt and ContinueFinalMessage are vLLM's chat
+	// template switches: continue_final_message leaves the last
+	// (assistant) message open for the model to go on writing.
+	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
+	ContinueFinalMessage bool  `json:"continue_final_message"`
+	StreamOptions        *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	Sim *SimParams `json:"vigil_sim"`
@@ -240,6 +242,11 @@ func (e *Engine) parse(body []byte, chat bool) (*genRequest, *request, error) {
 		if len(g.Messages) == 0 {
 			return nil, nil, invalid("messages is required")
 		}
+		if g.ContinueFinalMessage && (g.AddGenerationPrompt == nil || *g.AddGenerationPrompt) {
+			// vLLM's own check: both would open a new message and continue
+			// the last one at once.
+			return nil, nil, invalid("continue_final_message and add_generation_prompt cannot both be True.")
+		}
 		prompt, err = messageTokens(g.Messages)
 	} else {
 		if len(g.Prompt) == 0 || string(g.Prompt) == "null" {
@@ -324,9 +331,13 @@ func (e *Engine) generate(w http.ResponseWriter, hr *http.Request, chat bool) {
 	}
 	created := time.Now().Unix()
 	ctx := hr.Context()
+	text := newTextGen(completionContext(g.Prompt))
+	if chat {
+		text = newTextGen(chatContext(g.Messages, g.ContinueFinalMessage))
+	}
 	var sw *sseWriter
 	if g.Stream {
-		sw = &sseWriter{w: w, rc: http.NewResponseController(w), chat: chat, id: r.id, model: e.cfg.Model,
+		sw = &sseWriter{w: w, rc: http.NewResponseController(w), chat: chat, id: r.id, model: e.cfg.Model, text: text,
 			created: created, includeUsage: g.StreamOptions != nil && g.StreamOptions.IncludeUsage}
 		sw.start()
 	}
@@ -355,7 +366,7 @@ func (e *Engine) generate(w http.ResponseWriter, hr *http.Request, chat bool) {
 			sw.finish(u)
 			return
 		}
-		text := strings.Repeat(fillerToken, gen)
+		text := text.take(gen)
 		var choice map[string]any
 		object := "text_completion"
 		if chat {
@@ -380,6 +391,7 @@ type sseWriter struct {
 	created      int64
 	includeUsage bool
 	roleSent     bool
+	text         *textGen
 }
 
 func (s *sseWriter) start() {
@@ -426,7 +438,7 @@ func (s *sseWriter) tokens(sent, gen int, done bool, reason string) {
 		if done && i == gen-1 {
 			finish = reason
 		}
-		s.chunk([]any{s.choice(fillerToken, finish)}, nil)
+		s.chunk([]any{s.choice(s.text.next(), finish)}, nil)
 	}
 	if done && gen == sent {
 		s.chunk([]any{s.choice("", reason)}, nil)
