@@ -11,7 +11,10 @@
 // prefix, no client timeout and no deadline header, a fixed 0.69 s TTFT
 // objective (see longprompt.go).
 //
-//	go run ./bench/goodput [-workload both] [-scale 5] [-window 120s] [-load 2]
+// family (issue #28): every arm on each engine of enginesim's cost models
+// (-models), the paper's call shape unless the model is about the calls.
+//
+//	go run ./bench/goodput [-workload both|family] [-scale 5] [-window 120s] [-load 2]
 package main
 
 import (
@@ -71,6 +74,8 @@ type spec struct {
 	scale  float64
 	call   func(*rand.Rand) simclient.SimCall
 	policy simclient.RetryPolicy
+	// engine, when set, changes the engine (a cost model of the family).
+	engine func(*enginesim.Config)
 }
 
 func (o options) chatSpec() spec {
@@ -102,7 +107,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	caps := fs.String("caps", "8,32,64", "fixed caps to compare")
 	fs.BoolVar(&o.sloArm, "slo-arm", true, "also run vigil's automatic cap with ttft_target set to the measured SLO")
 	limiterTime := fs.String("limiter-time", "clock", "how vigil keeps time beside the time-scaled engine: clock or config (see bench/README.md)")
-	fs.StringVar(&o.workload, "workload", "both", "chat, longprompt or both")
+	fs.StringVar(&o.workload, "workload", "both", "chat, longprompt, both, or family (every arm on each -models engine)")
+	models := fs.String("models", "all", "family: the cost models to run, comma-separated, or all ("+strings.Join(enginesim.CostModelNames(), ", ")+")")
 	fs.Float64Var(&o.long.scale, "long-scale", 30, "longprompt: engine time runs this many times faster than wall time")
 	fs.DurationVar(&o.long.window, "long-window", 300*time.Second, "longprompt: arrivals window at -load x capacity (engine time)")
 	fs.DurationVar(&o.long.objective, "long-objective", 690*time.Millisecond, "longprompt: TTFT objective (engine time)")
@@ -131,12 +137,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	chat, long := o.workload == "chat" || o.workload == "both", o.workload == "longprompt" || o.workload == "both"
-	if !chat && !long {
-		fmt.Fprintf(stderr, "goodput: -workload %q: want chat, longprompt or both\n", o.workload)
+	family := o.workload == "family"
+	if !chat && !long && !family {
+		fmt.Fprintf(stderr, "goodput: -workload %q: want chat, longprompt, both or family\n", o.workload)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if family {
+		var ms []enginesim.CostModel
+		if *models == "all" {
+			ms = enginesim.CostModels()
+		} else {
+			for _, name := range strings.Split(*models, ",") {
+				m, err := enginesim.CostModelByName(strings.TrimSpace(name))
+				if err != nil {
+					fmt.Fprintf(stderr, "goodput: -models: %v\n", err)
+					return 2
+				}
+				ms = append(ms, m)
+			}
+		}
+		if err := familyExperiment(ctx, o, ms, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "goodput: family: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if chat {
 		fmt.Fprintln(stdout, "== workload chat")
 		if err := experiment(ctx, o, stdout, stderr); err != nil {
@@ -296,7 +323,11 @@ func bestFixed(rs []result) *result {
 func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window time.Duration) (result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv, err := enginesim.Start(ctx, "127.0.0.1:0", engineConfig(sp.scale))
+	ecfg := engineConfig(sp.scale)
+	if sp.engine != nil {
+		sp.engine(&ecfg)
+	}
+	srv, err := enginesim.Start(ctx, "127.0.0.1:0", ecfg)
 	if err != nil {
 		return result{}, fmt.Errorf("start engine: %w", err)
 	}

@@ -47,6 +47,8 @@ func runWith(ctx context.Context, args []string, stderr io.Writer, started func(
 	fs.DurationVar(&cfg.StepOverhead, "step-overhead", cfg.StepOverhead, "cost model: fixed time per step")
 	fs.DurationVar(&cfg.PrefillTokenCost, "prefill-token-cost", cfg.PrefillTokenCost, "cost model: time per prefilled token")
 	fs.DurationVar(&cfg.SeqCost, "seq-cost", cfg.SeqCost, "cost model: time per sequence in the step")
+	costModel := fs.String("cost-model", "", "an engine of the family (enginesim.CostModels): "+strings.Join(enginesim.CostModelNames(), ", ")+
+		"; not with the cost or kv-cache flags")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -57,6 +59,25 @@ func runWith(ctx context.Context, args []string, stderr io.Writer, started func(
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "vllm-sim: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if *costModel != "" {
+		m, err := enginesim.CostModelByName(*costModel)
+		if err != nil {
+			fmt.Fprintf(stderr, "vllm-sim: -cost-model: %v\n", err)
+			return 2
+		}
+		var clash []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "step-overhead", "prefill-token-cost", "seq-cost", "kv-cache-tokens":
+				clash = append(clash, "-"+f.Name)
+			}
+		})
+		if len(clash) > 0 {
+			fmt.Fprintf(stderr, "vllm-sim: -cost-model %s sets the cost itself; drop %s\n", m.Name, strings.Join(clash, ", "))
+			return 2
+		}
+		m.Apply(&cfg)
 	}
 	if *version {
 		fmt.Fprintln(stderr, enginesim.Version)

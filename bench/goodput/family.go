@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/simclient"
+)
+
+// The family (issue #28): every arm on each engine of enginesim's cost
+// models, the calls each is about, at -load x its own capacity. A model
+// n times faster than the default runs at scale/n and for window/n (and
+// n times slower at n x scale and window x n), so each arm takes about
+// the same wall time while vigil keeps its clock at the engine's wall
+// ratio: against vigil's time constants a fast model is fast and a slow
+// one slow. The TTFT objective scales by 1/n with the engine.
+
+// familyCall draws one call of a model's workload: prompts uniform within
+// 10% of the mean, the shared prefix as given, lognormal answers whose
+// mean is the workload's.
+func familyCall(w enginesim.Workload) func(*rand.Rand) simclient.SimCall {
+	const sig = 0.5
+	median := float64(w.OutputTokens) / math.Exp(sig*sig/2)
+	return func(rng *rand.Rand) simclient.SimCall {
+		spread := w.PromptTokens / 10
+		c := simclient.SimCall{
+			Prompt: w.PromptTokens - spread + rng.IntN(2*spread+1),
+			Prefix: w.PrefixTokens,
+			Output: harness.LogNormal(rng, median, sig, 4*w.OutputTokens),
+		}
+		if c.Prefix > 0 {
+			c.PrefixID = longPrefixID
+		}
+		return c
+	}
+}
+
+// familyRow is one model's summary.
+type familyRow struct {
+	model                enginesim.CostModel
+	best, gateway, vigil *result
+	capacity             float64
+	objective            time.Duration
+}
+
+func familyExperiment(ctx context.Context, o options, models []enginesim.CostModel, stdout, stderr io.Writer) error {
+	var rows []familyRow
+	for _, m := range models {
+		scale := max(1, o.long.scale/m.Speed)
+		window := time.Duration(float64(o.long.window) / m.Speed)
+		objective := time.Duration(float64(o.long.objective) / m.Speed)
+		cfg := engineConfig(scale)
+		m.Apply(&cfg)
+		c := enginesim.MeasureCapacity(cfg, m.Workload)
+		fmt.Fprintf(stdout, "== model %s: %s\n", m.Name, m.About)
+		fmt.Fprintf(stdout, "Capacity C %.3f calls/s of %d-token prompts (%d shared), %d-token mean answers; scale %g; window %v at %.1f C; TTFT objective %v\n\n",
+			c, m.Workload.PromptTokens, m.Workload.PrefixTokens, m.Workload.OutputTokens, scale, window, o.load, objective)
+		sp := spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply}
+		list := []arm{{name: "ungated", cap: -1}}
+		for _, n := range o.caps {
+			list = append(list, arm{name: fmt.Sprintf("cap %d", n), cap: n})
+		}
+		list = append(list, arm{name: "vigil defaults (automatic cap)"})
+		rs, err := runArms(ctx, o, sp, list, o.load*c, window, objective, stderr)
+		if err != nil {
+			return fmt.Errorf("model %s: %w", m.Name, err)
+		}
+		printIssueTable(stdout, rs, window)
+		fmt.Fprintln(stdout)
+		row := familyRow{model: m, best: bestFixed(rs), capacity: c, objective: objective}
+		for i := range rs {
+			switch r := &rs[i]; {
+			case r.arm.noQueue:
+				row.gateway = r
+			case r.arm.cap == 0:
+				row.vigil = r
+			}
+		}
+		rows = append(rows, row)
+	}
+	printFamily(stdout, rows)
+	return nil
+}
+
+// printFamily is the family's summary: vigil's defaults against the best
+// fixed cap and the no-queue gateway of the same run, per model.
+func printFamily(w io.Writer, rows []familyRow) {
+	fmt.Fprintln(w, "== family summary (same-run ratios)")
+	t := humanize.Table{Header: []string{"model", "best fixed cap", "goodput/s", "no-queue gateway", "vigil defaults",
+		"vigil / best fixed", "vigil / gateway", "vigil mean in-flight"}}
+	ratio := func(a, b *result) string {
+		if a == nil || b == nil || b.goodput == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2fx", a.goodput/b.goodput)
+	}
+	gp := func(r *result) string {
+		if r == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.3f", r.goodput)
+	}
+	for _, r := range rows {
+		best, inflight := "n/a", ""
+		if r.best != nil {
+			best = r.best.arm.name
+		}
+		if r.vigil != nil {
+			inflight = fmt.Sprint(r.vigil.meanInFlight)
+		}
+		t.Add(r.model.Name, best, gp(r.best), gp(r.gateway), gp(r.vigil), ratio(r.vigil, r.best), ratio(r.vigil, r.gateway), inflight)
+	}
+	t.Print(w)
+}
