@@ -51,7 +51,9 @@ func CostModels() []CostModel {
 			Apply:    func(c *Config) { c.SeqCost *= 4 },
 			Workload: Workload{PromptTokens: 500, OutputTokens: 1200}, Speed: 1},
 		{Name: "kv-bound", About: "a KV cache for about 96 of the paper's calls: the batch bound by memory, not seats",
-			Apply:    func(c *Config) { c.KVCacheTokens = 96 * (paperCalls.PromptTokens - paperCalls.PrefixTokens + 2*paperCalls.OutputTokens) },
+			Apply: func(c *Config) {
+				c.KVCacheTokens = 96 * (paperCalls.PromptTokens - paperCalls.PrefixTokens + 2*paperCalls.OutputTokens)
+			},
 			Workload: paperCalls, Speed: 1},
 		{Name: "big-prefix", About: "a 10,000-token shared prefix of 12,000 in the prefix cache: little prefill per call",
 			Apply:    func(*Config) {},
