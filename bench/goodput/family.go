@@ -20,7 +20,9 @@ import (
 // n times slower at n x scale and window x n), so each arm takes about
 // the same wall time while vigil keeps its clock at the engine's wall
 // ratio: against vigil's time constants a fast model is fast and a slow
-// one slow. The TTFT objective scales by 1/n with the engine.
+// one slow. The TTFT objective scales by 1/n with the engine, and so do
+// vigil's configured durations (ttft_target, queue waits), as an operator
+// would set them for that engine; its built-in constants do not.
 
 // familyCall draws one call of a model's workload: prompts uniform within
 // 10% of the mean, the shared prefix as given, lognormal answers whose
@@ -62,7 +64,7 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 		fmt.Fprintf(stdout, "== model %s: %s\n", m.Name, m.About)
 		fmt.Fprintf(stdout, "Capacity C %.3f calls/s of %d-token prompts (%d shared), %d-token mean answers; scale %g; window %v at %.1f C; TTFT objective %v\n\n",
 			c, m.Workload.PromptTokens, m.Workload.PrefixTokens, m.Workload.OutputTokens, scale, window, o.load, objective)
-		sp := spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply}
+		sp := spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply, speed: m.Speed}
 		list := []arm{{name: "ungated", cap: -1}}
 		for _, n := range o.caps {
 			list = append(list, arm{name: fmt.Sprintf("cap %d", n), cap: n})

@@ -74,8 +74,12 @@ type spec struct {
 	scale  float64
 	call   func(*rand.Rand) simclient.SimCall
 	policy simclient.RetryPolicy
-	// engine, when set, changes the engine (a cost model of the family).
+	// engine, when set, changes the engine (a cost model of the family);
+	// speed is that engine's against the default's: vigil's configured
+	// durations (ttft_target first) are divided by it, as an operator
+	// sets them for the engine, while its built-in constants stay.
 	engine func(*enginesim.Config)
+	speed  float64
 }
 
 func (o options) chatSpec() spec {
@@ -343,6 +347,9 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 		}
 		if a.noQueue {
 			cfg.MaxQueue = 0
+		}
+		if sp.speed > 0 {
+			cfg = simclient.ScaleAdmission(cfg, sp.speed)
 		}
 		lim, err = harness.StartLimiter(ctx, cfg, srv.URL(), engineKey, sp.scale, o.limiterTime)
 		if err != nil {
