@@ -55,27 +55,7 @@ status:
 
 func startDaemon(t *testing.T, yml string) *testDaemon {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "vigil.yaml")
-	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := configs.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &testinfra.Buffer{}
-	l := logrus.New()
-	l.SetOutput(logs)
-	ctx, cancel := context.WithCancel(context.Background())
-	d, err := newDaemon(ctx, cfg, logrus.NewEntry(l), daemonOptions{})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	td := &testDaemon{d: d, cfgPath: path, statusURL: "http://" + cfg.Status.Listen, proxyURL: "http://" + cfg.Admission.Listen,
-		logs: logs, cancel: cancel, done: make(chan error, 1), configYAML: yml}
-	go func() { td.done <- d.run(ctx) }()
-	t.Cleanup(td.stop)
+	td := startDaemonWith(t, yml, daemonOptions{})
 	td.waitListening(t)
 	return td
 }
@@ -281,7 +261,8 @@ func TestOverrideCommandsRoundTripThroughTheDaemon(t *testing.T) {
 	}
 }
 
-// startDaemonWith is startDaemon with daemonOptions (inherited sockets).
+// startDaemonWith runs the daemon with daemonOptions (inherited sockets);
+// unlike startDaemon it does not wait for the listeners.
 func startDaemonWith(t *testing.T, yml string, o daemonOptions) *testDaemon {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "vigil.yaml")
