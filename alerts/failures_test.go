@@ -231,3 +231,55 @@ func TestAHeadDroppedFromTheFullOutboxIsCarriedByTheNextPage(t *testing.T) {
 		t.Errorf("want an error log line naming the dropped head; logs:\n%s", logs)
 	}
 }
+
+// switchOn is a sleep that records the waits and brings Slack back after
+// the given number of them.
+type switchOn struct {
+	sleeps
+	after int
+	fs    *fakeSlack
+}
+
+func (s *switchOn) Sleep(ctx context.Context, d time.Duration) error {
+	if len(s.All())+1 == s.after {
+		s.fs.set(func(f *fakeSlack) { f.status = 0 })
+	}
+	return s.sleeps.Sleep(ctx, d)
+}
+
+// Slack answering 500 for an hour: the waits between attempts grew to 5
+// minutes, so the page lagged up to 5 minutes behind Slack's return.
+func TestSlackDownForLongRetriesAtMostAMinuteApart(t *testing.T) {
+	fs := newFakeSlack(t)
+	fs.set(func(f *fakeSlack) { f.status = http.StatusInternalServerError })
+	clk := newClock()
+	sl := &switchOn{after: 40, fs: fs}
+	o := testOptions(clk, nil)
+	o.Sleep = sl.Sleep
+	p := newTestPager(t, newSlackNotifier(t, fs, false), o)
+	runPager(t, p)
+
+	p.Notice("override", "max_in_flight raised to 64")
+	flush(t, p)
+
+	waits := sl.All()
+	if len(waits) != 40 {
+		t.Fatalf("%d waits before delivery, want 40: %v", len(waits), waits)
+	}
+	var total time.Duration
+	for i, w := range waits {
+		total += w
+		if w > time.Minute {
+			t.Errorf("wait %d = %v, want at most a minute", i, w)
+		}
+	}
+	if last := waits[len(waits)-1]; last != time.Minute {
+		t.Errorf("after a long outage the wait is %v, want the one-minute cap", last)
+	}
+	if total < 30*time.Minute {
+		t.Errorf("the outage spanned %v of waits; the test wants a long one", total)
+	}
+	if got := fs.posts(); len(got) != 1 || !strings.Contains(got[0].Form.Get("text"), "max_in_flight raised to 64") {
+		t.Errorf("posts after Slack came back: %v", texts(got))
+	}
+}

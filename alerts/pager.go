@@ -81,7 +81,8 @@ type Options struct {
 	// (internal/backoff); nil draws at random. Tests fix it.
 	Jitter func() float64
 	// RetryInitial and RetryMax bound the exponential backoff between
-	// attempts (a 429's Retry-After takes precedence). Defaults 1s, 5m.
+	// attempts (a 429's Retry-After takes precedence). Defaults 1s and
+	// DefaultRetryMax.
 	RetryInitial, RetryMax time.Duration
 }
 
@@ -102,6 +103,12 @@ func OptionsFromConfig(cfg configs.Config) Options {
 		Secrets:      []configs.Secret{cfg.Alerts.Slack.Token, cfg.Alerts.Webhook.URL, cfg.Engine.APIKey},
 	}
 }
+
+// DefaultRetryMax caps the wait between delivery attempts. The wait is
+// also how late the first page arrives once Slack answers again, so it
+// stays near a minute however long the outage was: a longer cap would
+// save a few requests per hour and cost minutes of a hang's news.
+const DefaultRetryMax = time.Minute
 
 // persisted is the pager's section of the state file.
 type persisted struct {
@@ -212,7 +219,7 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 		o.RetryInitial = time.Second
 	}
 	if o.RetryMax < o.RetryInitial {
-		o.RetryMax = max(5*time.Minute, o.RetryInitial)
+		o.RetryMax = max(DefaultRetryMax, o.RetryInitial)
 	}
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
