@@ -47,6 +47,9 @@ type thread struct {
 	TroubleSince time.Time     `json:"trouble_since,omitzero"`
 	TroubleUntil time.Time     `json:"trouble_until,omitzero"`
 	TroubleTotal time.Duration `json:"trouble_total,omitempty"`
+	// TroubleBanked is where the stretches summed in TroubleTotal end: no
+	// later stretch reaches back before it, so no moment counts twice.
+	TroubleBanked time.Time `json:"trouble_banked,omitzero"`
 	// RecoveryFrom is the recovery's first action (drain or restart),
 	// RecoveryTo its end.
 	RecoveryFrom time.Time `json:"recovery_from,omitzero"`
@@ -86,12 +89,25 @@ func (t *thread) trouble(v watchdog.Verdict) {
 	switch {
 	case t.TroubleSince.IsZero():
 		t.TroubleSince = since
-	case !t.TroubleUntil.IsZero():
-		// A relapse: bank the last stretch, start a new one.
+		return
+	case !t.TroubleUntil.IsZero() && since.After(t.TroubleUntil):
+		// A relapse after the last stretch ended: bank it, start a new one.
 		t.TroubleTotal += t.TroubleUntil.Sub(t.TroubleSince)
+		t.TroubleBanked = t.TroubleUntil
 		t.TroubleSince, t.TroubleUntil = since, time.Time{}
-	case since.Before(t.TroubleSince):
+		return
+	case !t.TroubleUntil.IsZero():
+		// The evidence reaches back into the last stretch: the stall never
+		// ended (a restart that did not help), so it is the same stretch,
+		// going on. Starting a new one from the stall's start would count
+		// the stall once per attempt.
+		t.TroubleUntil = time.Time{}
+	}
+	if since.Before(t.TroubleSince) {
 		t.TroubleSince = since
+		if since.Before(t.TroubleBanked) {
+			t.TroubleSince = t.TroubleBanked
+		}
 	}
 }
 

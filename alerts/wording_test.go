@@ -252,3 +252,70 @@ func TestADownTheWatchdogMarksAsVigilsRestartIsNotPaged(t *testing.T) {
 		t.Fatalf("pages %+v, want only the head", got)
 	}
 }
+
+// A restart that did not help, and a second one that did: the RESOLVED
+// page said "was HUNG for 15m30s" of a stall of 4m54s, because every
+// HUNG verdict after a failed attempt started a new stretch from the
+// stall's beginning, counting it again.
+func TestARetriedRestartCountsTheStallOnce(t *testing.T) {
+	n := &memNotifier{}
+	clk, sl := newClock(), &sleeps{}
+	p := newTestPager(t, n, testOptions(clk, sl))
+	start := clk.Now()
+	began := start.Add(-3 * time.Minute) // the counters last moved here
+	inc := &watchdog.Incident{ID: "inc-retry", Opened: start, State: watchdog.StateHung, Peak: watchdog.StateHung}
+	hungNow := func() {
+		v := hung(clk.Now())
+		v.Evidence.Stalled = clk.Now().Sub(began)
+		v.Evidence.SinceProgress = v.Evidence.Stalled
+		p.Observe(v, inc)
+	}
+	step := func(name watchdog.StepName, ok bool, detail string) {
+		p.RecoveryStep(watchdog.Step{Incident: inc.ID, Name: name, OK: ok, Detail: detail, At: clk.Now()})
+	}
+	attempt := func(ready bool) {
+		clk.Advance(5 * time.Second)
+		step(watchdog.StepRestarting, true, "restarting docker container vllm (expected DOWN while it restarts)")
+		for range 3 {
+			clk.Advance(5 * time.Second)
+			p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now(), Recovering: true}, inc)
+		}
+		step(watchdog.StepRestart, true, "restarted docker container vllm in 4s")
+		clk.Advance(30 * time.Second)
+		if !ready {
+			step(watchdog.StepFailed, false, "engine did not become ready; staying drained; retrying after 30s")
+			return
+		}
+		step(watchdog.StepWaitReady, true, "engine ready 30s after the restart")
+	}
+	for range 3 {
+		hungNow()
+		clk.Advance(15 * time.Second)
+	}
+	attempt(false)
+	for range 4 { // the engine came back as frozen as it was
+		clk.Advance(15 * time.Second)
+		hungNow()
+	}
+	attempt(true)
+	step(watchdog.StepRestore, true, "haproxy vllm/node1 READY")
+	step(watchdog.StepResolved, true, "recovery finished")
+	clk.Advance(15 * time.Second)
+	resolved := *inc
+	resolved.Resolved = clk.Now()
+	p.Observe(healthy(clk.Now()), &resolved)
+
+	runPager(t, p)
+	flush(t, p)
+	var resolve string
+	for _, m := range n.got() {
+		if m.Kind == KindResolve {
+			resolve = m.Text
+		}
+	}
+	// The counters last moved at 11:57:00; the second restart began at
+	// 12:02:40: one stall of 5m40s, whatever the attempts in between.
+	if !strings.Contains(resolve, "was HUNG for 5m40s;") {
+		t.Fatalf("resolve = %q, want the stall of 5m40s counted once", resolve)
+	}
+}
