@@ -53,7 +53,8 @@ type Options struct {
 	// UpdateEvery: evidence updates at most this often. Default 10m.
 	UpdateEvery time.Duration
 	// UnknownAfter: a change to unknown inside an open incident pages only
-	// once it lasted this long.
+	// once it lasted this long, and so does a standing condition (see
+	// Conditions).
 	UnknownAfter time.Duration
 	// OutboxSize bounds the pages held for delivery. Default 500.
 	OutboxSize int
@@ -124,6 +125,8 @@ type persisted struct {
 	// dropped from the full outbox), by incident, until the next page of
 	// the incident carries them to the operator.
 	Lost map[string]lostHead `json:"lost_heads,omitempty"`
+	// Conditions are the standing conditions seen, by topic.
+	Conditions map[string]condition `json:"conditions,omitempty"`
 }
 
 // lostHead is what the operator must still read of a head never posted.
@@ -151,6 +154,7 @@ const (
 type Pager struct {
 	notifier Notifier
 	policy   policy
+	conds    conditionPolicy
 	render   renderer
 	outlook  func() *watchdog.Refusal
 	dryRun   bool
@@ -228,6 +232,7 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 	p := &Pager{
 		notifier: n,
 		policy:   policy{UpdateEvery: o.UpdateEvery, UnknownAfter: o.UnknownAfter},
+		conds:    conditionPolicy{PersistFor: o.UnknownAfter},
 		render: renderer{
 			node:      o.Node,
 			engineURL: displayURL(o.EngineURL),
@@ -354,6 +359,35 @@ func (p *Pager) RecoveryStep(s watchdog.Step) {
 		p.markDirty()
 	}
 	p.mu.Unlock()
+}
+
+// Conditions is told every cycle's standing conditions by topic (see
+// watchdog.Conditioner) and pages those that have lasted, once per
+// episode: in the open incident's thread when there is one, else on
+// their own.
+func (p *Pager) Conditions(at time.Time, current map[string]string, recovering bool) {
+	now := p.now()
+	if at.IsZero() {
+		at = now
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.st.Thread
+	open := ""
+	if t.Incident != "" && t.Headed && !t.Resolved {
+		open = t.Incident
+	}
+	prev := p.st.Conditions
+	next, page := p.conds.observe(prev, at, current, open, recovering)
+	p.st.Conditions = next
+	for _, topic := range page {
+		m := p.render.notice(topic, next[topic].Text, nil, now)
+		m.Incident = open
+		p.enqueueLocked(m)
+	}
+	if len(page) > 0 || !reflect.DeepEqual(prev, next) {
+		p.markDirty()
+	}
 }
 
 // Notice queues a standalone page outside any incident: an override
@@ -521,6 +555,7 @@ func (p *Pager) save() {
 		snap.Heads[k] = v
 	}
 	snap.Lost = maps.Clone(p.st.Lost)
+	snap.Conditions = maps.Clone(p.st.Conditions)
 	p.mu.Unlock()
 	if err := p.store.Save(stateSection, snap); err != nil {
 		p.log.WithError(p.redact.Error(err)).Warn("alerts: save outbox to the state file")

@@ -416,6 +416,10 @@ var noticeEmoji = map[string]string{
 	"override":    ":wrench:",
 	"retry_storm": ":rotating_light:",
 	"digest":      ":bar_chart:",
+	// Standing conditions (Pager.Conditions).
+	"engine_odd":      ":warning:",
+	"probe_failing":   ":warning:",
+	"metrics_missing": ":warning:",
 }
 
 func (r renderer) notice(topic, text string, fields []Field, now time.Time) Message {
@@ -432,7 +436,7 @@ func (r renderer) notice(topic, text string, fields []Field, now time.Time) Mess
 		plain += " (" + strings.Join(kv, "; ") + ")"
 	}
 	sev := SeverityInfo
-	if topic == "retry_storm" {
+	if emoji == ":warning:" || topic == "retry_storm" {
 		sev = SeverityWarning
 	}
 	where := []string{r.node}

@@ -1,6 +1,7 @@
 package scenario_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/alerts"
 	"github.com/vigil-dev/vigil/enginesim"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -129,7 +131,15 @@ func TestADamagedMetricsEndpointOnAHealthyEngineIsQuiet(t *testing.T) {
 			_, d, url := damaged(t)
 			load(t, url, "", 3, 200, 50) // under the 4 slots: healthy
 			var n notices
-			rec := watch(t, url, "", func(o *watchdog.Options) { o.Notice = n.add })
+			// The standing conditions (odd endpoints, metrics missing) go
+			// to a real pager with the watchdog's unknown_after, as the
+			// daemon wires them.
+			pages := &pageLog{}
+			pager, err := alerts.NewPager(pages, alerts.Options{Node: "node1", UnknownAfter: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := watch(t, url, "", func(o *watchdog.Options) { o.Notice, o.Conditions = n.add, pager })
 			time.Sleep(500 * time.Millisecond)
 			from := time.Now()
 			d.set(mode)
@@ -153,13 +163,51 @@ func TestADamagedMetricsEndpointOnAHealthyEngineIsQuiet(t *testing.T) {
 			if changes > 2 {
 				t.Errorf("the verdict changed %d times in 40 cycles on a healthy engine; last: %s", changes, rec.last().Reason)
 			}
-			if got := n.of("metrics_missing"); len(got) > 0 {
-				t.Errorf("metrics-missing notices for a config that is fine: %q", got)
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- pager.Run(ctx) }()
+			flushCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := pager.Flush(flushCtx); err != nil {
+				t.Fatal(err)
 			}
-			if got := n.of("engine_odd"); len(got) > 1 {
-				t.Errorf("%d odd notices, want at most one: %q", len(got), got)
+			cancel()
+			stop()
+			<-done
+			if got := append(n.of("metrics_missing"), n.of("engine_odd")...); len(got) > 0 {
+				t.Errorf("standing conditions sent as notices, unfiltered: %q", got)
+			}
+			if got := pages.of("metrics_missing"); len(got) > 0 {
+				t.Errorf("metrics-missing pages for a config that is fine: %q", got)
+			}
+			if got := pages.of("engine_odd"); len(got) > 1 {
+				t.Errorf("%d odd pages, want at most one: %q", len(got), got)
 			}
 			t.Logf("%s: %d changes; last: %s", mode, changes, rec.last().Reason)
 		})
 	}
+}
+
+// pageLog is a notifier that keeps the pages, by topic.
+type pageLog struct {
+	mu    sync.Mutex
+	pages []alerts.Message
+}
+
+func (l *pageLog) Notify(_ context.Context, m alerts.Message) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pages = append(l.pages, m)
+	return false, nil
+}
+
+func (l *pageLog) of(topic string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.pages {
+		if m.Topic == topic {
+			out = append(out, m.Text)
+		}
+	}
+	return out
 }

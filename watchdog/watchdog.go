@@ -76,10 +76,26 @@ type Options struct {
 	// block.
 	LimiterLoad func() LimiterLoad
 	// Notice, when set, is told standalone events that are not verdicts:
-	// the retry-storm alarm starting and ending ("retry_storm") and
-	// configured metrics missing from the engine ("metrics_missing"). It
-	// must not block.
+	// the retry-storm alarm starting and ending ("retry_storm"). It must
+	// not block.
 	Notice func(kind, text string)
+	// Conditions, when set, is told every cycle's standing conditions
+	// (see Conditioner).
+	Conditions Conditioner
+}
+
+// Conditioner is told, every cycle, the standing conditions that are no
+// reason to restart but worth a human's look, by topic: "engine_odd" (an
+// endpoint misbehaves on an engine that serves), "probe_failing" (the
+// probe fails for a reason other than load), "metrics_missing"
+// (configured metrics absent from /metrics). A topic absent from current
+// is a condition cleared. One flaky scrape raises and clears them within
+// a cycle, so the Conditioner (the pager) decides which have lasted long
+// enough to page. recovering: vigil's own recovery is under way, and
+// what the probes see is partly vigil's doing (a refused /v1/models
+// while it restarts the engine). It must not block.
+type Conditioner interface {
+	Conditions(at time.Time, current map[string]string, recovering bool)
 }
 
 // StateSection is the state-file section the watchdog owns.
@@ -269,10 +285,15 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	if w.opts.Watchdog.RetryStorm.Enabled {
 		w.checkStorm()
 	}
-	w.noticeOdd(v)
+	conds := w.conditions(v)
 
 	if w.opts.Pager != nil {
 		w.opts.Pager.Observe(v, inc)
+	}
+	if w.opts.Conditions != nil {
+		// After Observe: a condition that pages goes to the incident's
+		// thread the verdict just opened or kept.
+		w.opts.Conditions.Conditions(now, conds, busy)
 	}
 	if w.opts.Limiter != nil {
 		w.opts.Limiter.SetSaturated(saturatedForLimiter(v, inc))
@@ -460,10 +481,11 @@ func (w *Watchdog) observeSample(s *Sample) {
 		w.lastCompleted = st.Started
 		w.metrics.probe("completion", st.Observation)
 	}
-	// A missing metric is said once it has been missing from
-	// acceptShapeAfter scrapes in a row, and once: a body cut short drops
-	// families from one scrape, which is the proxy's fault, not the
-	// config's. A scrape that failed to parse says nothing about names.
+	// A missing metric is logged once it has been missing from
+	// acceptShapeAfter scrapes in a row, and is a standing condition from
+	// then on (conditions): a body cut short drops families from one
+	// scrape, which is the proxy's fault, not the config's. A scrape that
+	// failed to parse says nothing about names.
 	if s.Metrics.Readable() || len(s.Metrics.Missing) > 0 {
 		if w.missing == nil {
 			w.missing = map[string]int{}
@@ -484,7 +506,6 @@ func (w *Watchdog) observeSample(s *Sample) {
 			missing := strings.Join(tell, ", ")
 			w.log.WithField("missing", missing).
 				Warn("watchdog: engine metrics missing from /metrics (check engine.metrics); a missing heartbeat is ignored, a missing waiting, running or progress metric leaves the verdict unknown")
-			w.notice("metrics_missing", "engine metrics missing from /metrics: "+missing+" (check engine.metrics)")
 		}
 	}
 }
@@ -607,27 +628,44 @@ func (w *Watchdog) checkStorm() {
 	}
 }
 
-// noticeOdd pages, once each time it starts or changes, a probe that
-// fails for a reason other than load (a configuration problem) and an
-// endpoint that misbehaves on an engine that serves: neither is a reason
-// to restart, both are worth a human's look.
-func (w *Watchdog) noticeOdd(v Verdict) {
+// conditions are this cycle's standing conditions, by topic, for the
+// Conditioner; each is logged once when it starts or changes: a probe
+// that fails for a reason other than load (a configuration problem), an
+// endpoint that misbehaves on an engine that serves, and configured
+// metrics missing. None is a reason to restart.
+func (w *Watchdog) conditions(v Verdict) map[string]string {
+	c := map[string]string{}
+	if pf := v.Evidence.ProbeFailing; pf != "" {
+		c["probe_failing"] = "PROBE FAILING: the completion probe gets " + pf +
+			"; not from load, so likely configuration (engine.model names a model the engine does not serve?); verdicts go on from the counters"
+	}
 	if pf := v.Evidence.ProbeFailing; pf != w.probeFailing {
 		w.probeFailing = pf
 		if pf != "" {
 			w.log.WithField("probe", pf).Warn("watchdog: the completion probe fails, not from load: check engine.model and the engine's API key and log")
-			w.notice("probe_failing", "PROBE FAILING: the completion probe gets "+pf+
-				"; not from load, so likely configuration (engine.model names a model the engine does not serve?); verdicts go on from the counters")
 		}
 	}
 	odd := strings.Join(v.Evidence.Odd, "; ")
+	if odd != "" {
+		c["engine_odd"] = "ODD, NOT RESTARTING: " + odd
+	}
 	if odd != w.odd {
 		w.odd = odd
 		if odd != "" {
 			w.log.WithField("odd", odd).Warn("watchdog: the engine serves but something is odd; not restarting")
-			w.notice("engine_odd", "ODD, NOT RESTARTING: "+odd)
 		}
 	}
+	var missing []string
+	for name, n := range w.missing {
+		if n >= acceptShapeAfter {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		c["metrics_missing"] = "engine metrics missing from /metrics: " + strings.Join(missing, ", ") + " (check engine.metrics)"
+	}
+	return c
 }
 
 func (w *Watchdog) notice(kind, text string) {

@@ -635,9 +635,11 @@ func TestCapacityAndTheRetryStormNotice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		notices := map[string][]string{}
+		conds := &condRecorder{}
 		r := newRig(t, nil, func(o *Options) {
 			o.MaxInFlight = 32
 			o.Notice = func(kind, text string) { mu.Lock(); notices[kind] = append(notices[kind], text); mu.Unlock() }
+			o.Conditions = conds
 		})
 		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 2, 8, 2340 })
 		r.start()
@@ -662,8 +664,14 @@ func TestCapacityAndTheRetryStormNotice(t *testing.T) {
 		if len(notices["retry_storm"]) != 1 || !strings.HasPrefix(notices["retry_storm"][0], "RETRY STORM: over 5m00s") {
 			t.Fatalf("retry-storm notices %q", notices["retry_storm"])
 		}
-		if len(notices["metrics_missing"]) != 1 || !strings.Contains(notices["metrics_missing"][0], "vllm:prefix_cache_queries_total") {
-			t.Fatalf("missing-metrics notices %q", notices["metrics_missing"])
+		// A missing metric is a standing condition, told every cycle; the
+		// pager decides when it has lasted long enough to page.
+		if len(notices["metrics_missing"]) != 0 {
+			t.Errorf("missing metrics told as a notice: %q", notices["metrics_missing"])
+		}
+		cycles, missing := conds.count("metrics_missing")
+		if cycles < 40 || missing < cycles-2 || !strings.Contains(conds.last()["metrics_missing"], "vllm:prefix_cache_queries_total") {
+			t.Fatalf("metrics_missing in %d of %d cycles' conditions; last %q", missing, cycles, conds.last())
 		}
 	})
 }
@@ -767,4 +775,37 @@ func TestADownWhileVigilRecoversIsMarkedAndNeverTheIncidentsState(t *testing.T) 
 			t.Fatal("the engine was never seen down")
 		}
 	})
+}
+
+// condRecorder records every cycle's conditions.
+type condRecorder struct {
+	mu     sync.Mutex
+	cycles []map[string]string
+}
+
+func (c *condRecorder) Conditions(_ time.Time, current map[string]string, _ bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cycles = append(c.cycles, current)
+}
+
+// count is how many cycles were told, and in how many topic was present.
+func (c *condRecorder) count(topic string) (cycles, present int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.cycles {
+		if _, ok := m[topic]; ok {
+			present++
+		}
+	}
+	return len(c.cycles), present
+}
+
+func (c *condRecorder) last() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cycles) == 0 {
+		return nil
+	}
+	return c.cycles[len(c.cycles)-1]
 }

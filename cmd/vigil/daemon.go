@@ -278,7 +278,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
 		Pager: d.fanout(), Recoverer: d.recovery, Store: d.store,
 		Log: log.WithField("part", "watchdog"), Registerer: d.registry,
-		OnCycle: d.onCycle, Notice: d.notice,
+		OnCycle: d.onCycle, Notice: d.notice, Conditions: d.pager,
 	}
 	if d.limiter != nil {
 		wo.Limiter = d.limiter
