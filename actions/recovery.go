@@ -1000,6 +1000,11 @@ func (r *Recovery) Outlook() *watchdog.Refusal {
 }
 
 func (r *Recovery) timeRefusal(eng EngineStatus) *watchdog.Refusal {
+	if _, none := r.o.Restarter.(NoRestart); none {
+		// Refused like a guard, so the host is drained and held (or left
+		// serving without a load balancer) and nothing is attempted.
+		return &watchdog.Refusal{Guard: watchdog.GuardNoRestarter, Reason: "restart.kind is none: nothing is configured to restart the engine"}
+	}
 	r.mu.Lock()
 	history := append(append([]time.Time(nil), r.j.History...), r.dryHistory...)
 	r.mu.Unlock()

@@ -317,6 +317,9 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 			m = p.render.resolve(v, inc, t, now)
 			head = m
 		}
+		if d.Kind != KindResolve {
+			p.st.Thread.Told = g
+		}
 		p.enqueueLocked(m)
 		if p.updHead && head.Kind != "" {
 			head.Incident = t.Incident
@@ -343,7 +346,9 @@ func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *watchdog.Re
 	if outlook == nil || t.Restarting || !t.RecoveryFrom.IsZero() {
 		return nil
 	}
-	return &refusalNote{Guard: outlook.Guard, Until: outlook.Until, Dry: p.dryRun}
+	// Without a load balancer a refusal always leaves the host serving,
+	// as the recovery's refused step will say.
+	return &refusalNote{Guard: outlook.Guard, Until: outlook.Until, Dry: p.dryRun, Serving: p.render.drain == ""}
 }
 
 // RecoveryStep queues a thread reply for one recovery step.

@@ -37,10 +37,10 @@ func DescribeRecovery(cfg configs.Config) string {
 	}
 	var s string
 	switch {
-	case restart == "" && drain == "":
-		s = "Will not restart: restart.kind is none, so a human must restart the engine. No load balancer is configured (load_balancer.kind none), so the host still takes traffic."
+	case restart == "" && cfg.Watchdog.DryRun:
+		return "Dry run, nothing is changed: " + manualIntent(refusalNote{Dry: true}, drain, restore)
 	case restart == "":
-		s = "Will drain " + drain + " and keep it out of rotation, then " + restore + " once the engine serves again. Will not restart: restart.kind is none, so a human must restart the engine."
+		return manualIntent(refusalNote{}, drain, restore)
 	case drain == "":
 		s = "Will " + restart + ". No load balancer is configured (load_balancer.kind none), so requests in flight are lost."
 	default:
@@ -70,6 +70,7 @@ var guardWords = map[watchdog.Guard]string{
 	watchdog.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
 	watchdog.GuardBudget:       "the restart budget is spent (restart.budget)",
 	watchdog.GuardPoolLock:     "another member of the pool is out of rotation",
+	watchdog.GuardNoRestarter:  "no restarter is configured (restart.kind none)",
 }
 
 // refusedIntent is what vigil will do about a hung or down engine while a
@@ -78,6 +79,9 @@ var guardWords = map[watchdog.Guard]string{
 // target ("" without a load balancer); serving says the drain was not
 // possible (pool guard, load balancer unreadable).
 func refusedIntent(g refusalNote, drain string, now time.Time) string {
+	if g.Guard == watchdog.GuardNoRestarter {
+		return manualIntent(g, drain, "")
+	}
 	why, ok := guardWords[g.Guard]
 	if !ok {
 		why = "a recovery guard refuses it"
@@ -98,4 +102,25 @@ func refusedIntent(g refusalNote, drain string, now time.Time) string {
 		s += " Holding " + drain + " out of rotation until the engine recovers or a restart is allowed."
 	}
 	return s
+}
+
+// manualIntent is what happens about a hung or down engine when nothing
+// is configured to restart it: nothing will be attempted, so the page
+// says what the operator must do, and no word of a restart to come.
+// restore says how traffic comes back ("": not known here).
+func manualIntent(g refusalNote, drain, restore string) string {
+	s := "No restarter is configured (restart.kind none): vigil leaves the engine as it is."
+	switch {
+	case drain == "":
+		s += " No load balancer is configured either, so the host still takes traffic."
+	case g.Serving:
+		s += " It cannot be taken out of rotation: the host still takes traffic."
+	case g.Dry:
+		s += " Dry run: would hold " + drain + " out of rotation."
+	case restore != "":
+		s += " Will drain " + drain + " and keep it out of rotation, then " + restore + " once the engine serves again."
+	default:
+		s += " Holding " + drain + " out of rotation; traffic comes back once the engine serves again."
+	}
+	return s + " To recover, restart the engine by hand (or set restart.kind); this incident resolves once it serves again."
 }

@@ -36,6 +36,10 @@ type thread struct {
 	// Refused is the guard refusing the restart now (from the recovery's
 	// steps), so later pages say what will really happen.
 	Refused *refusalNote `json:"refused,omitempty"`
+	// Told is the refusal the last head, change or update announced
+	// (from Refused or the recovery's outlook): a refused-guard step that
+	// says the same is not paged again.
+	Told *refusalNote `json:"told,omitempty"`
 	// Restarting: vigil is restarting the engine (from the "restarting"
 	// step until it is ready or the step failed); a DOWN verdict then is
 	// the restart, not a new failure.
@@ -248,6 +252,10 @@ func (p policy) step(t thread, s watchdog.Step) (thread, bool) {
 		return t, false
 	}
 	t.Guards = append(slices.Clip(t.Guards), key)
+	if told := t.Told; told != nil && told.Guard == s.Guard && told.Serving == s.Serving &&
+		told.Dry == s.DryRun && told.Until.Equal(s.Until) {
+		return t, false // the incident's last page said just this
+	}
 	return t, true
 }
 

@@ -392,7 +392,7 @@ func (r renderer) step(s watchdog.Step) Message {
 		fmt.Fprintf(&b, "; aborted %s in-flight requests", humanize.Count(float64(s.Dropped)))
 	}
 	b.WriteString(".")
-	if s.Name == watchdog.StepGuardRefused {
+	if s.Name == watchdog.StepGuardRefused && s.Guard != watchdog.GuardNoRestarter {
 		if s.Until.IsZero() {
 			b.WriteString(" It has no set time to lift.")
 		} else if s.Until.After(s.At) {

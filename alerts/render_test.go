@@ -229,9 +229,9 @@ func TestDescribeRecoveryNamesWhatVigilWillAndWillNotDo(t *testing.T) {
 		{"haproxy and docker", func(*configs.Config) {},
 			"Will drain vllm/node1 at HAProxy, restart container vllm, restore traffic gradually (10% → 100% over 2m)."},
 		{"no restarter means a human restarts", func(c *configs.Config) { c.Restart.Kind = "none" },
-			"Will drain vllm/node1 at HAProxy and keep it out of rotation, then restore traffic gradually (10% → 100% over 2m) once the engine serves again. Will not restart: restart.kind is none, so a human must restart the engine."},
+			"No restarter is configured (restart.kind none): vigil leaves the engine as it is. Will drain vllm/node1 at HAProxy and keep it out of rotation, then restore traffic gradually (10% → 100% over 2m) once the engine serves again. To recover, restart the engine by hand (or set restart.kind); this incident resolves once it serves again."},
 		{"neither restarter nor load balancer", func(c *configs.Config) { c.Restart.Kind, c.LoadBalancer.Kind = "none", "none" },
-			"Will not restart: restart.kind is none, so a human must restart the engine. No load balancer is configured (load_balancer.kind none), so the host still takes traffic."},
+			"No restarter is configured (restart.kind none): vigil leaves the engine as it is. No load balancer is configured either, so the host still takes traffic. To recover, restart the engine by hand (or set restart.kind); this incident resolves once it serves again."},
 		{"no drainer says requests are lost", func(c *configs.Config) {
 			c.LoadBalancer.Kind = "none"
 			c.Restart.Kind, c.Restart.Systemd.Unit = "systemd", "vllm.service"

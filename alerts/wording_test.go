@@ -2,9 +2,11 @@ package alerts
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/vigil-dev/vigil/actions"
@@ -317,5 +319,96 @@ func TestARetriedRestartCountsTheStallOnce(t *testing.T) {
 	// 12:02:40: one stall of 5m40s, whatever the attempts in between.
 	if !strings.Contains(resolve, "was HUNG for 5m40s;") {
 		t.Fatalf("resolve = %q, want the stall of 5m40s counted once", resolve)
+	}
+}
+
+// restart.kind none on a hung engine paged "restarting the engine:
+// restarting none…" then "recovery step failed", three times in 75 s, for
+// a restart that could never happen. Now one page says the engine is hung,
+// that no restarter is configured and what the operator must do; with a
+// load balancer the drain that really happens is paged too.
+func TestNoRestarterPagesWhatToDoAndNoRestart(t *testing.T) {
+	cases := []struct {
+		name    string
+		lb      string
+		pages   int
+		present []string
+	}{
+		{"no load balancer: one page", "none", 1, []string{
+			":red_circle: HUNG on node1", "No restarter is configured (restart.kind none)",
+			"the host still takes traffic", "restart the engine by hand"}},
+		{"HAProxy: the head and the drain", "haproxy", 2, []string{
+			":red_circle: HUNG on node1", "No restarter is configured (restart.kind none)",
+			"Holding vllm/node1 at HAProxy out of rotation", "restart the engine by hand", "drained at the load balancer"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := demoConfig()
+				cfg.Restart.Kind, cfg.LoadBalancer.Kind = "none", tc.lb
+				n := &memNotifier{}
+				var drainer actions.Drainer = actions.NoDrain{}
+				if tc.lb == "haproxy" {
+					drainer = fakeDrainer{}
+				}
+				restarter, err := actions.NewRestarter(cfg.Restart, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var rec *actions.Recovery
+				o := OptionsFromConfig(cfg)
+				o.Outlook = func() *watchdog.Refusal { return rec.Outlook() }
+				p := newTestPager(t, n, o)
+				rec, err = actions.NewRecovery(actions.RecoveryOptions{
+					LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
+					Drainer: drainer, Restarter: restarter,
+					Ready: func(context.Context) error { return errors.New("probe timed out after 90s") },
+					Store: state.Memory(), Reporter: p,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				inc := &watchdog.Incident{ID: "inc-none", Opened: time.Now(), State: watchdog.StateHung, Peak: watchdog.StateHung}
+				for range 20 { // 5 minutes of HUNG verdicts, asked for recovery as the watchdog asks
+					v := hung(time.Now())
+					v.Recovering = rec.Busy()
+					p.Observe(v, inc)
+					if !v.Recovering {
+						rec.Recover(ctx, *inc, v)
+					}
+					time.Sleep(15 * time.Second)
+				}
+				cancel()
+				rec.Wait()
+
+				runCtx, stop := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- p.Run(runCtx) }()
+				flush(t, p)
+				stop()
+				<-done
+
+				got := n.got()
+				var all []string
+				for _, m := range got {
+					all = append(all, m.Text)
+				}
+				text := strings.Join(all, "\n")
+				if len(got) != tc.pages {
+					t.Errorf("%d pages, want %d:\n%s", len(got), tc.pages, text)
+				}
+				for _, w := range tc.present {
+					if !strings.Contains(text, w) {
+						t.Errorf("pages lack %q:\n%s", w, text)
+					}
+				}
+				for _, w := range []string{"restarting", "restarted", "Will restart", "will restart", "step failed", "attempt", "retrying", "lifts"} {
+					if strings.Contains(text, w) {
+						t.Errorf("pages say %q with restart.kind none:\n%s", w, text)
+					}
+				}
+			})
+		})
 	}
 }

@@ -86,6 +86,9 @@ const (
 	// GuardCapacityFloor: fewer than min_serving other members would keep
 	// serving.
 	GuardCapacityFloor Guard = "capacity_floor"
+	// GuardNoRestarter: restart.kind is none, so nothing can restart the
+	// engine; it never lifts by itself.
+	GuardNoRestarter Guard = "no_restarter"
 )
 
 // Refusal is a guard's no: which guard, why in words, and when it lifts.
