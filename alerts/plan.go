@@ -22,10 +22,8 @@ func DescribeRecovery(cfg configs.Config) string {
 	drain := drainTarget(lb)
 	var restart, restore string
 	switch rs.Kind {
-	case "docker":
-		restart = "restart container " + rs.Docker.Container
-	case "systemd":
-		restart = "restart unit " + rs.Systemd.Unit
+	case "docker", "systemd":
+		restart = "restart " + restartTarget(rs)
 	case "command":
 		restart = "run the restart command"
 	}
@@ -124,3 +122,39 @@ func manualIntent(g refusalNote, drain, restore string) string {
 	}
 	return s + " To recover, restart the engine by hand (or set restart.kind); this incident resolves once it serves again."
 }
+
+// RecoveryPlan is what recovery would do with this config, for the status
+// page: the kinds, their targets, and DescribeRecovery's sentence.
+type RecoveryPlan struct {
+	Restart, RestartTarget    string
+	LoadBalancer, DrainTarget string
+	Summary                   string
+}
+
+// PlanFor describes cfg's recovery for the status page.
+func PlanFor(cfg configs.Config) RecoveryPlan {
+	rs := cfg.Restart
+	return RecoveryPlan{
+		Restart: rs.Kind, RestartTarget: restartTarget(rs),
+		LoadBalancer: cfg.LoadBalancer.Kind, DrainTarget: drainTarget(cfg.LoadBalancer),
+		Summary: DescribeRecovery(cfg),
+	}
+}
+
+// restartTarget names what restart.kind restarts ("container vllm"), or
+// "" when nothing is.
+func restartTarget(rs configs.Restart) string {
+	switch rs.Kind {
+	case "docker":
+		return "container " + rs.Docker.Container
+	case "systemd":
+		return "unit " + rs.Systemd.Unit
+	case "command":
+		return "restart.command"
+	}
+	return ""
+}
+
+// DisplayURL is the engine URL as pages and the status page show it,
+// without userinfo or query.
+func DisplayURL(raw string) string { return displayURL(raw) }

@@ -19,6 +19,9 @@ type Status struct {
 	// be a deliberate choice (e.g. behind a firewall that admits only the
 	// pool's peers).
 	AllowRemote bool `yaml:"allow_remote"`
+	// RunbookURL is linked from the status page: where the operator who
+	// opens it at 3 a.m. reads what to do ("" shows no link).
+	RunbookURL string `yaml:"runbook_url"`
 }
 
 // Pool lists peer vigils, so pages and diagnose show the whole pool and
@@ -97,6 +100,9 @@ func defaultPool() Pool {
 }
 
 func (s *Status) validate(v *validator) {
+	if s.RunbookURL != "" {
+		v.httpURL("status.runbook_url", s.RunbookURL)
+	}
 	if s.Listen == "" {
 		return // disabled
 	}

@@ -55,16 +55,15 @@ type pageDoc struct {
 			DrainEstimate   float64            `json:"drain_estimate_seconds"`
 		} `json:"evidence"`
 	} `json:"verdict"`
-	Incident *struct {
-		ID       string    `json:"id"`
-		Opened   time.Time `json:"opened"`
-		State    string    `json:"state"`
-		Peak     string    `json:"peak"`
-		Changed  time.Time `json:"changed"`
-		Resolved time.Time `json:"resolved"`
-	} `json:"incident"`
-	Recovery *struct {
+	Engine       string       `json:"engine"`
+	Started      time.Time    `json:"started"`
+	Plan         *Plan        `json:"plan"`
+	RunbookURL   string       `json:"runbook_url"`
+	Incident     *incidentDoc `json:"incident"`
+	LastIncident *incidentDoc `json:"last_incident"`
+	Recovery     *struct {
 		Active           bool      `json:"active"`
+		Incident         string    `json:"incident"`
 		Step             string    `json:"step"`
 		StepAt           time.Time `json:"step_at"`
 		Drained          bool      `json:"drained"`
@@ -109,6 +108,16 @@ type pageDoc struct {
 	} `json:"pool"`
 }
 
+// incidentDoc is an incident as the page reads it (watchdog.Incident).
+type incidentDoc struct {
+	ID       string    `json:"id"`
+	Opened   time.Time `json:"opened"`
+	State    string    `json:"state"`
+	Peak     string    `json:"peak"`
+	Changed  time.Time `json:"changed"`
+	Resolved time.Time `json:"resolved"`
+}
+
 // pageData is what the template sees: the document plus what is worked
 // out from it (ages relative to the snapshot, rejections in order).
 type pageData struct {
@@ -122,6 +131,18 @@ type pageData struct {
 	// PoolKnown: the document has a pool (listed peers or etcd members),
 	// even if no other member is in it right now.
 	PoolKnown bool
+	// Uptime is how long this vigil has run ("" when unknown).
+	Uptime string
+	// LastLasted is how long the last incident lasted.
+	LastLasted string
+	// RecoveryCurrent: the recovery's step and error belong to what is
+	// going on now (a recovery running, a host held drained, or the open
+	// incident's recovery). Once its incident resolved they are history,
+	// and a red "failed" under a green HEALTHY would say otherwise.
+	RecoveryCurrent bool
+	// NoRestarter: restart.kind is none, so the page says nothing of
+	// restarts, budgets or next attempts.
+	NoRestarter bool
 }
 
 type kv struct {
@@ -173,6 +194,16 @@ func renderPage(snap Snapshot) ([]byte, error) {
 		if d.Verdict.Evidence != nil {
 			d.Heartbeats = sortedKV(d.Verdict.Evidence.Heartbeats)
 		}
+	}
+	if !d.Started.IsZero() && !at.Before(d.Started) {
+		d.Uptime = humanize.Rough(at.Sub(d.Started))
+	}
+	if l := d.LastIncident; l != nil && !l.Resolved.IsZero() && l.Resolved.After(l.Opened) {
+		d.LastLasted = humanize.Rough(l.Resolved.Sub(l.Opened))
+	}
+	d.NoRestarter = d.Plan != nil && d.Plan.Restart == "none"
+	if r := d.Recovery; r != nil {
+		d.RecoveryCurrent = r.Active || r.Drained || (d.Incident != nil && r.Incident != "" && r.Incident == d.Incident.ID)
 	}
 	if d.Limiter != nil {
 		for k, v := range d.Limiter.Rejected {
@@ -232,6 +263,7 @@ body{font:15px/1.45 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d23
 header{padding:14px 24px;background:#1d2330;color:#fff;display:flex;gap:18px;align-items:baseline;flex-wrap:wrap}
 header h1{font-size:20px;margin:0}
 header .meta{color:#b9c0cf;font-size:13px}
+header a{color:#9cc3ff}
 main{padding:16px 24px;display:grid;grid-template-columns:repeat(auto-fit,minmax(380px,1fr));gap:16px}
 section{background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:12px 16px}
 section.wide{grid-column:1/-1}
@@ -253,7 +285,7 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 <body>
 <header>
 <h1>vigil · {{.Node}}</h1>
-<span class="meta">{{.At.Format "2006-01-02 15:04:05 MST"}}{{with .Version}} · vigil {{.}}{{end}} · refreshes every {{.Refresh}}s</span>
+<span class="meta">{{with .Engine}}engine <span class="engine">{{.}}</span> · {{end}}{{.At.Format "2006-01-02 15:04:05 MST"}}{{with .Version}} · vigil {{.}}{{end}}{{with .Uptime}} · up {{.}}{{end}} · refreshes every {{.Refresh}}s{{with .RunbookURL}} · <a class="runbook" href="{{.}}">runbook</a>{{end}}</span>
 {{if .DryRun}}<span class="badge">DRY RUN: logs and pages only</span>{{end}}
 </header>
 <main>
@@ -281,11 +313,13 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 {{with .Incident}}<tr><th>open incident</th><td>{{.ID}}</td></tr>
 <tr><th>opened</th><td>{{call $.Age .Opened}} as {{upper .State}} (peak {{upper .Peak}})</td></tr>
 {{else}}<tr><th>open incident</th><td class="none">none</td></tr>
-{{end}}{{with .Recovery}}<tr><th>recovery step</th><td>{{if .Step}}{{.Step}} ({{call $.Age .StepAt}}){{else}}<span class="none">idle</span>{{end}}{{if .Active}} · running{{end}}</td></tr>
+{{end}}{{with .LastIncident}}<tr><th>last incident</th><td>{{.ID}}: {{upper .Peak}}, resolved {{call $.Age .Resolved}}{{with $.LastLasted}} after {{.}}{{end}}</td></tr>
+{{end}}{{with .Plan}}<tr><th>recovery would</th><td class="plan">restart: {{.Restart}}{{with .RestartTarget}} ({{.}}){{end}} · load balancer: {{.LoadBalancer}}{{with .DrainTarget}} ({{.}}){{end}}{{with .Summary}}<br>{{.}}{{end}}</td></tr>
+{{end}}{{with .Recovery}}<tr><th>recovery step</th><td>{{if and $.RecoveryCurrent .Step}}{{.Step}} ({{call $.Age .StepAt}}){{else}}<span class="none">idle</span>{{end}}{{if .Active}} · running{{end}}</td></tr>
 <tr><th>drained by vigil</th><td{{if .Drained}} class="warn"{{end}}>{{if .Drained}}yes{{else}}no{{end}}</td></tr>
-<tr><th>restarts</th><td class="n">{{.RestartsInWindow}} of {{.Budget}} in {{.BudgetWindow}}{{if not .LastRestart.IsZero}}, last {{call $.Age .LastRestart}}{{end}}</td></tr>
-{{if not .NextAttempt.IsZero}}<tr><th>next attempt</th><td>{{call $.Age .NextAttempt}}</td></tr>{{end}}
-{{if .LastError}}<tr><th>last error</th><td class="warn">{{.LastError}}</td></tr>{{end}}
+{{if not $.NoRestarter}}<tr><th>restarts</th><td class="n">{{.RestartsInWindow}} of {{.Budget}} in {{.BudgetWindow}}{{if not .LastRestart.IsZero}}, last {{call $.Age .LastRestart}}{{end}}</td></tr>
+{{if and $.RecoveryCurrent (not .NextAttempt.IsZero)}}<tr><th>next attempt</th><td>{{call $.Age .NextAttempt}}</td></tr>{{end}}
+{{end}}{{if and $.RecoveryCurrent .LastError}}<tr><th>last error</th><td class="warn">{{.LastError}}</td></tr>{{end}}
 {{end}}</table>
 </section>
 <section>

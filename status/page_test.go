@@ -46,6 +46,42 @@ func hungSnapshot() Snapshot {
 			Rejected: map[string]uint64{admission.ReasonRecovering: 312, admission.ReasonQueueFull: 0}},
 		Pool: []pool.Member{{Node: "gpu-node-08", State: "saturated", Waiting: 31, Running: 64},
 			{Node: "gpu-node-09", Err: "dial tcp 10.0.0.9:9108: connection refused"}},
+		Engine: "http://127.0.0.1:8000", Started: at.Add(-(3*time.Hour + 12*time.Minute)),
+		Plan: &Plan{Restart: "docker", RestartTarget: "container vllm", LoadBalancer: "haproxy", DrainTarget: "vllm/node1 at HAProxy",
+			Summary: "Will drain vllm/node1 at HAProxy, restart container vllm, restore traffic gradually (10% → 100% over 2m)."},
+		RunbookURL: "https://wiki.example.com/runbooks/vigil#hung",
+		LastIncident: &watchdog.Incident{ID: "gpu-node-07-20250601T081500Z-2", Opened: at.Add(-4 * time.Hour), Peak: watchdog.StateSaturated,
+			State: watchdog.StateHealthy, Resolved: at.Add(-4*time.Hour + 25*time.Minute)},
+	}
+}
+
+// noRestarterSnapshot: restart.kind none and no load balancer, the engine
+// hung, the recovery refusing with a backoff it will never use.
+func noRestarterSnapshot() Snapshot {
+	at := t0
+	return Snapshot{
+		Node: "gpu-node-03", At: at, Engine: "http://127.0.0.1:8000", Started: at.Add(-time.Hour),
+		Verdict:  watchdog.Verdict{State: watchdog.StateHung, At: at, Reason: "HUNG: no progress for 3m05s with 12 waiting, 6 running"},
+		Incident: &watchdog.Incident{ID: "inc-none", Opened: at.Add(-time.Minute), State: watchdog.StateHung, Peak: watchdog.StateHung},
+		Recovery: actions.Snapshot{Incident: "inc-none", Step: watchdog.StepGuardRefused, StepAt: at.Add(-4 * time.Second),
+			Budget: 3, BudgetWindow: "1h0m0s", NextAttempt: at.Add(19 * time.Second)},
+		Plan: &Plan{Restart: "none", LoadBalancer: "none",
+			Summary: "No restarter is configured (restart.kind none): vigil leaves the engine as it is. No load balancer is configured either, so the host still takes traffic. To recover, restart the engine by hand (or set restart.kind); this incident resolves once it serves again."},
+	}
+}
+
+// recoveredSnapshot: healthy again after an incident whose recovery
+// failed a step before the engine came back by other means.
+func recoveredSnapshot() Snapshot {
+	at := t0
+	return Snapshot{
+		Node: "gpu-node-04", At: at,
+		Verdict: watchdog.Verdict{State: watchdog.StateHealthy, At: at, Reason: "HEALTHY: 2,340 tok/s"},
+		Recovery: actions.Snapshot{Incident: "inc-old", Step: watchdog.StepFailed, StepAt: at.Add(-10 * time.Minute),
+			Budget: 3, BudgetWindow: "1h0m0s", RestartsInWindow: 1, LastRestart: at.Add(-12 * time.Minute),
+			NextAttempt: at.Add(-5 * time.Minute), LastError: "engine not ready 20m after the restart"},
+		LastIncident: &watchdog.Incident{ID: "inc-old", Opened: at.Add(-15 * time.Minute), Peak: watchdog.StateHung,
+			State: watchdog.StateHealthy, Resolved: at.Add(-2 * time.Minute)},
 	}
 }
 
@@ -85,6 +121,20 @@ func TestRenderPage(t *testing.T) {
 			"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;b&gt;broken&lt;/b&gt;", `class="state unknown"`,
 		}, []string{"<script>", "<b>broken"}},
 		{"no verdict yet", Snapshot{Node: "n", At: t0}, []string{"No verdict yet"}, nil},
+		{"it says what it watches and would do, since when, and where the runbook is", hungSnapshot(), []string{
+			`engine <span class="engine">http://127.0.0.1:8000</span>`, "up 3h12m",
+			`<a class="runbook" href="https://wiki.example.com/runbooks/vigil#hung">runbook</a>`,
+			"restart: docker (container vllm) · load balancer: haproxy (vllm/node1 at HAProxy)",
+			"Will drain vllm/node1 at HAProxy, restart container vllm",
+			"last incident</th><td>gpu-node-07-20250601T081500Z-2: SATURATED, resolved 3h35m ago after 25m",
+		}, nil},
+		{"restart.kind none: no restart words", noRestarterSnapshot(), []string{
+			"restart: none · load balancer: none", "No restarter is configured (restart.kind none)", "restart the engine by hand",
+		}, []string{"restarts", "of 3", "next attempt", "in 19s", "restarting", "Will restart", "runbook"}},
+		{"after a recovery, the failed step and its error are history", recoveredSnapshot(), []string{
+			`class="state ok">HEALTHY<`, `recovery step</th><td><span class="none">idle</span>`, "last incident</th><td>inc-old: HUNG, resolved 2m00s ago after 13m",
+			"1 of 3 in 1h0m0s",
+		}, []string{"last error", "engine not ready", "failed", "next attempt", "5m00s ago</td>"}},
 		{"a pool with no other member found", Snapshot{Node: "n", At: t0, Pool: []struct{}{}},
 			[]string{"No other member found: none listed in pool.peers, none registered in etcd."},
 			[]string{"No peers configured"}},
@@ -145,51 +195,15 @@ func TestPageRoute(t *testing.T) {
 // chromium the test skips, except under CI=true, where test.sh installs
 // it and a skip would hide a broken page.
 func TestPageScreenshot(t *testing.T) {
-	chromium := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			chromium = p
-			break
-		}
-	}
-	if chromium == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not installed (apt-get install chromium); CI=true requires this test to run")
-		}
-		t.Skip("chromium not installed")
-	}
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := New(Options{Listen: ln.Addr().String(), Snapshot: hungSnapshot})
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	})
-
+	chromium := findChromium(t)
+	addr := serveSnapshot(t, hungSnapshot)
 	dir := t.TempDir()
 	shot := filepath.Join(dir, "page.png")
-	runCtx, stop := context.WithTimeout(context.Background(), 60*time.Second)
-	defer stop()
 	const width, height = 1280, 900
-	cmd := exec.CommandContext(runCtx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
-		"--no-first-run", "--disable-extensions", "--hide-scrollbars", "--user-data-dir="+filepath.Join(dir, "profile"),
-		"--window-size=1280,900", "--screenshot="+shot, "http://"+ln.Addr().String()+"/")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, out.String())
-	}
+	out := runChromium(t, chromium, dir, "--hide-scrollbars", "--window-size=1280,900", "--screenshot="+shot, "http://"+addr+"/")
 	f, err := os.Open(shot)
 	if err != nil {
-		t.Fatalf("no screenshot: %v\n%s", err, out.String())
+		t.Fatalf("no screenshot: %v\n%s", err, out)
 	}
 	defer f.Close()
 	img, err := png.Decode(f)
@@ -213,6 +227,124 @@ func TestPageScreenshot(t *testing.T) {
 	if dst := os.Getenv("VIGIL_SCREENSHOT_OUT"); dst != "" {
 		copyFile(t, shot, dst)
 	}
+}
+
+// What the operator must see first, read from the DOM headless Chromium
+// rendered: the engine, what recovery would do, vigil's uptime, the last
+// incident and the runbook link; and with restart.kind none, no word of
+// restarts to come, and no stale error under a green HEALTHY.
+func TestPageInChromiumSaysWhatRecoveryWouldDo(t *testing.T) {
+	chromium := findChromium(t)
+	cases := []struct {
+		name    string
+		snap    func() Snapshot
+		want    []string
+		notWant []string
+	}{
+		{"a hung engine mid-recovery", hungSnapshot, []string{
+			"engine http://127.0.0.1:8000", "up 3h12m", `href="https://wiki.example.com/runbooks/vigil#hung"`, ">runbook</a>",
+			"recovery would", "restart: docker (container vllm) · load balancer: haproxy (vllm/node1 at HAProxy)",
+			"last incident", "gpu-node-07-20250601T081500Z-2: SATURATED",
+		}, nil},
+		{"restart.kind none", noRestarterSnapshot, []string{
+			"restart: none · load balancer: none", "restart the engine by hand",
+		}, []string{"restarts", "next attempt", "restarting", "Will restart"}},
+		{"after a recovery", recoveredSnapshot, []string{"HEALTHY", "idle", "inc-old: HUNG"},
+			[]string{"last error", "engine not ready", "failed"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := serveSnapshot(t, tc.snap)
+			dom := runChromium(t, chromium, t.TempDir(), "--dump-dom", "http://"+addr+"/")
+			if !strings.Contains(dom, "</html>") {
+				t.Fatalf("chromium printed no page:\n%s", dom)
+			}
+			text := tagless(dom)
+			for _, w := range tc.want {
+				if !strings.Contains(dom, w) && !strings.Contains(text, w) {
+					t.Errorf("rendered page lacks %q:\n%s", w, text)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(text, w) {
+					t.Errorf("rendered page says %q:\n%s", w, text)
+				}
+			}
+		})
+	}
+}
+
+// tagless is the page's text with its tags and repeated spaces removed.
+func tagless(dom string) string {
+	var b strings.Builder
+	in := false
+	for _, r := range dom {
+		switch {
+		case r == '<':
+			in = true
+		case r == '>':
+			in = false
+			b.WriteByte(' ')
+		case !in:
+			b.WriteRune(r)
+		}
+	}
+	return strings.Join(strings.Fields(strings.NewReplacer("&amp;", "&", "&lt;", "<", "&gt;", ">").Replace(b.String())), " ")
+}
+
+// findChromium is the headless browser's path. Without one the test
+// skips, except under CI=true, where test.sh installs it and a skip would
+// hide a broken page.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed (apt-get install chromium); CI=true requires this test to run")
+	}
+	t.Skip("chromium not installed")
+	return ""
+}
+
+// serveSnapshot serves the status endpoints for snap on a loopback port
+// until the test ends, and returns its address.
+func serveSnapshot(t *testing.T, snap func() Snapshot) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := New(Options{Listen: ln.Addr().String(), Snapshot: snap})
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// runChromium runs headless Chromium with args, a fresh profile in dir
+// and nothing fetched but the page, and returns what it printed.
+func runChromium(t *testing.T, chromium, dir string, args ...string) string {
+	t.Helper()
+	ctx, stop := context.WithTimeout(context.Background(), 60*time.Second)
+	defer stop()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+		"--no-first-run", "--disable-extensions", "--user-data-dir=" + filepath.Join(dir, "profile")}
+	cmd := exec.CommandContext(ctx, chromium, append(base, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s\n%s", err, out.String(), errOut.String())
+	}
+	return out.String()
 }
 
 // census counts distinct colours and pixels of the "bad" badge colour.

@@ -34,14 +34,24 @@ type Snapshot struct {
 	Version string    `json:"version,omitempty"`
 	At      time.Time `json:"at"`
 	// DryRun: vigil only logs and pages what it would do.
-	DryRun    bool `json:"dry_run,omitempty"`
-	Verdict   any  `json:"verdict,omitempty"`
-	Incident  any  `json:"incident,omitempty"`
-	Recovery  any  `json:"recovery,omitempty"`
-	Limiter   any  `json:"limiter,omitempty"`
-	Overrides any  `json:"overrides,omitempty"`
-	Capacity  any  `json:"capacity,omitempty"`
-	Pool      any  `json:"pool,omitempty"`
+	DryRun bool `json:"dry_run,omitempty"`
+	// Engine is the engine's URL as pages show it (no credentials).
+	Engine string `json:"engine,omitempty"`
+	// Started is when this vigil started, for its uptime.
+	Started time.Time `json:"started,omitzero"`
+	// Plan is what vigil does about a hung or down engine, as configured.
+	Plan *Plan `json:"plan,omitempty"`
+	// LastIncident is the last incident that resolved.
+	LastIncident any `json:"last_incident,omitempty"`
+	// RunbookURL is status.runbook_url, linked from the page.
+	RunbookURL string `json:"runbook_url,omitempty"`
+	Verdict    any    `json:"verdict,omitempty"`
+	Incident   any    `json:"incident,omitempty"`
+	Recovery   any    `json:"recovery,omitempty"`
+	Limiter    any    `json:"limiter,omitempty"`
+	Overrides  any    `json:"overrides,omitempty"`
+	Capacity   any    `json:"capacity,omitempty"`
+	Pool       any    `json:"pool,omitempty"`
 	// Routing is the share of keyed retries that found their execution
 	// here (pool.AffinityReport): low when the load balancer is not
 	// key-affine.
@@ -49,6 +59,22 @@ type Snapshot struct {
 	// Config is the configuration in force (effective values, secrets
 	// redacted), which after a reload may differ from the file.
 	Config any `json:"config,omitempty"`
+}
+
+// Plan is what recovery would do, from the config: the kinds an operator
+// checks first, their targets, and the sentence the pages use.
+type Plan struct {
+	// Restart is restart.kind (docker, systemd, command or none);
+	// RestartTarget what it restarts ("container vllm").
+	Restart       string `json:"restart"`
+	RestartTarget string `json:"restart_target,omitempty"`
+	// LoadBalancer is load_balancer.kind (haproxy, http or none);
+	// DrainTarget what a drain takes out of rotation.
+	LoadBalancer string `json:"load_balancer"`
+	DrainTarget  string `json:"drain_target,omitempty"`
+	// Summary is what vigil will and will not do, in one or two
+	// sentences (alerts.DescribeRecovery).
+	Summary string `json:"summary,omitempty"`
 }
 
 // Overrides is the override manager as the API needs it

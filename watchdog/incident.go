@@ -27,6 +27,9 @@ func severity(s State) int {
 type tracker struct {
 	// Open is the incident in progress (nil when none).
 	Open *Incident `json:"incident,omitempty"`
+	// Last is the last incident that resolved (nil before the first), for
+	// the status page.
+	Last *Incident `json:"last_incident,omitempty"`
 	// Seq numbers incidents so IDs stay unique within one second.
 	Seq int `json:"incident_seq"`
 	// UnknownSince is the first of the current run of unknown verdicts.
@@ -117,7 +120,7 @@ func (t *tracker) observe(v Verdict, busy bool, unknownAfter, calm time.Duration
 		t.CalmSince = time.Time{}
 		t.Open.State, t.Open.Resolved = StateHealthy, v.At
 		c := *t.Open
-		t.Open = nil
+		t.Open, t.Last = nil, &c
 		return &c, false, true
 	case t.Open.State != v.State:
 		t.Open.State, t.Open.Changed = v.State, v.At

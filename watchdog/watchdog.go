@@ -235,6 +235,18 @@ func (w *Watchdog) Current() (Verdict, *Incident) {
 	return w.current, &c
 }
 
+// LastIncident is the last incident that resolved (nil before the first),
+// kept across vigil's restarts with the rest of the state.
+func (w *Watchdog) LastIncident() *Incident {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tracker.Last == nil {
+		return nil
+	}
+	c := *w.tracker.Last
+	return &c
+}
+
 // Cycle runs one sampling cycle and returns its verdict. Run calls it every
 // interval; calls are serialized.
 func (w *Watchdog) Cycle(ctx context.Context) Verdict {

@@ -477,6 +477,9 @@ func TestIncidentStateMachine(t *testing.T) {
 	if inc, _, resolved := step(5, StateHealthy, true); resolved || !inc.Open() {
 		t.Fatalf("resolved while busy: %+v", inc)
 	}
+	if tr.Last != nil {
+		t.Fatalf("a last incident before any resolved: %+v", tr.Last)
+	}
 	inc, _, resolved := step(6, StateHealthy, false)
 	if !resolved || inc.Open() || !inc.Resolved.Equal(at(6)) {
 		t.Fatalf("not resolved: %+v", inc)
@@ -484,6 +487,10 @@ func TestIncidentStateMachine(t *testing.T) {
 	inc, opened, _ = step(7, StateDown, false)
 	if !opened || inc.ID != "20260301T030700Z-2" {
 		t.Fatalf("second incident: %+v", inc)
+	}
+	// The status page shows the last resolved incident beside the open one.
+	if l := tr.Last; l == nil || l.ID != "20260301T030200Z-1" || l.Peak != StateHung || !l.Resolved.Equal(at(6)) {
+		t.Fatalf("last incident %+v", l)
 	}
 }
 

@@ -174,13 +174,16 @@ type daemon struct {
 	reloadMu sync.Mutex
 	loadedAt time.Time
 	pending  []string // keys whose file value waits for a restart
+
+	// started is when this vigil started, for the status page's uptime.
+	started time.Time
 }
 
 // newDaemon builds and wires every part and binds the listeners; nothing
 // runs until run. Any part that cannot start is an error naming its
 // setting, and whatever was built is released.
 func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o daemonOptions) (_ *daemon, err error) {
-	d := &daemon{log: log, cfg: cfg, registry: o.Registry, loadedAt: time.Now(), onCycleFn: o.OnCycle}
+	d := &daemon{log: log, cfg: cfg, registry: o.Registry, loadedAt: time.Now(), started: time.Now(), onCycleFn: o.OnCycle}
 	defer func() {
 		if err != nil {
 			d.release()

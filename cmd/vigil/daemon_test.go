@@ -114,7 +114,7 @@ func getBody(t *testing.T, url string) string {
 
 func TestTheDaemonServesStatusAndMetrics(t *testing.T) {
 	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL()))
+	td := startDaemon(t, daemonConfig(t, s.URL())+"  runbook_url: https://wiki.example.com/runbooks/vigil\n")
 	// Traffic through the limiter, so its counters move.
 	for range 3 {
 		req, _ := newPost(context.Background(), td.proxyURL+"/v1/completions", `{"prompt":"hi","max_tokens":3}`)
@@ -132,16 +132,32 @@ func TestTheDaemonServesStatusAndMetrics(t *testing.T) {
 			State    string          `json:"state"`
 			Evidence json.RawMessage `json:"evidence"`
 		} `json:"verdict"`
-		Recovery  map[string]any `json:"recovery"`
-		Limiter   map[string]any `json:"limiter"`
-		Capacity  map[string]any `json:"capacity"`
-		Overrides []any          `json:"overrides"`
+		Recovery   map[string]any `json:"recovery"`
+		Limiter    map[string]any `json:"limiter"`
+		Capacity   map[string]any `json:"capacity"`
+		Overrides  []any          `json:"overrides"`
+		Engine     string         `json:"engine"`
+		Started    time.Time      `json:"started"`
+		RunbookURL string         `json:"runbook_url"`
+		Plan       struct {
+			Restart      string `json:"restart"`
+			LoadBalancer string `json:"load_balancer"`
+			Summary      string `json:"summary"`
+		} `json:"plan"`
 	}
 	if err := json.Unmarshal([]byte(getBody(t, td.statusURL+"/status")), &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.Node != "test-node" || st.Verdict.State != "healthy" || st.Recovery == nil || st.Limiter == nil || st.Capacity == nil {
 		t.Fatalf("/status lacks what an operator reads: %+v", st)
+	}
+	if st.Engine != s.URL() || st.Started.IsZero() || st.RunbookURL != "https://wiki.example.com/runbooks/vigil" ||
+		st.Plan.Restart != "none" || st.Plan.LoadBalancer != "none" || !strings.Contains(st.Plan.Summary, "restart the engine by hand") {
+		t.Errorf("/status lacks what this vigil watches and would do: engine %q, started %v, runbook %q, plan %+v",
+			st.Engine, st.Started, st.RunbookURL, st.Plan)
+	}
+	if page := getBody(t, td.statusURL+"/"); !strings.Contains(page, `href="https://wiki.example.com/runbooks/vigil"`) {
+		t.Errorf("the status page has no runbook link")
 	}
 	if calls, _ := st.Limiter["calls"].(float64); calls < 3 {
 		t.Fatalf("/status limiter calls = %v, want >= 3", st.Limiter["calls"])

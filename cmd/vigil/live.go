@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/vigil-dev/vigil/alerts"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool"
@@ -78,13 +79,20 @@ func (d *daemon) snapshot() status.Snapshot {
 	cfg := d.config()
 	v, inc := d.watchdog.Current()
 	active := d.overrides.List()
+	plan := alerts.PlanFor(*cfg)
 	s := status.Snapshot{
 		Node: cfg.Node, Version: version, At: time.Now(), DryRun: cfg.Watchdog.DryRun,
+		Engine: alerts.DisplayURL(cfg.Engine.URL), Started: d.started, RunbookURL: cfg.Status.RunbookURL,
+		Plan: &status.Plan{Restart: plan.Restart, RestartTarget: plan.RestartTarget,
+			LoadBalancer: plan.LoadBalancer, DrainTarget: plan.DrainTarget, Summary: plan.Summary},
 		Verdict: v, Recovery: d.recovery.Snapshot(), Overrides: active,
 		Capacity: d.watchdog.Capacity(), Config: d.configView(active),
 	}
 	if inc != nil {
 		s.Incident = inc
+	}
+	if last := d.watchdog.LastIncident(); last != nil {
+		s.LastIncident = last
 	}
 	if d.limiter != nil {
 		s.Limiter = d.limiter.Stats()
@@ -234,6 +242,9 @@ func (d *daemon) liveKey(key string, cur *configs.Config) (apply func(next *conf
 			d.updateThresholds(func(th *watchdog.Thresholds) { th.ProbeSLO = next.Watchdog.ProbeSLO })
 			return nil, nil
 		}, true
+	case "status.runbook_url":
+		// The status page reads the config in force at every request.
+		return func(*configs.Config) (*overrides.Active, error) { return nil, nil }, true
 	case "watchdog.down_after":
 		return func(next *configs.Config) (*overrides.Active, error) {
 			d.updateThresholds(func(th *watchdog.Thresholds) { th.DownAfter = next.Watchdog.DownAfter })
