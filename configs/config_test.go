@@ -68,6 +68,7 @@ var invalidCases = []struct {
 	{"admission-client-timeouts", `admission.client_timeouts[0].path (line 3): must be a request path starting with /, ` +
 		`e.g. /v1/chat/completions; got "v1/completions"`},
 	{"admission-stream-queue-wait", "admission.stream_queue_wait (line 2): must be >= 0 (0 = ttft_target less the engine's time to first token, or 10s without a target)"},
+	{"status-runbook-credentials", "status.runbook_url (line 4): must not carry credentials (user:password@): the status page shows it"},
 	{"status-runbook", `status.runbook_url (line 4): must be an http(s) URL, got "wiki/vllm-hung"`},
 	{"status-remote", "status.listen (line 4): 0.0.0.0:9108 is not a loopback address: " +
 		"the override API changes limits without authentication; bind it to 127.0.0.1 or set status.allow_remote: true"},

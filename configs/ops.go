@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -102,6 +103,10 @@ func defaultPool() Pool {
 func (s *Status) validate(v *validator) {
 	if s.RunbookURL != "" {
 		v.httpURL("status.runbook_url", s.RunbookURL)
+		// The page shows the link to whoever opens it.
+		if u, err := url.Parse(s.RunbookURL); err == nil && u.User != nil {
+			v.errorf("status.runbook_url", "must not carry credentials (user:password@): the status page shows it")
+		}
 	}
 	if s.Listen == "" {
 		return // disabled
