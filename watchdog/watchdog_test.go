@@ -786,14 +786,29 @@ func TestADownWhileVigilRecoversIsMarkedAndNeverTheIncidentsState(t *testing.T) 
 
 // condRecorder records every cycle's conditions.
 type condRecorder struct {
-	mu     sync.Mutex
-	cycles []map[string]string
+	mu         sync.Mutex
+	cycles     []map[string]string
+	recovering []bool
 }
 
-func (c *condRecorder) Conditions(_ time.Time, current map[string]string, _ bool) {
+func (c *condRecorder) Conditions(_ time.Time, current map[string]string, recovering bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cycles = append(c.cycles, current)
+	c.recovering = append(c.recovering, recovering)
+}
+
+// recoveringCycles counts the cycles told as vigil's own recovery.
+func (c *condRecorder) recoveringCycles() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.recovering {
+		if r {
+			n++
+		}
+	}
+	return n
 }
 
 // count is how many cycles were told, and in how many topic was present.
@@ -815,4 +830,30 @@ func (c *condRecorder) last() map[string]string {
 		return nil
 	}
 	return c.cycles[len(c.cycles)-1]
+}
+
+// What the probes see while vigil restarts the engine (a refused
+// /v1/models) is vigil's doing: the pager is told those cycles are the
+// recovery's, so it never pages them as odd.
+func TestConditionsDuringVigilsOwnRecoveryAreMarked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		conds := &condRecorder{}
+		r := newRig(t, nil, func(o *Options) { o.Conditions = conds })
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 40, 8, 900 })
+		r.start()
+		time.Sleep(2 * time.Minute)
+		if n := conds.recoveringCycles(); n != 0 {
+			t.Fatalf("%d cycles told as recovering before any recovery", n)
+		}
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(5 * time.Minute) // hung after hang_after, then the recoverer is busy for 10m
+		r.stop()
+		if r.rec.count() != 1 {
+			t.Fatalf("recoveries asked %d, want 1", r.rec.count())
+		}
+		cycles, _ := conds.count("")
+		if n := conds.recoveringCycles(); n < 4 || n >= cycles {
+			t.Fatalf("%d of %d cycles told as recovering, want those after the recovery began", n, cycles)
+		}
+	})
 }
