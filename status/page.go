@@ -318,7 +318,7 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 {{end}}{{with .Recovery}}<tr><th>recovery step</th><td>{{if and $.RecoveryCurrent .Step}}{{.Step}} ({{call $.Age .StepAt}}){{else}}<span class="none">idle</span>{{end}}{{if .Active}} · running{{end}}</td></tr>
 <tr><th>drained by vigil</th><td{{if .Drained}} class="warn"{{end}}>{{if .Drained}}yes{{else}}no{{end}}</td></tr>
 {{if not $.NoRestarter}}<tr><th>restarts</th><td class="n">{{.RestartsInWindow}} of {{.Budget}} in {{.BudgetWindow}}{{if not .LastRestart.IsZero}}, last {{call $.Age .LastRestart}}{{end}}</td></tr>
-{{if and $.RecoveryCurrent (not .NextAttempt.IsZero)}}<tr><th>next attempt</th><td>{{call $.Age .NextAttempt}}</td></tr>{{end}}
+{{if and $.RecoveryCurrent (not .NextAttempt.IsZero)}}<tr><th>next attempt</th><td>{{if .NextAttempt.After $.At}}{{call $.Age .NextAttempt}}{{else}}due: at the next verdict that needs it{{end}}</td></tr>{{end}}
 {{end}}{{if and $.RecoveryCurrent .LastError}}<tr><th>last error</th><td class="warn">{{.LastError}}</td></tr>{{end}}
 {{end}}</table>
 </section>

@@ -131,6 +131,13 @@ func TestRenderPage(t *testing.T) {
 		{"restart.kind none: no restart words", noRestarterSnapshot(), []string{
 			"restart: none · load balancer: none", "No restarter is configured (restart.kind none)", "restart the engine by hand",
 		}, []string{"restarts", "of 3", "next attempt", "in 19s", "restarting", "Will restart", "runbook"}},
+		{"a next attempt whose time has passed is due, not hours ago", func() Snapshot {
+			s := hungSnapshot()
+			r := s.Recovery.(actions.Snapshot)
+			r.NextAttempt = t0.Add(-4700 * time.Millisecond)
+			s.Recovery = r
+			return s
+		}(), []string{"next attempt</th><td>due: at the next verdict that needs it"}, []string{"4.7s ago"}},
 		{"after a recovery, the failed step and its error are history", recoveredSnapshot(), []string{
 			`class="state ok">HEALTHY<`, `recovery step</th><td><span class="none">idle</span>`, "last incident</th><td>inc-old: HUNG, resolved 2m00s ago after 13m",
 			"1 of 3 in 1h0m0s",
