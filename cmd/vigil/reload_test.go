@@ -95,6 +95,21 @@ func TestSIGHUPAppliesLiveKeysAndNamesTheRest(t *testing.T) {
 			},
 			[]string{"watchdog.down_after changed: applied", "watchdog.hang_after changed: applied", "config reloaded and applied"},
 			[]string{"needs a restart"}},
+		{"a runbook link applies at once and shows on the page",
+			func(td *testDaemon) []string {
+				listen := "status:\n  listen: " + strings.TrimPrefix(td.statusURL, "http://")
+				return []string{listen, listen + "\n  runbook_url: https://wiki.example.com/runbooks/vigil"}
+			},
+			func(t *testing.T, td *testDaemon, c *statusConfig, _ bool) {
+				if len(c.PendingRestart) != 0 {
+					t.Errorf("pending restart = %v, want none", c.PendingRestart)
+				}
+				if page := getBody(t, td.statusURL+"/"); !strings.Contains(page, `href="https://wiki.example.com/runbooks/vigil"`) {
+					t.Error("the status page has no runbook link after the reload")
+				}
+			},
+			[]string{"status.runbook_url changed: applied", "config reloaded and applied"},
+			[]string{"needs a restart"}},
 		{"dry_run, interval and a listener need a restart and keep their old values",
 			func(td *testDaemon) []string {
 				return []string{"  state_file:", "  dry_run: true\n  state_file:", "interval: 200ms", "interval: 300ms",
