@@ -10,7 +10,8 @@ type Alerts struct {
 	Webhook WebhookAlert `yaml:"webhook"`
 	// UpdateEvery: evidence updates in an incident's thread at most this often.
 	UpdateEvery time.Duration `yaml:"update_every"`
-	// UnknownAfter: an unknown verdict pages only once it lasts this long.
+	// UnknownAfter: an unknown verdict pages only once it lasts this long,
+	// and so does a standing condition (alerts.Pager.Conditions).
 	UnknownAfter time.Duration `yaml:"unknown_after"`
 	// ResolveAfter: an incident that needed no recovery (saturated,
 	// unknown, misconfigured) resolves only once the engine has been
