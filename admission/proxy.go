@@ -402,9 +402,6 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink fu
 			now := l.clock.Now()
 			first := m.first.IsZero()
 			m.chunk(buf[:n], now)
-			if first {
-				l.inflight.firstByte(m.call)
-			}
 			if first && tk != nil && m.sse && resp.StatusCode < 300 {
 				tk.FirstToken(now.Sub(m.sent))
 			}

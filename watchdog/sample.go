@@ -32,9 +32,8 @@ type LimiterLoad struct {
 	// Queued is how many calls wait in the limiter's queue now.
 	Queued int `json:"queued"`
 	// InFlight is how many calls the limiter has sent to the engine now;
-	// LongestPrompt the estimated prompt tokens of the longest of them
-	// still awaiting its first byte (0: none): the prefill the engine may
-	// legitimately be silent for.
+	// LongestPrompt the estimated prompt tokens of the longest of them (0:
+	// none): the prefill the engine may legitimately be silent for.
 	InFlight      int `json:"in_flight"`
 	LongestPrompt int `json:"longest_prompt,omitempty"`
 }

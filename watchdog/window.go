@@ -17,9 +17,9 @@ import (
 // is instead the longest silence the current work can cause, times a
 // margin, between hang_after_min and hang_after_max:
 //
-//   - the longest prefill in flight through the limiter (its prompt at the
-//     prompt tokens per second of busy time measured on this engine) plus
-//     a step;
+//   - the longest prompt in flight through the limiter (at the prompt
+//     tokens per second of busy time measured on this engine) plus a step:
+//     its prefill, and the decode steps its chunks delay until it is done;
 //   - a high quantile of the silences seen on this engine with work
 //     pending (workLog, persisted);
 //   - hang_after_max for what vigil cannot size: work the limiter did not
@@ -202,6 +202,7 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 		parts = append(parts, fmt.Sprintf("history p99.9 gap %s", humanize.Duration(q)))
 		longest = max(longest, q)
 	}
+
 	if len(parts) == 0 {
 		parts = append(parts, "no silence with work pending seen, nothing long in flight")
 	}
