@@ -79,6 +79,7 @@ var invalidCases = []struct {
 	{"override-value", `overrides[0].value (line 5): value "lots" for watchdog.hang_after: want auto or a positive duration such as 90s or 5m`},
 	{"override-until", `overrides[0].until (line 6): "tomorrow" is not an RFC 3339 time such as 2026-12-01T09:00:00Z`},
 	{"override-hang-after", "overrides[0].value (line 5): watchdog.hang_after 10s must be > watchdog.interval (15s)"},
+	{"engine-kind", `engine.kind (line 3): must be one of auto, vllm, sglang, llamacpp; got "tgi"`},
 	{"not-mapping", "watchdog (line 1): must be a mapping of keys"},
 	{"yaml-syntax", "(file) (line 3): found character that cannot start any token"},
 	{"digest", `alerts.digest (line 2): not a cron schedule: expected exactly 5 fields, found 2: [every day]`},

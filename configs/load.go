@@ -92,6 +92,7 @@ func Parse(data []byte, now time.Time) (*Config, error) {
 		// node must say which engine it watches.
 		v.errs = append(v.errs, &FieldError{Path: "engine.url", Msg: "is required: the engine's base URL, e.g. http://127.0.0.1:8000"})
 	}
+	cfg.Engine.resolveKind(v.lines)
 	cfg.validate(v)
 	if len(v.errs) == 0 {
 		cfg.resolveSecrets(v)

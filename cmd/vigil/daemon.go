@@ -228,6 +228,12 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	}
 	d.digest = alerts.NewDigest(nil)
 
+	// Which engine: with engine.kind auto, one scrape now so the limiter
+	// and the watchdog read the right names from the start.
+	ek := resolveEngineKind(ctx, cfg.Engine)
+	log.WithField("engine_kind", ek.Kind).Info("engine kind: " + ek.Words)
+	engine := ek.Engine
+
 	// The limiter.
 	if cfg.Admission.Enabled {
 		upstream, err := url.Parse(cfg.Engine.URL)
@@ -237,7 +243,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 		d.limiter, err = admission.New(cfg.Admission, upstream, cfg.Engine.APIKey,
 			admission.WithLogger(log.WithField("part", "admission")),
 			admission.WithRegisterer(d.registry),
-			admission.WithEngineMetrics(cfg.Engine.Metrics.Waiting, cfg.Engine.Metrics.Running))
+			admission.WithEngineMetrics(engine.Metrics.Waiting, engine.Metrics.Running))
 		if err != nil {
 			return nil, err
 		}
@@ -278,7 +284,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 
 	// The watchdog.
 	wo := watchdog.Options{
-		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
+		Engine: engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
 		Pager: d.fanout(), Recoverer: d.recovery, Store: d.store,
 		Log: log.WithField("part", "watchdog"), Registerer: d.registry,
 		OnCycle: d.onCycle, Notice: d.notice, Conditions: d.pager,
