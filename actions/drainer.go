@@ -74,17 +74,30 @@ func (s ServerStatus) WeightPercent() int {
 // vigil's) hand.
 func (s ServerStatus) Out() bool { return s.Drained || s.Maint }
 
-// NewDrainer builds the drainer load_balancer.kind asks for.
+// Server is a drainer the balancer polls (healthcheck, agent): it must be
+// served for the balancer to learn anything, and closed when done.
+type Server interface {
+	Drainer
+	// Serve answers polls until ctx ends (nil) or the listener fails.
+	Serve(ctx context.Context) error
+	// Close releases the listener.
+	Close() error
+}
+
+// NewDrainer builds the drainer load_balancer.kind asks for. The polled
+// kinds bind their listener here and return a Server.
 func NewDrainer(cfg configs.LoadBalancer) (Drainer, error) {
 	switch cfg.Kind {
 	case "haproxy":
 		return NewHAProxy(cfg.HAProxy)
 	case "http":
 		return NewHTTPHooks(cfg.HTTP, nil), nil
+	case "healthcheck":
+		return NewHealthCheck(cfg.HealthCheck, nil)
 	case "none", "":
 		return NoDrain{}, nil
 	default:
-		return nil, fmt.Errorf("actions: unknown load_balancer.kind %q (want haproxy, http or none)", cfg.Kind)
+		return nil, fmt.Errorf("actions: unknown load_balancer.kind %q (want haproxy, http, healthcheck or none)", cfg.Kind)
 	}
 }
 

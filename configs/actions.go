@@ -9,10 +9,11 @@ import (
 // LoadBalancer says how to drain this host before a restart and restore it
 // afterwards (docs/design.md section 5).
 type LoadBalancer struct {
-	// Kind: haproxy, http or none.
-	Kind    string      `yaml:"kind"`
-	HAProxy HAProxy     `yaml:"haproxy"`
-	HTTP    HTTPDrainer `yaml:"http"`
+	// Kind: haproxy, http, healthcheck or none.
+	Kind        string      `yaml:"kind"`
+	HAProxy     HAProxy     `yaml:"haproxy"`
+	HTTP        HTTPDrainer `yaml:"http"`
+	HealthCheck HealthCheck `yaml:"healthcheck"`
 	// DrainTimeoutHung: how long to wait for in-flight requests to leave
 	// before restarting a hung engine (they never finish, so keep it short).
 	DrainTimeoutHung time.Duration `yaml:"drain_timeout_hung"`
@@ -94,6 +95,7 @@ func defaultLoadBalancer() LoadBalancer {
 		Kind:                "none",
 		HAProxy:             HAProxy{Socket: "unix:///run/haproxy/admin.sock", Timeout: 5 * time.Second},
 		HTTP:                HTTPDrainer{Timeout: 10 * time.Second, Drain: HTTPHook{Method: "POST"}, Ready: HTTPHook{Method: "POST"}},
+		HealthCheck:         defaultHealthCheck(),
 		DrainTimeoutHung:    15 * time.Second,
 		DrainTimeoutPlanned: 120 * time.Second,
 		RampWeights:         []int{10, 25, 50, 100},
@@ -130,8 +132,10 @@ func (l *LoadBalancer) validate(v *validator) {
 		v.httpURL("load_balancer.http.drain.url", l.HTTP.Drain.URL)
 		v.httpURL("load_balancer.http.ready.url", l.HTTP.Ready.URL)
 		v.positive("load_balancer.http.timeout", l.HTTP.Timeout)
+	case "healthcheck":
+		l.HealthCheck.validate(v)
 	default:
-		v.errorf("load_balancer.kind", "must be one of haproxy, http, none; got %q", l.Kind)
+		v.errorf("load_balancer.kind", "must be one of haproxy, http, healthcheck, none; got %q", l.Kind)
 	}
 	v.positive("load_balancer.drain_timeout_hung", l.DrainTimeoutHung)
 	v.positive("load_balancer.drain_timeout_planned", l.DrainTimeoutPlanned)

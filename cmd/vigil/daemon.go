@@ -165,6 +165,9 @@ type daemon struct {
 	// port fails the start instead of leaving the rest running.
 	admissionLn net.Listener
 	statusLn    net.Listener
+	// lbServer is the drainer when the balancer polls vigil (healthcheck,
+	// agent): its listener is bound in newDaemon too.
+	lbServer actions.Server
 
 	// thMu serializes read-modify-write of the watchdog's thresholds
 	// (reload and overrides both change them).
@@ -260,6 +263,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 			return nil, err
 		}
 	}
+	d.lbServer, _ = drainer.(actions.Server)
 	if d.restarter = o.Restarter; d.restarter == nil {
 		if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
 			return nil, err
@@ -388,6 +392,9 @@ func (d *daemon) release() {
 	if c, ok := d.restarter.(io.Closer); ok {
 		c.Close()
 	}
+	if d.lbServer != nil {
+		d.lbServer.Close()
+	}
 	if d.turns != nil {
 		_ = d.turns.Close()
 	}
@@ -426,6 +433,9 @@ func (d *daemon) run(ctx context.Context) error {
 		sup.Go("status.listen "+cfg.Status.Listen, untilStopped, func(ctx context.Context) error {
 			return d.status.Serve(ctx, d.statusLn)
 		})
+	}
+	if d.lbServer != nil {
+		sup.Go("load_balancer."+cfg.LoadBalancer.Kind+" "+d.lbServer.String(), untilStopped, d.lbServer.Serve)
 	}
 	sup.Go("overrides expiry", untilStopped, func(ctx context.Context) error { d.overrides.Run(ctx); return nil })
 	d.startPoolMembers(sup, cfg)
@@ -477,6 +487,9 @@ func (d *daemon) run(ctx context.Context) error {
 	sup.Wait()
 	if c, ok := d.restarter.(io.Closer); ok {
 		c.Close()
+	}
+	if d.lbServer != nil {
+		d.lbServer.Close()
 	}
 	return runErr
 }
