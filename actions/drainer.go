@@ -94,10 +94,12 @@ func NewDrainer(cfg configs.LoadBalancer) (Drainer, error) {
 		return NewHTTPHooks(cfg.HTTP, nil), nil
 	case "healthcheck":
 		return NewHealthCheck(cfg.HealthCheck, nil)
+	case "agent":
+		return NewAgent(cfg.Agent, nil)
 	case "none", "":
 		return NoDrain{}, nil
 	default:
-		return nil, fmt.Errorf("actions: unknown load_balancer.kind %q (want haproxy, http, healthcheck or none)", cfg.Kind)
+		return nil, fmt.Errorf("actions: unknown load_balancer.kind %q (want haproxy, http, healthcheck, agent or none)", cfg.Kind)
 	}
 }
 

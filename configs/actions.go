@@ -9,11 +9,12 @@ import (
 // LoadBalancer says how to drain this host before a restart and restore it
 // afterwards (docs/design.md section 5).
 type LoadBalancer struct {
-	// Kind: haproxy, http, healthcheck or none.
+	// Kind: haproxy, http, healthcheck, agent or none.
 	Kind        string      `yaml:"kind"`
 	HAProxy     HAProxy     `yaml:"haproxy"`
 	HTTP        HTTPDrainer `yaml:"http"`
 	HealthCheck HealthCheck `yaml:"healthcheck"`
+	Agent       Agent       `yaml:"agent"`
 	// DrainTimeoutHung: how long to wait for in-flight requests to leave
 	// before restarting a hung engine (they never finish, so keep it short).
 	DrainTimeoutHung time.Duration `yaml:"drain_timeout_hung"`
@@ -96,6 +97,7 @@ func defaultLoadBalancer() LoadBalancer {
 		HAProxy:             HAProxy{Socket: "unix:///run/haproxy/admin.sock", Timeout: 5 * time.Second},
 		HTTP:                HTTPDrainer{Timeout: 10 * time.Second, Drain: HTTPHook{Method: "POST"}, Ready: HTTPHook{Method: "POST"}},
 		HealthCheck:         defaultHealthCheck(),
+		Agent:               defaultAgent(),
 		DrainTimeoutHung:    15 * time.Second,
 		DrainTimeoutPlanned: 120 * time.Second,
 		RampWeights:         []int{10, 25, 50, 100},
@@ -134,8 +136,10 @@ func (l *LoadBalancer) validate(v *validator) {
 		v.positive("load_balancer.http.timeout", l.HTTP.Timeout)
 	case "healthcheck":
 		l.HealthCheck.validate(v)
+	case "agent":
+		l.Agent.validate(v)
 	default:
-		v.errorf("load_balancer.kind", "must be one of haproxy, http, healthcheck, none; got %q", l.Kind)
+		v.errorf("load_balancer.kind", "must be one of haproxy, http, healthcheck, agent, none; got %q", l.Kind)
 	}
 	v.positive("load_balancer.drain_timeout_hung", l.DrainTimeoutHung)
 	v.positive("load_balancer.drain_timeout_planned", l.DrainTimeoutPlanned)

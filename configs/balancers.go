@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // HealthCheck is the endpoint for load balancers that drain by an active
@@ -16,6 +17,34 @@ type HealthCheck struct {
 	Listen string `yaml:"listen"`
 	// Path is the one path answered; any other is 404.
 	Path string `yaml:"path"`
+}
+
+// Agent answers HAProxy's agent-check protocol (load_balancer.kind agent)
+// on its own port: "up ready N%" while serving, "drain" while drained.
+type Agent struct {
+	// Listen is host:port; its port is the agent-port on each server line.
+	Listen string `yaml:"listen"`
+	// ExpectPolls, when > 0, makes a drain wait until that many distinct
+	// pollers (told apart by the agent-send line, else by address) have
+	// been answered "drain"; fewer within ExpectWithin fails the drain, so
+	// the engine is not restarted while a balancer still sends it traffic.
+	ExpectPolls int `yaml:"expect_polls"`
+	// ExpectWithin bounds that wait (a few agent-inter periods).
+	ExpectWithin time.Duration `yaml:"expect_within"`
+}
+
+func defaultAgent() Agent {
+	return Agent{Listen: "127.0.0.1:9112", ExpectWithin: 10 * time.Second}
+}
+
+func (a *Agent) validate(v *validator) {
+	v.hostPort("load_balancer.agent.listen", a.Listen)
+	if a.ExpectPolls < 0 {
+		v.errorf("load_balancer.agent.expect_polls", "must be >= 0 (0: do not wait for the pollers)")
+	}
+	if a.ExpectPolls > 0 {
+		v.positive("load_balancer.agent.expect_within", a.ExpectWithin)
+	}
 }
 
 func defaultHealthCheck() HealthCheck {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -23,5 +24,20 @@ func TestRunServesTheHealthCheckEndpoint(t *testing.T) {
 	td.stop()
 	if _, err := http.Get("http://" + addr + "/ready"); err == nil {
 		t.Fatal("the endpoint still answers after vigil stopped")
+	}
+}
+
+func TestRunAnswersTheAgentCheck(t *testing.T) {
+	s := startEngine(t, nil)
+	addr := freeAddr(t)
+	startDaemon(t, daemonConfig(t, s.URL())+"load_balancer:\n  kind: agent\n  agent:\n    listen: "+addr+"\n")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b, _ := io.ReadAll(conn)
+	if string(b) != "up ready 100%\n" {
+		t.Fatalf("agent answered %q", b)
 	}
 }
