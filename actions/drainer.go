@@ -89,6 +89,12 @@ type Server interface {
 func NewDrainer(cfg configs.LoadBalancer) (Drainer, error) {
 	switch cfg.Kind {
 	case "haproxy":
+		if len(cfg.HAProxy.Sockets) > 1 {
+			return NewHAProxySet(cfg.HAProxy)
+		}
+		if len(cfg.HAProxy.Sockets) == 1 {
+			cfg.HAProxy.Socket = cfg.HAProxy.Sockets[0]
+		}
 		return NewHAProxy(cfg.HAProxy)
 	case "http":
 		return NewHTTPHooks(cfg.HTTP, nil), nil

@@ -33,9 +33,14 @@ type LoadBalancer struct {
 type HAProxy struct {
 	// Socket is "unix:///run/haproxy/admin.sock", a bare path, or
 	// "tcp://127.0.0.1:9999". HAProxy needs "stats socket ... level admin".
-	Socket  string `yaml:"socket"`
-	Backend string `yaml:"backend"`
-	Server  string `yaml:"server"`
+	Socket string `yaml:"socket"`
+	// Sockets, when set (instead of Socket), are the runtime APIs of
+	// several HAProxy in front of this host (a pair behind keepalived or
+	// DNS): drain, weight and ready go to every one, and a restart waits
+	// until every one has confirmed the drain.
+	Sockets []string `yaml:"sockets"`
+	Backend string   `yaml:"backend"`
+	Server  string   `yaml:"server"`
 	// Timeout bounds each runtime API command.
 	Timeout time.Duration `yaml:"timeout"`
 }
@@ -121,11 +126,22 @@ func (l *LoadBalancer) validate(v *validator) {
 	switch l.Kind {
 	case "none":
 	case "haproxy":
-		if v.nonEmpty("load_balancer.haproxy.socket", l.HAProxy.Socket) {
-			s := l.HAProxy.Socket
-			if !strings.HasPrefix(s, "unix://") && !strings.HasPrefix(s, "tcp://") && !strings.HasPrefix(s, "/") {
-				v.errorf("load_balancer.haproxy.socket", "must be unix:///path, /path or tcp://host:port, got %q", s)
+		_, socketSet := v.lines["load_balancer.haproxy.socket"]
+		switch {
+		case len(l.HAProxy.Sockets) > 0 && socketSet:
+			v.errorf("load_balancer.haproxy.sockets", "set socket or sockets, not both")
+		case len(l.HAProxy.Sockets) > 0:
+			seen := map[string]bool{}
+			for i, s := range l.HAProxy.Sockets {
+				p := indexPath("load_balancer.haproxy.sockets", i)
+				v.haproxySocket(p, s)
+				if seen[s] {
+					v.errorf(p, "%q is listed twice", s)
+				}
+				seen[s] = true
 			}
+		default:
+			v.haproxySocket("load_balancer.haproxy.socket", l.HAProxy.Socket)
 		}
 		v.nonEmpty("load_balancer.haproxy.backend", l.HAProxy.Backend)
 		v.nonEmpty("load_balancer.haproxy.server", l.HAProxy.Server)
@@ -184,6 +200,20 @@ func (r *Restart) validate(v *validator, w Watchdog) {
 	}
 	v.positive("restart.budget_window", r.BudgetWindow)
 	v.positive("restart.ready_timeout", r.ReadyTimeout)
+}
+
+func (v *validator) haproxySocket(path, s string) {
+	if v.nonEmpty(path, s) && !strings.HasPrefix(s, "unix://") && !strings.HasPrefix(s, "tcp://") && !strings.HasPrefix(s, "/") {
+		v.errorf(path, "must be unix:///path, /path or tcp://host:port, got %q", s)
+	}
+}
+
+// SocketList is every runtime API socket: Sockets, or Socket alone.
+func (h HAProxy) SocketList() []string {
+	if len(h.Sockets) > 0 {
+		return h.Sockets
+	}
+	return []string{h.Socket}
 }
 
 func (v *validator) httpURL(path, s string) {

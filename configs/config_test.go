@@ -82,6 +82,8 @@ var invalidCases = []struct {
 	{"healthcheck-listen", `load_balancer.healthcheck.listen (line 6): port must be 1..65535 (the balancer is told it), got "0"`},
 	{"healthcheck-path", `load_balancer.healthcheck.path (line 6): must start with /, got "ready"`},
 	{"agent-expect-polls", "load_balancer.agent.expect_polls (line 6): must be >= 0 (0: do not wait for the pollers)"},
+	{"haproxy-socket-and-sockets", "load_balancer.haproxy.sockets (line 7): set socket or sockets, not both"},
+	{"haproxy-sockets", `load_balancer.haproxy.sockets[1] (line 8): must be unix:///path, /path or tcp://host:port, got "http://10.0.0.2:9999"`},
 	{"engine-kind", `engine.kind (line 3): must be one of auto, vllm, sglang, llamacpp; got "tgi"`},
 	{"not-mapping", "watchdog (line 1): must be a mapping of keys"},
 	{"yaml-syntax", "(file) (line 3): found character that cannot start any token"},
