@@ -84,6 +84,8 @@ var invalidCases = []struct {
 	{"agent-expect-polls", "load_balancer.agent.expect_polls (line 6): must be >= 0 (0: do not wait for the pollers)"},
 	{"haproxy-socket-and-sockets", "load_balancer.haproxy.sockets (line 7): set socket or sockets, not both"},
 	{"haproxy-sockets", `load_balancer.haproxy.sockets[1] (line 8): must be unix:///path, /path or tcp://host:port, got "http://10.0.0.2:9999"`},
+	{"agent-listen", "load_balancer.agent.listen (line 6): must be host:port: address 9112: missing port in address"},
+	{"agent-expect-within", "load_balancer.agent.expect_within (line 7): must be > 0"},
 	{"engine-kind", `engine.kind (line 3): must be one of auto, vllm, sglang, llamacpp; got "tgi"`},
 	{"not-mapping", "watchdog (line 1): must be a mapping of keys"},
 	{"yaml-syntax", "(file) (line 3): found character that cannot start any token"},

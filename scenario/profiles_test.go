@@ -72,5 +72,20 @@ func TestIdleSaturatedAndHungOnEveryEngineProfile(t *testing.T) {
 			}
 			t.Logf("%s", v.Reason)
 		})
+		// The partial failure every profile can see: the rank and decode
+		// rules are off where the engine's counters cannot carry them.
+		t.Run(p.names+" names, kind "+p.kind+": a wedged API server is hung", func(t *testing.T) {
+			t.Parallel()
+			e, url := serve(t, cfg, nil)
+			load(t, url, "", 4, 200, 50)
+			rec := watch(t, url, "", withKind)
+			time.Sleep(time.Second)
+			wedgedAt := time.Now()
+			e.Wedge()
+			v := waitHung(t, rec, wedgedAt, hangAfter+15*interval)
+			if v.Evidence.Hang != watchdog.HangWedged {
+				t.Fatalf("reason %q: want a wedged API server", v.Reason)
+			}
+		})
 	}
 }
