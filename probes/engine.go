@@ -1,11 +1,9 @@
 package probes
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 
 	dto "github.com/prometheus/client_model/go"
@@ -55,18 +53,12 @@ var ErrUnknownEngine = errors.New("no known engine's metrics")
 // readable one of no known engine wraps ErrUnknownEngine and still
 // returns the families.
 func DetectEngine(ctx context.Context, t Target) (kind string, families []string, err error) {
-	req, err := http.NewRequest(http.MethodGet, t.url(EndpointMetrics), nil)
-	if err != nil {
-		return "", nil, err
-	}
-	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
-	obs, _, body := do(ctx, t, req, EndpointMetrics)
+	obs, fams := fetchFamilies(ctx, t)
 	if !obs.OK() {
+		if obs.Class == ClassOther && obs.Error != "" {
+			return "", nil, errors.New(obs.Error)
+		}
 		return "", nil, fmt.Errorf("metrics: %s", obs)
-	}
-	fams, err := parseFamilies(bytes.NewReader(body))
-	if err != nil {
-		return "", nil, err
 	}
 	families = FamilyNames(fams)
 	kind, ok := configs.DetectKind(families)

@@ -137,29 +137,9 @@ func Scrape(names configs.MetricNames) ProbeFn[MetricsObservation] {
 type pickNames func(fams map[string]*dto.MetricFamily) (configs.MetricNames, string)
 
 func scrape(ctx context.Context, t Target, pick pickNames) MetricsObservation {
-	req, err := http.NewRequest(http.MethodGet, t.url(EndpointMetrics), nil)
-	if err != nil {
-		return MetricsObservation{Observation: fail(Observation{Endpoint: EndpointMetrics}, err)}
-	}
-	// Ask for the classic text format: it is what vLLM serves and what
-	// the text parser reads; a server that answers protobuf is refused
-	// below rather than misread.
-	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
-	obs, hdr, body := do(ctx, t, req, EndpointMetrics)
+	obs, fams := fetchFamilies(ctx, t)
 	out := MetricsObservation{Observation: obs}
 	if !obs.OK() {
-		return out
-	}
-	if ct := hdr.Get("Content-Type"); ct != "" {
-		mt, _, _ := mime.ParseMediaType(ct)
-		if mt != "text/plain" && mt != "application/openmetrics-text" && mt != "" {
-			out.Class, out.Error = ClassOther, fmt.Sprintf("metrics: unexpected content type %q: %s", ct, snippet(body))
-			return out
-		}
-	}
-	fams, err := parseFamilies(bytes.NewReader(body))
-	if err != nil {
-		out.Class, out.Error = ClassOther, err.Error()
 		return out
 	}
 	names, kind := pick(fams)
@@ -176,6 +156,36 @@ func scrape(ctx context.Context, t Target, pick pickNames) MetricsObservation {
 	}
 	out.Metrics = &m
 	return out
+}
+
+// fetchFamilies gets and parses one scrape. A failed request, a body that
+// is not a text scrape or does not parse is a failed observation.
+func fetchFamilies(ctx context.Context, t Target) (Observation, map[string]*dto.MetricFamily) {
+	req, err := http.NewRequest(http.MethodGet, t.url(EndpointMetrics), nil)
+	if err != nil {
+		return fail(Observation{Endpoint: EndpointMetrics}, err), nil
+	}
+	// Ask for the classic text format: it is what vLLM serves and what
+	// the text parser reads; a server that answers protobuf is refused
+	// below rather than misread.
+	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+	obs, hdr, body := do(ctx, t, req, EndpointMetrics)
+	if !obs.OK() {
+		return obs, nil
+	}
+	if ct := hdr.Get("Content-Type"); ct != "" {
+		mt, _, _ := mime.ParseMediaType(ct)
+		if mt != "text/plain" && mt != "application/openmetrics-text" && mt != "" {
+			obs.Class, obs.Error = ClassOther, fmt.Sprintf("metrics: unexpected content type %q: %s", ct, snippet(body))
+			return obs, nil
+		}
+	}
+	fams, err := parseFamilies(bytes.NewReader(body))
+	if err != nil {
+		obs.Class, obs.Error = ClassOther, err.Error()
+		return obs, nil
+	}
+	return obs, fams
 }
 
 // FamilyNames lists the metric families of a parsed scrape, sorted.
