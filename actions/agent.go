@@ -179,6 +179,9 @@ func (a *Agent) SetWeight(_ context.Context, percent int) error {
 // State is unknown: the agent is told nothing of the sessions.
 func (a *Agent) State(context.Context) (LBState, error) { return LBState{}, nil }
 
+// StartDrained answers drained from the first poll (see Server).
+func (a *Agent) StartDrained() { a.adv.drain() }
+
 // Close releases the listener.
 func (a *Agent) Close() error {
 	if err := a.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {

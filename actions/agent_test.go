@@ -234,3 +234,28 @@ func TestAgentRealHAProxyKeepsTheDrainWhenTheAgentStops(t *testing.T) {
 		t.Fatalf("node1 is %q once the agent stopped, want it still drained", got)
 	}
 }
+
+// A vigil restarted with the host drained in its journal answers "drain"
+// from the first poll: a poll before the resumed recovery runs must not
+// put a hung engine back in rotation.
+func TestPolledBalancersStartDrainedWhenTheJournalSaysSo(t *testing.T) {
+	t.Parallel()
+	a, err := NewAgent(configs.Agent{Listen: "127.0.0.1:0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.StartDrained()
+	serve(t, a)
+	if got := poll(t, a.Addr(), ""); got != "drain\n" {
+		t.Errorf("agent's first answer %q, want drain", got)
+	}
+	h, err := NewHealthCheck(configs.HealthCheck{Listen: "127.0.0.1:0", Path: "/ready"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.StartDrained()
+	serve(t, h)
+	if code, body := get(t, "GET", "http://"+h.Addr()+"/ready"); code != 503 || !strings.HasPrefix(body, "draining:") {
+		t.Errorf("health check's first answer %d %q, want 503 draining", code, body)
+	}
+}

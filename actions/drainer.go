@@ -80,6 +80,10 @@ type Server interface {
 	Drainer
 	// Serve answers polls until ctx ends (nil) or the listener fails.
 	Serve(ctx context.Context) error
+	// StartDrained makes the first answer "drained" without waiting for
+	// any poll: vigil left the host drained (its journal says so) and the
+	// resumed recovery has not run yet, so a poll must not put it back.
+	StartDrained()
 	// Close releases the listener.
 	Close() error
 }

@@ -104,6 +104,9 @@ func (h *HealthCheck) SetWeight(_ context.Context, percent int) error {
 // to fail.
 func (h *HealthCheck) State(context.Context) (LBState, error) { return LBState{}, nil }
 
+// StartDrained answers drained from the first poll (see Server).
+func (h *HealthCheck) StartDrained() { h.adv.drain() }
+
 // Close releases the listener (Serve, if running, returns an error).
 func (h *HealthCheck) Close() error {
 	_ = h.srv.Close()

@@ -435,6 +435,11 @@ func (d *daemon) run(ctx context.Context) error {
 		})
 	}
 	if d.lbServer != nil {
+		// A host the journal says vigil left drained stays out from the
+		// first poll; the resumed recovery takes it from there.
+		if d.recovery.Snapshot().Drained {
+			d.lbServer.StartDrained()
+		}
 		sup.Go("load_balancer."+cfg.LoadBalancer.Kind+" "+d.lbServer.String(), untilStopped, d.lbServer.Serve)
 	}
 	sup.Go("overrides expiry", untilStopped, func(ctx context.Context) error { d.overrides.Run(ctx); return nil })
