@@ -74,17 +74,42 @@ func (s ServerStatus) WeightPercent() int {
 // vigil's) hand.
 func (s ServerStatus) Out() bool { return s.Drained || s.Maint }
 
-// NewDrainer builds the drainer load_balancer.kind asks for.
+// Server is a drainer the balancer polls (healthcheck, agent): it must be
+// served for the balancer to learn anything, and closed when done.
+type Server interface {
+	Drainer
+	// Serve answers polls until ctx ends (nil) or the listener fails.
+	Serve(ctx context.Context) error
+	// StartDrained makes the first answer "drained" without waiting for
+	// any poll: vigil left the host drained (its journal says so) and the
+	// resumed recovery has not run yet, so a poll must not put it back.
+	StartDrained()
+	// Close releases the listener.
+	Close() error
+}
+
+// NewDrainer builds the drainer load_balancer.kind asks for. The polled
+// kinds bind their listener here and return a Server.
 func NewDrainer(cfg configs.LoadBalancer) (Drainer, error) {
 	switch cfg.Kind {
 	case "haproxy":
+		if len(cfg.HAProxy.Sockets) > 1 {
+			return NewHAProxySet(cfg.HAProxy)
+		}
+		if len(cfg.HAProxy.Sockets) == 1 {
+			cfg.HAProxy.Socket = cfg.HAProxy.Sockets[0]
+		}
 		return NewHAProxy(cfg.HAProxy)
 	case "http":
 		return NewHTTPHooks(cfg.HTTP, nil), nil
+	case "healthcheck":
+		return NewHealthCheck(cfg.HealthCheck, nil)
+	case "agent":
+		return NewAgent(cfg.Agent, nil)
 	case "none", "":
 		return NoDrain{}, nil
 	default:
-		return nil, fmt.Errorf("actions: unknown load_balancer.kind %q (want haproxy, http or none)", cfg.Kind)
+		return nil, fmt.Errorf("actions: unknown load_balancer.kind %q (want haproxy, http, healthcheck, agent or none)", cfg.Kind)
 	}
 }
 

@@ -9,10 +9,12 @@ import (
 // LoadBalancer says how to drain this host before a restart and restore it
 // afterwards (docs/design.md section 5).
 type LoadBalancer struct {
-	// Kind: haproxy, http or none.
-	Kind    string      `yaml:"kind"`
-	HAProxy HAProxy     `yaml:"haproxy"`
-	HTTP    HTTPDrainer `yaml:"http"`
+	// Kind: haproxy, http, healthcheck, agent or none.
+	Kind        string      `yaml:"kind"`
+	HAProxy     HAProxy     `yaml:"haproxy"`
+	HTTP        HTTPDrainer `yaml:"http"`
+	HealthCheck HealthCheck `yaml:"healthcheck"`
+	Agent       Agent       `yaml:"agent"`
 	// DrainTimeoutHung: how long to wait for in-flight requests to leave
 	// before restarting a hung engine (they never finish, so keep it short).
 	DrainTimeoutHung time.Duration `yaml:"drain_timeout_hung"`
@@ -31,9 +33,14 @@ type LoadBalancer struct {
 type HAProxy struct {
 	// Socket is "unix:///run/haproxy/admin.sock", a bare path, or
 	// "tcp://127.0.0.1:9999". HAProxy needs "stats socket ... level admin".
-	Socket  string `yaml:"socket"`
-	Backend string `yaml:"backend"`
-	Server  string `yaml:"server"`
+	Socket string `yaml:"socket"`
+	// Sockets, when set (instead of Socket), are the runtime APIs of
+	// several HAProxy in front of this host (a pair behind keepalived or
+	// DNS): drain, weight and ready go to every one, and a restart waits
+	// until every one has confirmed the drain.
+	Sockets []string `yaml:"sockets"`
+	Backend string   `yaml:"backend"`
+	Server  string   `yaml:"server"`
 	// Timeout bounds each runtime API command.
 	Timeout time.Duration `yaml:"timeout"`
 }
@@ -94,6 +101,8 @@ func defaultLoadBalancer() LoadBalancer {
 		Kind:                "none",
 		HAProxy:             HAProxy{Socket: "unix:///run/haproxy/admin.sock", Timeout: 5 * time.Second},
 		HTTP:                HTTPDrainer{Timeout: 10 * time.Second, Drain: HTTPHook{Method: "POST"}, Ready: HTTPHook{Method: "POST"}},
+		HealthCheck:         defaultHealthCheck(),
+		Agent:               defaultAgent(),
 		DrainTimeoutHung:    15 * time.Second,
 		DrainTimeoutPlanned: 120 * time.Second,
 		RampWeights:         []int{10, 25, 50, 100},
@@ -117,11 +126,22 @@ func (l *LoadBalancer) validate(v *validator) {
 	switch l.Kind {
 	case "none":
 	case "haproxy":
-		if v.nonEmpty("load_balancer.haproxy.socket", l.HAProxy.Socket) {
-			s := l.HAProxy.Socket
-			if !strings.HasPrefix(s, "unix://") && !strings.HasPrefix(s, "tcp://") && !strings.HasPrefix(s, "/") {
-				v.errorf("load_balancer.haproxy.socket", "must be unix:///path, /path or tcp://host:port, got %q", s)
+		_, socketSet := v.lines["load_balancer.haproxy.socket"]
+		switch {
+		case len(l.HAProxy.Sockets) > 0 && socketSet:
+			v.errorf("load_balancer.haproxy.sockets", "set socket or sockets, not both")
+		case len(l.HAProxy.Sockets) > 0:
+			seen := map[string]bool{}
+			for i, s := range l.HAProxy.Sockets {
+				p := indexPath("load_balancer.haproxy.sockets", i)
+				v.haproxySocket(p, s)
+				if seen[s] {
+					v.errorf(p, "%q is listed twice", s)
+				}
+				seen[s] = true
 			}
+		default:
+			v.haproxySocket("load_balancer.haproxy.socket", l.HAProxy.Socket)
 		}
 		v.nonEmpty("load_balancer.haproxy.backend", l.HAProxy.Backend)
 		v.nonEmpty("load_balancer.haproxy.server", l.HAProxy.Server)
@@ -130,8 +150,12 @@ func (l *LoadBalancer) validate(v *validator) {
 		v.httpURL("load_balancer.http.drain.url", l.HTTP.Drain.URL)
 		v.httpURL("load_balancer.http.ready.url", l.HTTP.Ready.URL)
 		v.positive("load_balancer.http.timeout", l.HTTP.Timeout)
+	case "healthcheck":
+		l.HealthCheck.validate(v)
+	case "agent":
+		l.Agent.validate(v)
 	default:
-		v.errorf("load_balancer.kind", "must be one of haproxy, http, none; got %q", l.Kind)
+		v.errorf("load_balancer.kind", "must be one of haproxy, http, healthcheck, agent, none; got %q", l.Kind)
 	}
 	v.positive("load_balancer.drain_timeout_hung", l.DrainTimeoutHung)
 	v.positive("load_balancer.drain_timeout_planned", l.DrainTimeoutPlanned)
@@ -176,6 +200,20 @@ func (r *Restart) validate(v *validator, w Watchdog) {
 	}
 	v.positive("restart.budget_window", r.BudgetWindow)
 	v.positive("restart.ready_timeout", r.ReadyTimeout)
+}
+
+func (v *validator) haproxySocket(path, s string) {
+	if v.nonEmpty(path, s) && !strings.HasPrefix(s, "unix://") && !strings.HasPrefix(s, "tcp://") && !strings.HasPrefix(s, "/") {
+		v.errorf(path, "must be unix:///path, /path or tcp://host:port, got %q", s)
+	}
+}
+
+// SocketList is every runtime API socket: Sockets, or Socket alone.
+func (h HAProxy) SocketList() []string {
+	if len(h.Sockets) > 0 {
+		return h.Sockets
+	}
+	return []string{h.Socket}
 }
 
 func (v *validator) httpURL(path, s string) {

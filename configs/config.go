@@ -25,6 +25,9 @@ type Config struct {
 	Source string `yaml:"-"`
 	// Warnings are problems that do not stop vigil (e.g. an expired override).
 	Warnings []string `yaml:"-"`
+	// Lines holds the line of every key path the file set
+	// ("watchdog.state_file"): what was written, not defaulted.
+	Lines map[string]int `yaml:"-"`
 }
 
 // Default returns the configuration used when a key is absent: every

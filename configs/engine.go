@@ -2,6 +2,7 @@ package configs
 
 import (
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -19,8 +20,17 @@ type Engine struct {
 	APIKey Secret `yaml:"-"`
 	// RequestTimeout bounds /v1/models, /health and /metrics calls.
 	RequestTimeout time.Duration `yaml:"request_timeout"`
-	// Metrics names the engine's metrics; vLLM v1's names by default.
+	// Kind is vllm, sglang, llamacpp or auto (the default): which engine's
+	// preset of Metrics to use. Auto picks one from the metric families of
+	// the first readable scrape.
+	Kind string `yaml:"kind"`
+	// Metrics names the engine's metrics. Each key set in the file
+	// overrides the kind's preset; with kind auto the names here are
+	// vLLM's until a scrape shows which engine it is.
 	Metrics MetricNames `yaml:"metrics"`
+	// MetricsSet lists the keys under engine.metrics the file set
+	// ("waiting", "decode.finished"): the ones a preset must not replace.
+	MetricsSet []string `yaml:"-"`
 }
 
 // MetricNames are the exact metric names the watchdog reads. They are
@@ -43,6 +53,11 @@ type MetricNames struct {
 	// vLLM). A scrape with several values of it is judged per rank as well
 	// as in sum. Empty: ranks are not told apart.
 	RankLabel string `yaml:"rank_label"`
+	// Extras maps each canonical extra metric (configs.Extra*, vLLM's
+	// names) to this engine's name for it; a canonical name missing from
+	// a non-nil map is not read. nil: the engine uses vLLM's names. Set by
+	// the engine profile, not by the file.
+	Extras map[string]string `yaml:"-"`
 }
 
 // DecodeMetrics are the counters the decode-stall rule reads.
@@ -63,22 +78,21 @@ func defaultEngine() Engine {
 	return Engine{
 		URL:            "http://127.0.0.1:8000",
 		RequestTimeout: 10 * time.Second,
-		Metrics: MetricNames{
-			Waiting:  "vllm:num_requests_waiting",
-			Running:  "vllm:num_requests_running",
-			Progress: []string{"vllm:prompt_tokens_total", "vllm:generation_tokens_total"},
-			Heartbeats: []string{
-				"vllm:iteration_tokens_total_count",
-				"vllm:prefix_cache_queries_total",
-				"vllm:request_success_total",
-			},
-			Decode: DecodeMetrics{
-				FirstTokens:      "vllm:time_to_first_token_seconds_count",
-				GenerationTokens: "vllm:generation_tokens_total",
-				Finished:         "vllm:request_success_total",
-			},
-			RankLabel: "engine",
-		},
+		Kind:           KindAuto,
+		Metrics:        profiles[KindVLLM].Metrics.clone(),
+	}
+}
+
+// resolveKind lays the kind's preset under the keys the file set. With
+// kind auto the vLLM preset stands in until the first scrape decides.
+func (e *Engine) resolveKind(lines map[string]int) {
+	e.MetricsSet = explicitMetrics(lines)
+	kind := e.Kind
+	if kind == KindAuto {
+		kind = KindVLLM
+	}
+	if _, ok := profiles[kind]; ok {
+		e.Metrics = e.MetricsFor(kind)
 	}
 }
 
@@ -95,6 +109,9 @@ func (e *Engine) validate(v *validator) {
 		}
 	}
 	v.positive("engine.request_timeout", e.RequestTimeout)
+	if _, ok := profiles[e.Kind]; !ok && e.Kind != KindAuto {
+		v.errorf("engine.kind", "must be one of auto, %s; got %q", strings.Join(Kinds, ", "), e.Kind)
+	}
 	v.nonEmpty("engine.metrics.waiting", e.Metrics.Waiting)
 	v.nonEmpty("engine.metrics.running", e.Metrics.Running)
 	if len(e.Metrics.Progress) == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -45,7 +46,13 @@ func (es Errors) Error() string {
 // Load reads, decodes, validates and resolves the secrets of the config at
 // path. Warnings (e.g. an expired override that is ignored) are in
 // Config.Warnings.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadEnv(path, os.Getenv) }
+
+// LoadEnv is Load with the environment it reads: $STATE_DIRECTORY, which
+// systemd sets from the unit's StateDirectory=, is where the state file
+// goes when the file names none, so each vigil@NAME instance keeps its
+// own (/var/lib/vigil/NAME/state.json) with one config shape for all.
+func LoadEnv(path string, getenv func(string) string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -55,7 +62,17 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s:\n%w", path, err)
 	}
 	cfg.Source = path
+	if dir, _, _ := strings.Cut(getenv("STATE_DIRECTORY"), ":"); dir != "" && !cfg.IsSet("watchdog.state_file") {
+		cfg.Watchdog.StateFile = filepath.Join(dir, "state.json")
+	}
 	return cfg, nil
+}
+
+// IsSet reports whether the file set the key path (rather than leaving
+// it to its default).
+func (c *Config) IsSet(path string) bool {
+	_, ok := c.Lines[path]
+	return ok
 }
 
 // Parse decodes data over the defaults and validates it as of now. The
@@ -92,6 +109,7 @@ func Parse(data []byte, now time.Time) (*Config, error) {
 		// node must say which engine it watches.
 		v.errs = append(v.errs, &FieldError{Path: "engine.url", Msg: "is required: the engine's base URL, e.g. http://127.0.0.1:8000"})
 	}
+	cfg.Engine.resolveKind(v.lines)
 	cfg.validate(v)
 	if len(v.errs) == 0 {
 		cfg.resolveSecrets(v)
@@ -100,6 +118,7 @@ func Parse(data []byte, now time.Time) (*Config, error) {
 		return nil, v.sorted()
 	}
 	cfg.Warnings = v.warnings
+	cfg.Lines = v.lines
 	return &cfg, nil
 }
 

@@ -94,7 +94,7 @@ func (e *Engine) health(w http.ResponseWriter, _ *http.Request) {
 func (e *Engine) metrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	created := float64(e.wallStart.UnixMilli()) / 1000
-	_ = e.expo.writeText(w, created)
+	_ = e.expo.writeAs(w, e.cfg.Metrics, created, e.cfg.ranks())
 }
 
 func (e *Engine) auth(next http.Handler) http.Handler {

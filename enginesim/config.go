@@ -50,6 +50,10 @@ type Config struct {
 	// AbortOnDisconnect removes a request from the scheduler when its client
 	// goes away (after at most two more paid steps). Off, it runs to the end.
 	AbortOnDisconnect bool
+	// Metrics is the metric name set /metrics serves: MetricsVLLM (""
+	// too), MetricsSGLang or MetricsLlamaCpp. The engine is the same under
+	// each; only the exposition differs.
+	Metrics string
 	// ControlAddr is where Start opens the fault-control listener
 	// ("127.0.0.1:0" when empty).
 	ControlAddr string
@@ -99,6 +103,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("enginesim: Scale %v must be > 0", c.Scale)
 	case c.LoadTime < 0:
 		return errors.New("enginesim: negative LoadTime")
+	}
+	if err := validMetrics(c.Metrics); err != nil {
+		return err
 	}
 	return nil
 }

@@ -85,6 +85,11 @@ func header(w *bufio.Writer, name, help, typ string) {
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
 func line(w *bufio.Writer, name string, labels []*dto.LabelPair, extraName, extraValue string, v float64) {
+	lineText(w, name, labels, extraName, extraValue, pyFloat(v))
+}
+
+// lineText writes one sample whose value is already formatted.
+func lineText(w *bufio.Writer, name string, labels []*dto.LabelPair, extraName, extraValue, value string) {
 	type kv struct{ k, v string }
 	ls := make([]kv, 0, len(labels)+1)
 	for _, l := range labels {
@@ -105,7 +110,7 @@ func line(w *bufio.Writer, name string, labels []*dto.LabelPair, extraName, extr
 		}
 		w.WriteByte('}')
 	}
-	w.WriteString(" " + pyFloat(v) + "\n")
+	w.WriteString(" " + value + "\n")
 }
 
 // pyFloat formats like prometheus_client's floatToGoString: Python's repr

@@ -45,6 +45,7 @@ CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
   -ldflags "-s -w -X main.version=$VERSION" -o "$root/usr/bin/vigil" ./cmd/vigil
 
 install -m 0644 systemd/vigil.service "$root/lib/systemd/system/vigil.service"
+install -m 0644 systemd/vigil@.service "$root/lib/systemd/system/vigil@.service"
 install -m 0644 systemd/vigil.env "$root/etc/default/vigil"
 install -m 0640 configs/vigil.yaml "$root/etc/vigil/vigil.yaml"
 install -m 0644 configs/example.yaml systemd/restart-systemd.conf systemd/50-vigil-restart-engine.rules systemd/vigil.socket \

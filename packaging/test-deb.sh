@@ -46,7 +46,7 @@ ok "built $(basename "$deb1") and $(basename "$deb2")"
 
 # The archive: what it holds and which files are conffiles.
 listing=$(dpkg-deb -c "$deb1")
-for f in ./usr/bin/vigil ./lib/systemd/system/vigil.service ./etc/default/vigil ./etc/vigil/vigil.yaml \
+for f in ./usr/bin/vigil ./lib/systemd/system/vigil.service ./lib/systemd/system/vigil@.service ./etc/default/vigil ./etc/vigil/vigil.yaml \
   ./usr/share/doc/vigil/examples/restart-systemd.conf ./usr/share/doc/vigil/examples/50-vigil-restart-engine.rules \
   ./usr/share/vigil/monitoring/vigil-rules.yml ./usr/share/vigil/monitoring/grafana/vigil.json; do
   grep -q " $f\$" <<<"$listing" || fail "$f missing from the package"
@@ -114,9 +114,59 @@ if command -v systemd-analyze >/dev/null; then
   rm -rf /etc/systemd/system/vigil.service.d
   systemd-analyze verify /usr/share/doc/vigil/examples/vigil.socket "$unit" || fail "systemd-analyze verify vigil.socket"
   ok "systemd-analyze verify (with and without the drop-in, and the socket); exposure $exposure"
+  # The template, as one of its instances (verify loads a file named
+  # vigil@NAME.service as instance NAME).
+  cp /lib/systemd/system/vigil@.service "$work/vigil@gpu0.service"
+  systemd-analyze verify "$work/vigil@gpu0.service" || fail "systemd-analyze verify vigil@gpu0.service"
+  iexposure=$(systemd-analyze security --offline=yes "$work/vigil@gpu0.service" 2>/dev/null | sed -n 's/.*Overall exposure level for vigil@gpu0.service: \([0-9.]*\).*/\1/p')
+  awk -v e="${iexposure:-9}" 'BEGIN { exit !(e <= 2.0) }' || fail "vigil@gpu0 exposure ${iexposure:-none} is above 2.0"
+  ok "systemd-analyze verify vigil@gpu0.service; exposure $iexposure"
 else
   echo "test-deb: systemd-analyze not installed: unit not verified"
 fi
+
+# --- two vigil@ instances: check-config refuses what they share, and
+# both run side by side as their units would run them (User=vigil,
+# $STATE_DIRECTORY from StateDirectory=vigil/%i; no systemd as PID 1 here).
+for n in 0 1; do
+  cat >"/etc/vigil/gpu$n.yaml" <<YAML
+node: ci-gpu$n
+engine:
+  url: http://127.0.0.1:$((18000 + n))
+admission:
+  listen: 127.0.0.1:$((18100 + n))
+status:
+  listen: 127.0.0.1:$((19200 + n))
+YAML
+  chown root:vigil "/etc/vigil/gpu$n.yaml"; chmod 0640 "/etc/vigil/gpu$n.yaml"
+done
+runuser -u vigil -- /usr/bin/vigil check-config /etc/vigil/gpu0.yaml /etc/vigil/gpu1.yaml >"$work/inst.log" 2>&1 ||
+  { cat "$work/inst.log"; fail "check-config of two distinct instances"; }
+sed 's/19201/19200/' /etc/vigil/gpu1.yaml >"$work/gpu1.yaml"
+if /usr/bin/vigil check-config /etc/vigil/gpu0.yaml "$work/gpu1.yaml" >"$work/inst.log" 2>&1; then
+  fail "check-config accepted two instances on one status port"
+fi
+grep -q 'status.listen 127.0.0.1:19200: the same port' "$work/inst.log" || { cat "$work/inst.log"; fail "check-config did not name the shared port"; }
+ok "check-config: two instances pass, a shared status port is refused"
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pids=()
+for n in 0 1; do
+  install -d -o vigil -g vigil -m 0750 "/var/lib/vigil/gpu$n"
+  STATE_DIRECTORY=/var/lib/vigil/gpu$n runuser -u vigil -- /usr/bin/vigil run --config "/etc/vigil/gpu$n.yaml" \
+    >"$work/gpu$n.log" 2>&1 &
+  pids+=($!)
+done
+for n in 0 1; do
+  for _ in $(seq 100); do
+    [ -s "/var/lib/vigil/gpu$n/state.json" ] && listening $((19200 + n)) && break
+    sleep 0.1
+  done
+  [ -s "/var/lib/vigil/gpu$n/state.json" ] || { cat "$work/gpu$n.log"; fail "vigil@gpu$n wrote no /var/lib/vigil/gpu$n/state.json"; }
+  listening $((19200 + n)) || { cat "$work/gpu$n.log"; fail "vigil@gpu$n does not listen on its status port"; }
+done
+kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
+rm -f /etc/vigil/gpu0.yaml /etc/vigil/gpu1.yaml; rm -rf /var/lib/vigil/gpu0 /var/lib/vigil/gpu1
+ok "two instances ran side by side: own state directories, own ports"
 
 # --- reinstall and upgrade keep an edited conffile and the state
 echo "# edited by the operator" >>/etc/vigil/vigil.yaml

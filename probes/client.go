@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/vigil-dev/vigil/configs"
 )
 
@@ -15,6 +17,11 @@ type Config struct {
 	Target Target
 	// Names are the metrics the scrape reads.
 	Names configs.MetricNames
+	// Kind is engine.kind. With "auto" and Resolve set, Names stand in
+	// until a scrape shows which engine it is; Resolve then gives that
+	// kind's names.
+	Kind    string
+	Resolve func(kind string) configs.MetricNames
 	// ProbeTimeout bounds the completion probe.
 	ProbeTimeout time.Duration
 	// Now is the clock for the completion probe's age (nil: time.Now).
@@ -33,6 +40,8 @@ func FromConfig(e configs.Engine, w configs.Watchdog) Config {
 			HTTP: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		},
 		Names:        e.Metrics,
+		Kind:         e.Kind,
+		Resolve:      e.MetricsFor,
 		ProbeTimeout: w.ProbeTimeout,
 	}
 }
@@ -43,16 +52,30 @@ type Client struct {
 	target     Target
 	scrape     ProbeFn[MetricsObservation]
 	completion *CompletionProber
+	kind       func() string
 }
 
 // NewClient returns a Client; Close it to stop a probe in flight.
 func NewClient(c Config) *Client {
-	return &Client{
-		target:     c.Target,
-		scrape:     Scrape(c.Names),
+	cl := &Client{
+		target: c.Target,
+		scrape: func(ctx context.Context, t Target) MetricsObservation {
+			return scrape(ctx, t, func(map[string]*dto.MetricFamily) (configs.MetricNames, string) { return c.Names, c.Kind })
+		},
 		completion: NewCompletionProber(c.Target, c.ProbeTimeout, c.Now),
+		kind:       func() string { return c.Kind },
 	}
+	if c.Kind == configs.KindAuto && c.Resolve != nil {
+		en := newEngineNames(c.Names, c.Resolve)
+		cl.scrape = func(ctx context.Context, t Target) MetricsObservation { return scrape(ctx, t, en.pick) }
+		cl.kind = en.current
+	}
+	return cl
 }
+
+// Kind is the engine kind the scrapes are read as: engine.kind, or with
+// auto the kind a scrape has shown ("" until one has).
+func (c *Client) Kind() string { return c.kind() }
 
 // Models probes /v1/models.
 func (c *Client) Models(ctx context.Context) ModelsObservation { return Models(ctx, c.target) }

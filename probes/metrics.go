@@ -22,22 +22,24 @@ import (
 // EndpointMetrics is the engine's Prometheus scrape.
 const EndpointMetrics = "/metrics"
 
-// Metrics the watchdog reads beside the configured ones, always by these
-// exact vLLM names: the retry-storm alarm compares prompt tokens with
-// prefix-cache queries, the drain estimate needs finished requests, and
-// Little's law needs the end-to-end latency histogram's sum and count.
+// Metrics the watchdog reads beside the configured ones, keyed by these
+// canonical (vLLM) names whichever engine it is: the retry-storm alarm
+// compares prompt tokens with prefix-cache queries, the drain estimate
+// needs finished requests, and Little's law needs the end-to-end latency
+// histogram's sum and count. The engine profile says which of them the
+// engine has and under what name (configs.MetricNames.Extras).
 const (
-	MetricPromptTokens       = "vllm:prompt_tokens_total"
-	MetricPrefixCacheQueries = "vllm:prefix_cache_queries_total"
-	MetricRequestSuccess     = "vllm:request_success_total"
-	MetricE2ELatencySum      = "vllm:e2e_request_latency_seconds_sum"
-	MetricE2ELatencyCount    = "vllm:e2e_request_latency_seconds_count"
-	MetricQueueTimeSum       = "vllm:request_queue_time_seconds_sum"
-	MetricQueueTimeCount     = "vllm:request_queue_time_seconds_count"
+	MetricPromptTokens       = configs.ExtraPromptTokens
+	MetricPrefixCacheQueries = configs.ExtraPrefixCacheQueries
+	MetricRequestSuccess     = configs.ExtraRequestSuccess
+	MetricE2ELatencySum      = configs.ExtraE2ELatencySum
+	MetricE2ELatencyCount    = configs.ExtraE2ELatencyCount
+	MetricQueueTimeSum       = configs.ExtraQueueTimeSum
+	MetricQueueTimeCount     = configs.ExtraQueueTimeCount
 	// MetricProcessStart is the engine process's start time (Prometheus
 	// clients export it by default): when it is there, a counter reset is
 	// believed only if it changed.
-	MetricProcessStart = "process_start_time_seconds"
+	MetricProcessStart = configs.ExtraProcessStart
 )
 
 var extraNames = []string{
@@ -56,7 +58,8 @@ type Metrics struct {
 	Progress map[string]float64 `json:"progress"`
 	// Heartbeats holds each configured heartbeat counter found, by name.
 	Heartbeats map[string]float64 `json:"heartbeats,omitempty"`
-	// Extra holds the Metric* names above that the scrape had.
+	// Extra holds the Metric* names above that the scrape had, by their
+	// canonical name.
 	Extra map[string]float64 `json:"extra,omitempty"`
 	// Decode holds the decode-stall rule's counters; nil when the engine
 	// does not export all three (the rule is then off).
@@ -111,6 +114,12 @@ type MetricsObservation struct {
 	// missing waiting, running or progress metric makes the scrape
 	// unreadable; a missing heartbeat is only reported.
 	Missing []string `json:"missing,omitempty"`
+	// Kind is the engine kind whose names the scrape was read by ("" when
+	// engine.kind is auto and no scrape has shown which engine it is).
+	Kind string `json:"kind,omitempty"`
+	// Families, set only when a required metric was missing, are the
+	// metric families the scrape did have: what an unknown engine exports.
+	Families []string `json:"families,omitempty"`
 }
 
 // Readable reports whether the scrape gave usable values.
@@ -119,39 +128,84 @@ func (m MetricsObservation) Readable() bool { return m.OK() && m.Metrics != nil 
 // Scrape returns the /metrics probe for the given metric names.
 func Scrape(names configs.MetricNames) ProbeFn[MetricsObservation] {
 	return func(ctx context.Context, t Target) MetricsObservation {
-		return scrape(ctx, t, names)
+		return scrape(ctx, t, func(map[string]*dto.MetricFamily) (configs.MetricNames, string) { return names, "" })
 	}
 }
 
-func scrape(ctx context.Context, t Target, names configs.MetricNames) MetricsObservation {
-	req, err := http.NewRequest(http.MethodGet, t.url(EndpointMetrics), nil)
-	if err != nil {
-		return MetricsObservation{Observation: fail(Observation{Endpoint: EndpointMetrics}, err)}
-	}
-	// Ask for the classic text format: it is what vLLM serves and what
-	// the text parser reads; a server that answers protobuf is refused
-	// below rather than misread.
-	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
-	obs, hdr, body := do(ctx, t, req, EndpointMetrics)
+// pickNames chooses the names to read a scrape by, from its families, and
+// says which engine kind they are ("" if not known).
+type pickNames func(fams map[string]*dto.MetricFamily) (configs.MetricNames, string)
+
+func scrape(ctx context.Context, t Target, pick pickNames) MetricsObservation {
+	obs, fams := fetchFamilies(ctx, t)
 	out := MetricsObservation{Observation: obs}
 	if !obs.OK() {
 		return out
 	}
-	if ct := hdr.Get("Content-Type"); ct != "" {
-		mt, _, _ := mime.ParseMediaType(ct)
-		if mt != "text/plain" && mt != "application/openmetrics-text" && mt != "" {
-			out.Class, out.Error = ClassOther, fmt.Sprintf("metrics: unexpected content type %q: %s", ct, snippet(body))
-			return out
-		}
-	}
-	m, missing, err := ParseMetrics(bytes.NewReader(body), names)
+	names, kind := pick(fams)
+	out.Kind = kind
+	m, missing, required, err := extract(fams, names)
 	out.Missing = missing
+	if err == nil && len(required) > 0 {
+		out.Families = FamilyNames(fams)
+		err = fmt.Errorf("metrics: missing %s; the scrape has %s", strings.Join(required, ", "), familyWords(out.Families))
+	}
 	if err != nil {
 		out.Class, out.Error = ClassOther, err.Error()
 		return out
 	}
 	out.Metrics = &m
 	return out
+}
+
+// fetchFamilies gets and parses one scrape. A failed request, a body that
+// is not a text scrape or does not parse is a failed observation.
+func fetchFamilies(ctx context.Context, t Target) (Observation, map[string]*dto.MetricFamily) {
+	req, err := http.NewRequest(http.MethodGet, t.url(EndpointMetrics), nil)
+	if err != nil {
+		return fail(Observation{Endpoint: EndpointMetrics}, err), nil
+	}
+	// Ask for the classic text format: it is what vLLM serves and what
+	// the text parser reads; a server that answers protobuf is refused
+	// below rather than misread.
+	req.Header.Set("Accept", "text/plain;version=0.0.4;q=1,*/*;q=0.1")
+	obs, hdr, body := do(ctx, t, req, EndpointMetrics)
+	if !obs.OK() {
+		return obs, nil
+	}
+	if ct := hdr.Get("Content-Type"); ct != "" {
+		mt, _, _ := mime.ParseMediaType(ct)
+		if mt != "text/plain" && mt != "application/openmetrics-text" && mt != "" {
+			obs.Class, obs.Error = ClassOther, fmt.Sprintf("metrics: unexpected content type %q: %s", ct, snippet(body))
+			return obs, nil
+		}
+	}
+	fams, err := parseFamilies(bytes.NewReader(body))
+	if err != nil {
+		obs.Class, obs.Error = ClassOther, err.Error()
+		return obs, nil
+	}
+	return obs, fams
+}
+
+// FamilyNames lists the metric families of a parsed scrape, sorted.
+func FamilyNames(fams map[string]*dto.MetricFamily) []string {
+	names := make([]string, 0, len(fams))
+	for n := range fams {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// familyWords names the families of a scrape for an error line, the
+// first few in full: enough to tell which engine it is.
+func familyWords(fams []string) string {
+	const show = 12
+	if len(fams) <= show {
+		return fmt.Sprintf("%d families: %s", len(fams), strings.Join(fams, ", "))
+	}
+	return fmt.Sprintf("%d families: %s and %d more", len(fams), strings.Join(fams[:show], ", "), len(fams)-show)
 }
 
 // ParseMetrics reads a Prometheus text-format scrape and extracts the
@@ -169,7 +223,19 @@ func ParseMetrics(r io.Reader, names configs.MetricNames) (m Metrics, missing []
 	if err != nil {
 		return Metrics{}, nil, err
 	}
-	var required []string
+	m, missing, required, err := extract(fams, names)
+	if err != nil {
+		return Metrics{}, missing, err
+	}
+	if len(required) > 0 {
+		return Metrics{}, missing, fmt.Errorf("metrics: missing %s", strings.Join(required, ", "))
+	}
+	return m, missing, nil
+}
+
+// extract reads names out of a parsed scrape. required lists the missing
+// names that make it unreadable; m is then the zero value.
+func extract(fams map[string]*dto.MetricFamily, names configs.MetricNames) (m Metrics, missing, required []string, err error) {
 	get := func(name string, req bool) (float64, bool) {
 		v, ok, verr := lookup(fams, name)
 		if verr != nil && err == nil {
@@ -201,7 +267,7 @@ func ParseMetrics(r io.Reader, names configs.MetricNames) (m Metrics, missing []
 	}
 	m.Extra = map[string]float64{}
 	for _, n := range extraNames {
-		v, ok, verr := lookup(fams, n)
+		v, ok, verr := lookup(fams, names.ExtraName(n))
 		if verr != nil && err == nil {
 			err = verr
 		}
@@ -235,13 +301,10 @@ func ParseMetrics(r io.Reader, names configs.MetricNames) (m Metrics, missing []
 		}
 		m.Ranks = ranks
 	}
-	if err != nil {
-		return Metrics{}, missing, err
+	if err != nil || len(required) > 0 {
+		return Metrics{}, missing, required, err
 	}
-	if len(required) > 0 {
-		return Metrics{}, missing, fmt.Errorf("metrics: missing %s", strings.Join(required, ", "))
-	}
-	return m, missing, nil
+	return m, missing, nil, nil
 }
 
 func parseFamilies(r io.Reader) (fams map[string]*dto.MetricFamily, err error) {

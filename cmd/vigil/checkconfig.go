@@ -22,34 +22,55 @@ func loadConfig(path string, dryRun bool) (*configs.Config, error) {
 	return cfg, nil
 }
 
-// runCheckConfig validates a config file: exit 0 and a summary if it
-// loads, exit 2 and every error (key path and line) if not.
+// runCheckConfig validates config files: exit 0 and a summary of each if
+// they load, exit 2 and every error (key path and line) if not. Several
+// files are the instances of one node (vigil@NAME reads
+// /etc/vigil/NAME.yaml): they must not share a port, a state file or the
+// engine they restart.
 func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	show := fs.Bool("show", false, "print the effective config (secrets redacted)")
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: vigil check-config [--show] FILE") }
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: vigil check-config [--show] FILE\n       vigil check-config [--show] /etc/vigil/NAME.yaml ...   (the vigil@NAME instances of one node)")
+	}
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() < 1 {
 		fs.Usage()
 		return exitUsage
 	}
-	cfg, err := loadConfig(fs.Arg(0), false)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitUsage
+	code := exitOK
+	var ins []instance
+	for _, path := range fs.Args() {
+		cfg, err := loadConfig(path, false)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			code = exitUsage
+			continue
+		}
+		for _, w := range append(cfg.Warnings, unitWarnings(cfg, "/")...) { // unitcheck.go: what the installed unit forbids
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+		fmt.Fprintf(stdout, "%s: ok (engine %s, load balancer %s, restart %s, alerts %s, limiter %s)\n",
+			path, cfg.Engine.URL, cfg.LoadBalancer.Kind, cfg.Restart.Kind, cfg.Alerts.Kind, limiterSummary(cfg.Admission))
+		if *show {
+			fmt.Fprint(stdout, cfg.Redacted())
+		}
+		ins = append(ins, newInstance(path, cfg))
 	}
-	for _, w := range append(cfg.Warnings, unitWarnings(cfg, "/")...) { // unitcheck.go: what the installed unit forbids
-		fmt.Fprintf(stderr, "warning: %s\n", w)
+	if len(ins) > 1 {
+		conflicts := instanceConflicts(ins)
+		for _, c := range conflicts {
+			fmt.Fprintf(stderr, "check-config: instances %s\n", c)
+		}
+		if len(conflicts) > 0 {
+			return exitUsage
+		}
+		fmt.Fprintf(stdout, "%d instances: no shared port, state file or engine\n", len(ins))
 	}
-	fmt.Fprintf(stdout, "%s: ok (engine %s, load balancer %s, restart %s, alerts %s, limiter %s)\n",
-		fs.Arg(0), cfg.Engine.URL, cfg.LoadBalancer.Kind, cfg.Restart.Kind, cfg.Alerts.Kind, limiterSummary(cfg.Admission))
-	if *show {
-		fmt.Fprint(stdout, cfg.Redacted())
-	}
-	return exitOK
+	return code
 }
 
 func limiterSummary(a configs.Admission) string {

@@ -165,6 +165,9 @@ type daemon struct {
 	// port fails the start instead of leaving the rest running.
 	admissionLn net.Listener
 	statusLn    net.Listener
+	// lbServer is the drainer when the balancer polls vigil (healthcheck,
+	// agent): its listener is bound in newDaemon too.
+	lbServer actions.Server
 
 	// thMu serializes read-modify-write of the watchdog's thresholds
 	// (reload and overrides both change them).
@@ -228,6 +231,12 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	}
 	d.digest = alerts.NewDigest(nil)
 
+	// Which engine: with engine.kind auto, one scrape now so the limiter
+	// and the watchdog read the right names from the start.
+	ek := resolveEngineKind(ctx, cfg.Engine)
+	log.WithField("engine_kind", ek.Kind).Info("engine kind: " + ek.Words)
+	engine := ek.Engine
+
 	// The limiter.
 	if cfg.Admission.Enabled {
 		upstream, err := url.Parse(cfg.Engine.URL)
@@ -237,7 +246,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 		d.limiter, err = admission.New(cfg.Admission, upstream, cfg.Engine.APIKey,
 			admission.WithLogger(log.WithField("part", "admission")),
 			admission.WithRegisterer(d.registry),
-			admission.WithEngineMetrics(cfg.Engine.Metrics.Waiting, cfg.Engine.Metrics.Running))
+			admission.WithEngineMetrics(engine.Metrics.Waiting, engine.Metrics.Running))
 		if err != nil {
 			return nil, err
 		}
@@ -254,6 +263,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 			return nil, err
 		}
 	}
+	d.lbServer, _ = drainer.(actions.Server)
 	if d.restarter = o.Restarter; d.restarter == nil {
 		if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
 			return nil, err
@@ -278,7 +288,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 
 	// The watchdog.
 	wo := watchdog.Options{
-		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
+		Engine: engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
 		Pager: d.fanout(), Recoverer: d.recovery, Store: d.store,
 		Log: log.WithField("part", "watchdog"), Registerer: d.registry,
 		OnCycle: d.onCycle, Notice: d.notice, Conditions: d.pager,
@@ -382,6 +392,9 @@ func (d *daemon) release() {
 	if c, ok := d.restarter.(io.Closer); ok {
 		c.Close()
 	}
+	if d.lbServer != nil {
+		d.lbServer.Close()
+	}
 	if d.turns != nil {
 		_ = d.turns.Close()
 	}
@@ -420,6 +433,14 @@ func (d *daemon) run(ctx context.Context) error {
 		sup.Go("status.listen "+cfg.Status.Listen, untilStopped, func(ctx context.Context) error {
 			return d.status.Serve(ctx, d.statusLn)
 		})
+	}
+	if d.lbServer != nil {
+		// A host the journal says vigil left drained stays out from the
+		// first poll; the resumed recovery takes it from there.
+		if d.recovery.Snapshot().Drained {
+			d.lbServer.StartDrained()
+		}
+		sup.Go("load_balancer."+cfg.LoadBalancer.Kind+" "+d.lbServer.String(), untilStopped, d.lbServer.Serve)
 	}
 	sup.Go("overrides expiry", untilStopped, func(ctx context.Context) error { d.overrides.Run(ctx); return nil })
 	d.startPoolMembers(sup, cfg)
@@ -471,6 +492,9 @@ func (d *daemon) run(ctx context.Context) error {
 	sup.Wait()
 	if c, ok := d.restarter.(io.Closer); ok {
 		c.Close()
+	}
+	if d.lbServer != nil {
+		d.lbServer.Close()
 	}
 	return runErr
 }

@@ -72,7 +72,8 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	if !*asJSON {
 		fmt.Fprintf(stderr, "sampling %s for %s every %s...\n", cfg.Engine.URL, *window, *interval)
 	}
-	opts := watchdog.Options{Engine: cfg.Engine, Watchdog: cfg.Watchdog, Node: cfg.Node}
+	ek := resolveEngineKind(ctx, cfg.Engine)
+	opts := watchdog.Options{Engine: ek.Engine, Watchdog: cfg.Watchdog, Node: cfg.Node}
 	if cfg.Admission.Enabled {
 		opts.MaxInFlight = cfg.Admission.MaxInFlight
 	}
@@ -99,12 +100,17 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	}
 
 	if *asJSON {
-		// Report has its own MarshalJSON; the pool and routing join its
+		// Report has its own MarshalJSON; the engine kind, the pool and routing join its
 		// fields by hand so the output stays one flat object.
 		raw, err := json.Marshal(report)
-		if err == nil && (len(members) > 0 || routing != nil || poolNote != "") {
+		if err == nil {
 			var obj map[string]json.RawMessage
 			if err = json.Unmarshal(raw, &obj); err == nil {
+				obj["engine_kind"], _ = json.Marshal(ek.Kind)
+				obj["engine_kind_reason"], _ = json.Marshal(ek.Words)
+				if len(ek.Families) > 0 {
+					obj["metric_families"], _ = json.Marshal(ek.Families)
+				}
 				if len(members) > 0 {
 					obj["pool"], _ = json.Marshal(members)
 				}
@@ -124,6 +130,7 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, string(raw))
 	} else {
 		report.WriteText(stdout)
+		fmt.Fprintf(stdout, "\nEngine kind\n  %s\n", ek.Words)
 		if len(members) > 0 {
 			self := pool.Member{Node: cfg.Node, State: string(report.State), Waiting: report.Evidence.Waiting, Running: report.Evidence.Running}
 			fmt.Fprintf(stdout, "\n%s\n", pool.Summarize(self, members))

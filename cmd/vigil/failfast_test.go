@@ -73,6 +73,12 @@ func TestRunExitsAtOnceWhenAPartCannotStart(t *testing.T) {
 			}
 			return replaceLine(yml, "  state_file: ", "  state_file: "+bad)
 		}, []string{"watchdog.state_file", "is corrupt"}},
+		{"the health-check port is taken", func(yml string) string {
+			return yml + "load_balancer:\n  kind: healthcheck\n  healthcheck:\n    listen: " + busy + "\n"
+		}, []string{"healthcheck: listen (load_balancer.healthcheck.listen)", "address already in use"}},
+		{"the agent port is taken", func(yml string) string {
+			return yml + "load_balancer:\n  kind: agent\n  agent:\n    listen: " + busy + "\n"
+		}, []string{"agent: listen (load_balancer.agent.listen)", "address already in use"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

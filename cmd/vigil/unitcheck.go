@@ -85,8 +85,14 @@ func unitWarnings(cfg *configs.Config, root string) []string {
 		}
 	}
 	if cfg.LoadBalancer.Kind == "haproxy" {
-		if p, ok := unixPath(cfg.LoadBalancer.HAProxy.Socket); ok {
-			warns = append(warns, u.socketWarnings(root, "load_balancer.haproxy.socket", p)...)
+		key := func(int) string { return "load_balancer.haproxy.socket" }
+		if len(cfg.LoadBalancer.HAProxy.Sockets) > 0 {
+			key = func(i int) string { return fmt.Sprintf("load_balancer.haproxy.sockets[%d]", i) }
+		}
+		for i, s := range cfg.LoadBalancer.HAProxy.SocketList() {
+			if p, ok := unixPath(s); ok {
+				warns = append(warns, u.socketWarnings(root, key(i), p)...)
+			}
 		}
 	}
 	return warns

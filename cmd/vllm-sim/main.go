@@ -40,6 +40,8 @@ func runWith(ctx context.Context, args []string, stderr io.Writer, started func(
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "max prompt+output tokens per request")
 	fs.IntVar(&cfg.KVCacheTokens, "kv-cache-tokens", cfg.KVCacheTokens, "KV-cache capacity in tokens, per rank")
 	fs.IntVar(&cfg.PrefixCacheSize, "prefix-cache-size", cfg.PrefixCacheSize, "shared prefixes remembered (LRU), per rank")
+	fs.StringVar(&cfg.Metrics, "metrics", enginesim.MetricsVLLM,
+		"metric names /metrics serves: vllm, sglang (sglang:num_queue_reqs ...) or llamacpp (llamacpp:requests_deferred ...)")
 	fs.Float64Var(&cfg.Scale, "scale", cfg.Scale, "engine time runs this many times faster than wall time")
 	fs.DurationVar(&cfg.LoadTime, "load-time", cfg.LoadTime, "engine time before the API port opens")
 	fs.BoolVar(&cfg.AbortOnDisconnect, "abort-on-disconnect", cfg.AbortOnDisconnect,

@@ -33,6 +33,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"stray argument", []string{"extra"}},
 		{"missing key file", []string{"-api-key-file", filepath.Join(dir, "missing")}},
 		{"empty key file", []string{"-api-key-file", empty}},
+		{"unknown metric names", []string{"-metrics", "tgi"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,5 +146,31 @@ func TestDataParallelFlag(t *testing.T) {
 	cancel()
 	if c := <-code; c != 0 {
 		t.Fatalf("exit %d, want 0", c)
+	}
+}
+
+func TestMetricsFlagServesAnotherEnginesNames(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"sglang", "sglang:num_queue_reqs{"},
+		{"llamacpp", "\nllamacpp:requests_deferred 0\n"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			code, s, _ := start(t, ctx, "-metrics", tc.set)
+			resp, err := http.Get(s.URL() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), tc.want) || strings.Contains(string(body), "vllm:") {
+				t.Errorf("/metrics with -metrics %s lacks %q or has vllm: names:\n%s", tc.set, tc.want, body)
+			}
+			cancel()
+			if c := <-code; c != 0 {
+				t.Fatalf("exit %d, want 0", c)
+			}
+		})
 	}
 }

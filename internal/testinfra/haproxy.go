@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"text/template"
@@ -47,7 +48,15 @@ type HAProxy struct {
 	Backend  string
 	// Dir holds the config, the socket and the log.
 	Dir string
+
+	stopOnce sync.Once
+	stopFn   func(exited chan error)
+	exited   chan error
 }
+
+// Stop ends this HAProxy now, before the test ends (a balancer of a pair
+// gone away); the test's cleanup then has nothing left to stop.
+func (h *HAProxy) Stop() { h.stopOnce.Do(func() { h.stopFn(h.exited) }) }
 
 // SocketURL is the socket as vigil's config writes it: "unix:///path".
 func (h *HAProxy) SocketURL() string { return "unix://" + h.Socket }
@@ -128,7 +137,18 @@ func StartHAProxyText(t testing.TB, backend string, render func(socket, frontend
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		t.Fatalf("testinfra: %v", err)
 	}
-	daemon{what: "HAPROXY", env: RequireHAProxyEnv, cmd: exec.Command(bin, "-f", cfgPath, "-db"),
+	cmd := exec.Command(bin, "-f", cfgPath, "-db")
+	h.stopFn = func(exited chan error) {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			exited <- err
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			exited <- <-exited
+		}
+	}
+	h.exited = daemon{what: "HAPROXY", env: RequireHAProxyEnv, cmd: cmd,
 		logPath: filepath.Join(dir, "haproxy.log"), within: 10 * time.Second, poll: 20 * time.Millisecond,
 		ready: func() error {
 			out, err := h.command("show info")
@@ -137,15 +157,7 @@ func StartHAProxyText(t testing.TB, backend string, render func(socket, frontend
 			}
 			return err
 		},
-		stop: func(cmd *exec.Cmd, exited chan error) {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(5 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		},
+		stop: func(_ *exec.Cmd, exited chan error) { h.stopOnce.Do(func() { h.stopFn(exited) }) },
 	}.start(t)
 	return h
 }
