@@ -1,0 +1,234 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/watchdog"
+)
+
+// bar is issue 25's: with defaults, a hang under load is HUNG within this.
+const bar = 30 * time.Second
+
+type workloadResult struct {
+	name        string
+	capacity    float64
+	auto, fixed []hangResult
+	long        *longResult
+}
+
+type report struct {
+	scale     float64
+	workloads []workloadResult
+	wall      time.Duration
+}
+
+func (r *report) print(w io.Writer) {
+	r.printDetection(w)
+	r.printFalseHangs(w)
+	fmt.Fprintf(w, "\nWall time %s at scale %g.\n", r.wall.Round(time.Second), r.scale)
+}
+
+func (r *report) printDetection(w io.Writer) {
+	t := humanize.Table{Header: []string{"workload", "hang_after", "detected after, each hang (s)", "median (s)", "max (s)",
+		"window at the verdict (s)", "median auto / fixed", "bar: every hang < 30 s"}}
+	shown := false
+	for _, wr := range r.workloads {
+		if len(wr.auto) == 0 {
+			continue
+		}
+		shown = true
+		ma, mf := medianTook(wr.auto), medianTook(wr.fixed)
+		ratio := "n/a"
+		if ma > 0 && mf > 0 {
+			ratio = fmt.Sprintf("%.2fx", ma.Seconds()/mf.Seconds())
+		}
+		t.Add(wr.name, "auto", tookList(wr.auto), secs(ma), secs(maxTook(wr.auto)), windowList(wr.auto), ratio, verdictBar(wr.auto))
+		t.Add(wr.name, humanize.Duration(fixedWindow), tookList(wr.fixed), secs(mf), secs(maxTook(wr.fixed)), windowList(wr.fixed), "", "")
+	}
+	if !shown {
+		return
+	}
+	fmt.Fprintln(w, "Detection of a hang under load (Engine.Hang() after the warm-up; \"-\": not HUNG within the ceiling + 4 intervals):")
+	t.Print(w)
+	for _, wr := range r.workloads {
+		for i, h := range wr.auto {
+			fmt.Fprintf(w, "%s auto rep %d: HUNG by %s; before the hang %s", wr.name, i+1, orDash(h.why), orDash(h.beforeWhy))
+			if n := h.falseBefore + falseBefore(wr.fixed, i); n > 0 {
+				fmt.Fprintf(w, "; %d HUNG verdicts before the hang", n)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+func falseBefore(hs []hangResult, i int) int {
+	if i < len(hs) {
+		return hs[i].falseBefore
+	}
+	return 0
+}
+
+func (r *report) printFalseHangs(w io.Writer) {
+	t := humanize.Table{Header: []string{"workload", "engine time", "verdicts", "HUNG", "recoveries asked", "window min / median / max (s)",
+		"states", "served (x C)", "calls sent / answered"}}
+	shown := false
+	for _, wr := range r.workloads {
+		l := wr.long
+		if l == nil {
+			continue
+		}
+		shown = true
+		lo, med, hi := windowStats(l.windows)
+		t.Add(wr.name, humanize.Duration(l.duration), l.verdicts, l.hung, l.recoveries,
+			fmt.Sprintf("%s / %s / %s", secs(lo.d), secs(med.d), secs(hi.d)), stateList(l.states),
+			fmt.Sprintf("%.2f", l.served), fmt.Sprintf("%d / %d", l.sent, l.answered))
+	}
+	if !shown {
+		return
+	}
+	fmt.Fprintln(w, "False hangs with hang_after: auto, no fault (window figures exclude the warm-up, where auto holds the ceiling until the engine has served 8 cycles):")
+	t.Print(w)
+	for _, wr := range r.workloads {
+		if l := wr.long; l != nil {
+			_, med, hi := windowStats(l.windows)
+			fmt.Fprintf(w, "%s: at the median: %s; at the max: %s; warm-up: %d of %d verdicts at the ceiling; limiter at the end: %s\n",
+				wr.name, orDash(med.why), orDash(hi.why), l.atCeiling, l.warmupVerdicts, l.limiter)
+		}
+	}
+}
+
+func medianTook(hs []hangResult) time.Duration {
+	var ds []time.Duration
+	for _, h := range hs {
+		if !h.detected {
+			return 0 // a miss has no time to rank
+		}
+		ds = append(ds, h.took)
+	}
+	return median(ds)
+}
+
+func maxTook(hs []hangResult) time.Duration {
+	var m time.Duration
+	for _, h := range hs {
+		if !h.detected {
+			return 0
+		}
+		m = max(m, h.took)
+	}
+	return m
+}
+
+func tookList(hs []hangResult) string {
+	var s []string
+	for _, h := range hs {
+		if h.detected {
+			s = append(s, secs(h.took))
+		} else {
+			s = append(s, "-")
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+func windowList(hs []hangResult) string {
+	var s []string
+	for _, h := range hs {
+		if h.detected {
+			s = append(s, secs(h.window))
+		} else {
+			s = append(s, "-")
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+func verdictBar(hs []hangResult) string {
+	if len(hs) == 0 {
+		return ""
+	}
+	for _, h := range hs {
+		if !h.detected || h.took >= bar {
+			return "NOT MET"
+		}
+	}
+	return "MET"
+}
+
+func stateList(m map[watchdog.State]int) string {
+	var keys []string
+	for s := range m {
+		keys = append(keys, string(s))
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s %d", k, m[watchdog.State(k)]))
+	}
+	return strings.Join(out, ", ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// secs prints engine seconds to a tenth.
+func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) }
+
+// median is the lower median (a member of xs: its why string exists); 0
+// for none.
+func median(xs []time.Duration) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// windowStats is the smallest, the (lower) median and the largest window.
+func windowStats(ws []windowSeen) (lo, med, hi windowSeen) {
+	if len(ws) == 0 {
+		return
+	}
+	s := slices.Clone(ws)
+	slices.SortStableFunc(s, func(a, b windowSeen) int { return int(a.d - b.d) })
+	return s[0], s[(len(s)-1)/2], s[len(s)-1]
+}
+
+// The watchdog writes its why strings in its own (wall) time: at scale
+// 25 a 15 s floor reads "600ms" and a prefill rate 25 times too fast.
+// engineWhy rewrites the durations and the token rates in one into
+// engine time, so the report reads as it would beside a real engine.
+var (
+	whyDuration = regexp.MustCompile(`\b\d+h\d\dm|\b\d+m\d\ds|\b\d+ms|\b\d+(?:\.\d+)?s\b`)
+	whyRate     = regexp.MustCompile(`\b(\d[\d,]*(?:\.\d+)?) tok/s`)
+)
+
+func engineWhy(why string, scale float64) string {
+	why = whyRate.ReplaceAllStringFunc(why, func(m string) string {
+		v, err := strconv.ParseFloat(strings.ReplaceAll(whyRate.FindStringSubmatch(m)[1], ",", ""), 64)
+		if err != nil {
+			return m
+		}
+		return humanize.Count(v/scale) + " tok/s"
+	})
+	return whyDuration.ReplaceAllStringFunc(why, func(m string) string {
+		d, err := time.ParseDuration(m)
+		if err != nil {
+			return m
+		}
+		return humanize.Duration(time.Duration(float64(d) * scale))
+	})
+}

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/admission"
+	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/simclient"
+	"github.com/vigil-dev/vigil/watchdog"
+)
+
+// recorder is the watchdog's pager and recoverer: it keeps every verdict
+// and counts the recoveries asked for. It is also its LimiterControl and
+// passes saturation on to the real limiter, as the daemon wires them, so
+// the limiter's cap reacts to the verdicts as it would in production.
+type recorder struct {
+	lim *admission.Limiter
+
+	mu       sync.Mutex
+	verdicts []watchdog.Verdict
+	recovers int
+	busy     bool
+}
+
+func (r *recorder) Observe(v watchdog.Verdict, _ *watchdog.Incident) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.verdicts = append(r.verdicts, v)
+}
+
+// Recover only counts: nothing is restarted, and from then on the
+// recovery stays busy, so the watchdog asks once per incident.
+func (r *recorder) Recover(context.Context, watchdog.Incident, watchdog.Verdict) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recovers++
+	r.busy = true
+}
+
+func (r *recorder) Busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.busy
+}
+
+func (r *recorder) LastRestart() time.Time { return time.Time{} }
+
+func (r *recorder) SetSaturated(on bool) { r.lim.SetSaturated(on) }
+
+func (r *recorder) all() []watchdog.Verdict {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]watchdog.Verdict(nil), r.verdicts...)
+}
+
+func (r *recorder) recoveries() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.recovers
+}
+
+// firstHung is the first HUNG verdict sampled at or after from (nil if none).
+func (r *recorder) firstHung(from time.Time) *watchdog.Verdict {
+	for _, v := range r.all() {
+		if v.State == watchdog.StateHung && !v.At.Before(from) {
+			return &v
+		}
+	}
+	return nil
+}
+
+// last is the latest verdict sampled before t (zero if none).
+func (r *recorder) lastBefore(t time.Time) watchdog.Verdict {
+	var last watchdog.Verdict
+	for _, v := range r.all() {
+		if v.At.Before(t) {
+			last = v
+		}
+	}
+	return last
+}
+
+// rig is one engine, its limiter, a watchdog and open-loop clients, all
+// in this process on loopback.
+type rig struct {
+	o     options
+	eng   *enginesim.Engine
+	lim   *admission.Limiter
+	rec   *recorder
+	clock *simclient.Clock
+	// started is the wall time the watchdog and the clients started.
+	started time.Time
+	// watch is the watchdog config in force (wall time, scaled).
+	watch configs.Watchdog
+
+	engSrv, limSrv *httptest.Server
+	cancel         context.CancelFunc
+	calls, wd      sync.WaitGroup
+	sent, answered atomic.Int64
+}
+
+// startRig serves an engine behind the limiter with its defaults, watches
+// it with the watchdog's defaults (hangAfter 0: auto, else that fixed
+// window, engine time) and starts open-loop Poisson calls of wl at
+// o.load times its capacity c.
+func startRig(parent context.Context, o options, wl workload, c float64, hangAfter time.Duration, seed uint64) (*rig, error) {
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+
+	e := enginesim.New(harness.PaperEngineConfig(o.scale, true, ""))
+	engSrv := httptest.NewServer(e.Handler())
+	u, err := url.Parse(engSrv.URL)
+	if err != nil {
+		engSrv.Close()
+		e.Close()
+		return nil, err
+	}
+	// Engine time for the limiter, as the other benches' default
+	// (-limiter-time clock): its config as written and its built-in
+	// windows keep their proportion to the engine.
+	lim, err := admission.New(configs.Default().Admission, u, "",
+		admission.WithClock(harness.NewScaledClock(o.scale)), admission.WithLogger(logrus.NewEntry(quiet)))
+	if err != nil {
+		engSrv.Close()
+		e.Close()
+		return nil, fmt.Errorf("limiter: %w", err)
+	}
+	limSrv := httptest.NewServer(lim.Handler())
+
+	// The watchdog runs on the wall clock, so its durations are divided
+	// by the scale instead: the ratio of interval to window to engine
+	// step stays what it is beside a real engine.
+	cfg := configs.Default()
+	cfg.Engine.URL = engSrv.URL
+	cfg.Engine.Model = harness.PaperModel
+	cfg.Watchdog.HangAfter = hangAfter
+	cfg.Watchdog.StateFile = ""
+	cfg = scaled(cfg, o.scale)
+	r := &rig{o: o, eng: e, lim: lim, rec: &recorder{lim: lim}, engSrv: engSrv, limSrv: limSrv, watch: cfg.Watchdog}
+	w, err := watchdog.New(watchdog.Options{
+		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter,
+		Node: "bench", Pager: r.rec, Recoverer: r.rec, Limiter: r.rec, Log: logrus.NewEntry(quiet),
+		LimiterLoad: func() watchdog.LimiterLoad {
+			// As cmd/vigil/daemon.go's limiterLoad.
+			st := lim.Stats()
+			l := watchdog.LimiterLoad{Calls: st.Calls, Queued: st.QueueDepth}
+			l.InFlight, l.LongestPrompt = lim.InFlightPrefill()
+			for _, n := range st.Rejected {
+				l.Shed += n
+			}
+			return l
+		},
+	})
+	if err != nil {
+		r.closeServers()
+		return nil, fmt.Errorf("watchdog: %w", err)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	r.cancel = cancel
+	r.clock = simclient.NewClock(o.scale)
+	r.started = time.Now()
+	r.wd.Go(func() { w.Run(ctx) })
+	r.calls.Go(func() { r.offer(ctx, wl, o.load*c, seed) })
+	return r, nil
+}
+
+// clientPolicy is the OpenAI SDKs' defaults: 600 s per attempt, 2
+// retries, 0.5-8 s backoff, Retry-After honoured up to 60 s.
+var clientPolicy = simclient.RetryPolicy{MaxRetries: 2, Timeout: 600 * time.Second,
+	BackoffMin: 500 * time.Millisecond, BackoffMax: 8 * time.Second, MaxRetryAfter: 60 * time.Second}
+
+// offer starts calls at Poisson arrivals of rate (per engine second)
+// until ctx ends. Unary calls: streams would cost the 2 shared cores an
+// event per token. For the window that is the safe side: the limiter
+// counts a unary call as prefilling until its answer.
+func (r *rig) offer(ctx context.Context, wl workload, rate float64, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x4a46))
+	caller := simclient.NewCaller(r.limSrv.URL+"/v1/completions", "", r.clock, clientPolicy, seed)
+	defer caller.CloseIdle()
+	var at time.Duration
+	for {
+		at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		if !r.clock.SleepUntil(ctx, at) {
+			return
+		}
+		body := wl.body(wl.call(rng))
+		r.sent.Add(1)
+		r.calls.Go(func() {
+			if caller.Do(ctx, simclient.Request{Body: body}).Delivered {
+				r.answered.Add(1)
+			}
+		})
+	}
+}
+
+// close stops the clients and the watchdog, then the servers. The
+// engine is closed before waiting for the calls: a hung engine never
+// answers them otherwise.
+func (r *rig) close() {
+	r.cancel()
+	r.wd.Wait()
+	r.engSrv.CloseClientConnections()
+	r.eng.Close()
+	r.calls.Wait()
+	r.closeServers()
+}
+
+func (r *rig) closeServers() {
+	r.limSrv.CloseClientConnections()
+	r.lim.Close()
+	r.limSrv.Close()
+	r.engSrv.CloseClientConnections()
+	r.eng.Close()
+	r.engSrv.Close()
+}
+
+// engine converts a wall duration into engine time.
+func (r *rig) engine(d time.Duration) time.Duration { return r.clock.Engine(d) }
+
+// scaled divides every duration vigil's watchdog reads by scale: the
+// engine's request timeout, the whole watchdog section (interval, the
+// window and its bounds, the probe's timeout and SLO, the startup grace,
+// the retry-storm window) and the alert timings it is given. It walks the
+// structs, so a duration added to them later is scaled too.
+func scaled(c configs.Config, scale float64) configs.Config {
+	c.Engine.RequestTimeout = divide(c.Engine.RequestTimeout, scale)
+	divideAll(reflect.ValueOf(&c.Watchdog).Elem(), scale)
+	c.Alerts.UnknownAfter = divide(c.Alerts.UnknownAfter, scale)
+	c.Alerts.ResolveAfter = divide(c.Alerts.ResolveAfter, scale)
+	return c
+}
+
+func divide(d time.Duration, scale float64) time.Duration {
+	return time.Duration(float64(d) / scale)
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+func divideAll(v reflect.Value, scale float64) {
+	switch {
+	case v.Type() == durationType:
+		v.SetInt(int64(divide(time.Duration(v.Int()), scale)))
+	case v.Kind() == reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				divideAll(v.Field(i), scale)
+			}
+		}
+	}
+}
+
+// promptText is filler the limiter sizes prompts by: it estimates about
+// 4 bytes a token of the prompt's JSON, while the engine takes the exact
+// count from vigil_sim.
+var promptText = strings.Repeat("lorem ipsum dolor sit amet, ", 2_400)
+
+// body is a unary /v1/completions call of c with a prompt of about 4
+// characters a token, so the limiter's estimate matches the engine's
+// count (within its 2 quote characters).
+func body(c simclient.SimCall) []byte {
+	n := min(4*c.Prompt, len(promptText))
+	b, _ := json.Marshal(map[string]any{
+		"model": harness.PaperModel, "prompt": promptText[:n], "max_tokens": c.Output,
+		"vigil_sim": enginesim.SimParams{PromptTokens: c.Prompt, PrefixTokens: c.Prefix,
+			PrefixID: c.PrefixID, OutputTokens: c.Output},
+	})
+	return b
+}
