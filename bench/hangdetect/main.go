@@ -185,6 +185,9 @@ type hangResult struct {
 	beforeWhy string
 	// falseBefore counts HUNG verdicts during the warm-up (there should be none).
 	falseBefore int
+	// stalled is Evidence.Stalled at each cycle between the hang and the
+	// HUNG verdict (engine time): how close each came to the window.
+	stalled []time.Duration
 }
 
 // detect loads a fresh rig for o.warmup, hangs the engine, and times the
@@ -218,6 +221,11 @@ func detect(ctx context.Context, o options, wl workload, c float64, hangAfter ti
 			h.detected = true
 			h.took = r.engine(v.At.Sub(hungAt))
 			h.window, h.why = r.engine(v.Evidence.HangAfter), engineWhy(v.Evidence.HangAfterWhy, o.scale)
+			for _, u := range r.rec.all() {
+				if !u.At.Before(hungAt) && u.At.Before(v.At) {
+					h.stalled = append(h.stalled, r.engine(u.Evidence.Stalled))
+				}
+			}
 			break
 		}
 		select {

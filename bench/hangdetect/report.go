@@ -59,11 +59,17 @@ func (r *report) printDetection(w io.Writer) {
 	t.Print(w)
 	for _, wr := range r.workloads {
 		for i, h := range wr.auto {
-			fmt.Fprintf(w, "%s auto rep %d: HUNG by %s; before the hang %s", wr.name, i+1, orDash(h.why), orDash(h.beforeWhy))
+			fmt.Fprintf(w, "%s auto rep %d: HUNG by %s; before the hang %s; stalled at the cycles in between (s): %s",
+				wr.name, i+1, orDash(h.why), orDash(h.beforeWhy), stallList(h.stalled))
 			if n := h.falseBefore + falseBefore(wr.fixed, i); n > 0 {
 				fmt.Fprintf(w, "; %d HUNG verdicts before the hang", n)
 			}
 			fmt.Fprintln(w)
+		}
+		for i, h := range wr.fixed {
+			if len(h.stalled) > 0 {
+				fmt.Fprintf(w, "%s 3m rep %d: stalled at the last cycle before HUNG: %s s\n", wr.name, i+1, ms(h.stalled[len(h.stalled)-1]))
+			}
 		}
 	}
 	fmt.Fprintln(w)
@@ -182,6 +188,21 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+func stallList(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	var s []string
+	for _, d := range ds {
+		s = append(s, ms(d))
+	}
+	return strings.Join(s, ", ")
+}
+
+// ms prints engine seconds to the millisecond: a stall that missed the
+// window by a tick of scheduling jitter must show it.
+func ms(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
 
 // secs prints engine seconds to a tenth.
 func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) }
