@@ -251,9 +251,11 @@ type longResult struct {
 	// warm-up, where auto holds the ceiling until the engine has been
 	// seen serving for 8 cycles.
 	atCeiling, warmupVerdicts int
-	served                    float64 // completions per engine second, over C
-	sent, answered            int64
-	limiter                   string // the limiter's counters at the end
+	// ceilingAfter counts the verdicts after the warm-up at the ceiling.
+	ceilingAfter   int
+	served         float64 // completions per engine second, over C
+	sent, answered int64
+	limiter        string // the limiter's counters at the end
 }
 
 type windowSeen struct {
@@ -300,6 +302,9 @@ func longRun(ctx context.Context, o options, wl workload, c float64, seed uint64
 				l.atCeiling++
 			}
 			continue
+		}
+		if v.Evidence.HangAfter >= ceiling {
+			l.ceilingAfter++
 		}
 		l.windows = append(l.windows, windowSeen{r.engine(v.Evidence.HangAfter), engineWhy(v.Evidence.HangAfterWhy, o.scale)})
 	}

@@ -84,7 +84,7 @@ func falseBefore(hs []hangResult, i int) int {
 
 func (r *report) printFalseHangs(w io.Writer) {
 	t := humanize.Table{Header: []string{"workload", "engine time", "verdicts", "HUNG", "recoveries asked", "window min / median / max (s)",
-		"states", "served (x C)", "calls sent / answered"}}
+		"at the ceiling", "states", "served (x C)", "calls sent / answered"}}
 	shown := false
 	for _, wr := range r.workloads {
 		l := wr.long
@@ -94,7 +94,8 @@ func (r *report) printFalseHangs(w io.Writer) {
 		shown = true
 		lo, med, hi := windowStats(l.windows)
 		t.Add(wr.name, humanize.Duration(l.duration), l.verdicts, l.hung, l.recoveries,
-			fmt.Sprintf("%s / %s / %s", secs(lo.d), secs(med.d), secs(hi.d)), stateList(l.states),
+			fmt.Sprintf("%s / %s / %s", secs(lo.d), secs(med.d), secs(hi.d)), fmt.Sprintf("%d of %d", l.ceilingAfter, len(l.windows)),
+			stateList(l.states),
 			fmt.Sprintf("%.2f", l.served), fmt.Sprintf("%d / %d", l.sent, l.answered))
 	}
 	if !shown {

@@ -186,8 +186,8 @@ var clientPolicy = simclient.RetryPolicy{MaxRetries: 2, Timeout: 600 * time.Seco
 
 // offer starts calls at Poisson arrivals of rate (per engine second)
 // until ctx ends. Unary calls: streams would cost the 2 shared cores an
-// event per token. For the window that is the safe side: the limiter
-// counts a unary call as prefilling until its answer.
+// event per token, and the window would be the same (the limiter counts
+// a call's prompt until the call is done, streamed or not).
 func (r *rig) offer(ctx context.Context, wl workload, rate float64, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x4a46))
 	caller := simclient.NewCaller(r.limSrv.URL+"/v1/completions", "", r.clock, clientPolicy, seed)
