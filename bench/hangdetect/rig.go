@@ -84,7 +84,7 @@ func (r *recorder) firstHung(from time.Time) *watchdog.Verdict {
 	return nil
 }
 
-// last is the latest verdict sampled before t (zero if none).
+// lastBefore is the latest verdict sampled before t (zero if none).
 func (r *recorder) lastBefore(t time.Time) watchdog.Verdict {
 	var last watchdog.Verdict
 	for _, v := range r.all() {
@@ -98,7 +98,6 @@ func (r *recorder) lastBefore(t time.Time) watchdog.Verdict {
 // rig is one engine, its limiter, a watchdog and open-loop clients, all
 // in this process on loopback.
 type rig struct {
-	o     options
 	eng   *enginesim.Engine
 	lim   *admission.Limiter
 	rec   *recorder
@@ -151,7 +150,7 @@ func startRig(parent context.Context, o options, wl workload, c float64, hangAft
 	cfg.Watchdog.HangAfter = hangAfter
 	cfg.Watchdog.StateFile = ""
 	cfg = scaled(cfg, o.scale)
-	r := &rig{o: o, eng: e, lim: lim, rec: &recorder{lim: lim}, engSrv: engSrv, limSrv: limSrv, watch: cfg.Watchdog}
+	r := &rig{eng: e, lim: lim, rec: &recorder{lim: lim}, engSrv: engSrv, limSrv: limSrv, watch: cfg.Watchdog}
 	w, err := watchdog.New(watchdog.Options{
 		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter,
 		Node: "bench", Pager: r.rec, Recoverer: r.rec, Limiter: r.rec, Log: logrus.NewEntry(quiet),
