@@ -123,7 +123,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 
 	// hung: a wedged API server answers nothing, so its /metrics is
 	// unreadable; this comes before the unreadable-scrape rule.
-	if p.HangAfter > 0 && sc.wedge.For >= p.HangAfter {
+	if p.reached(sc.wedge.For) {
 		ev.Hang, ev.Unanswered = HangWedged, sc.wedge.For
 		return say(StateHung, "HUNG (wedged API server): no answer at all from /v1/models, /health or /metrics for %s (timeouts, not refusals); probe %s",
 			humanize.Duration(sc.wedge.For), ev.Probe)
@@ -161,10 +161,10 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	// it proves so for hang_after after it completed, and from then on the
 	// probes alone judge (stale metrics cannot hide a hang for longer).
 	stale := false
-	if sc.pending && modelsAlive && p.HangAfter > 0 && sc.stall >= p.HangAfter {
+	if sc.pending && modelsAlive && p.reached(sc.stall) {
 		done, proved := probeCompletedSince(history, now.Add(-sc.stall))
 		switch {
-		case proved && now.Sub(done) < p.HangAfter:
+		case proved && !p.reached(now.Sub(done)):
 			stale = true
 			ev.Stale = now.Sub(sc.lastMove)
 		case proved:
@@ -209,7 +209,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	}
 
 	// hung: decode stalled while prefill goes on.
-	if sc.decode.Stalled(p.HangAfter) {
+	if sc.decode.Stalled(p.HangAfter - p.Tolerance) {
 		ev.Hang = HangDecode
 		return say(StateHung, "HUNG (decode stalled): no decode token for %s while %s requests got their first token since (prefill goes on, nobody gets a second token); %s running, %s waiting; probe %s",
 			humanize.Duration(sc.decode.Stall), humanize.Count(sc.decode.FirstTokens), humanize.Count(m.Running), humanize.Count(m.Waiting), ev.Probe)
@@ -583,7 +583,7 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 	}
 	for _, rk := range sc.ranks {
 		ev.Ranks = append(ev.Ranks, RankEvidence{Rank: rk.ID, Waiting: rk.Waiting, Running: rk.Running,
-			Stalled: rk.Stall, Hung: rk.Pending() && p.HangAfter > 0 && rk.Stall >= p.HangAfter})
+			Stalled: rk.Stall, Hung: rk.Pending() && p.reached(rk.Stall)})
 	}
 	if sc.decode.FirstTokens > 0 {
 		ev.DecodeStalled = sc.decode.Stall

@@ -134,6 +134,18 @@ type Params struct {
 	ProofSince time.Time
 	// WindowWhy says how HangAfter was chosen ("" for a fixed one).
 	WindowWhy string
+	// Tolerance is how much short of HangAfter a stall may fall and still
+	// reach it: a stall is the difference of two cycles' clocks, each read
+	// a little late, so a stall of exactly n intervals measures a few
+	// milliseconds either side of it, and a window of n intervals was met
+	// one cycle late about half of the time. The loop sets a tenth of an
+	// interval; 0 compares exactly.
+	Tolerance time.Duration
+}
+
+// reached reports whether a stall of d reaches the window in force.
+func (p Params) reached(d time.Duration) bool {
+	return p.HangAfter > 0 && d > 0 && d+p.Tolerance >= p.HangAfter
 }
 
 // Ceiling is the longest HangAfter can be: the fixed value, or

@@ -253,9 +253,19 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	w.cycleMu.Lock()
 	defer w.cycleMu.Unlock()
 	now := w.now()
+	var before LimiterLoad
+	if w.opts.LimiterLoad != nil {
+		before = w.opts.LimiterLoad()
+	}
 	s := sampleOnce(ctx, w.probes, now, w.opts.Engine.RequestTimeout)
 	if w.opts.LimiterLoad != nil {
+		// Read on both sides of the scrape: calls that finish or start
+		// while it runs are in the engine's gauges and in one of the two
+		// readings, so work the limiter sent is never taken for work sent
+		// around it.
 		l := w.opts.LimiterLoad()
+		l.InFlight = max(l.InFlight, before.InFlight)
+		l.LongestPrompt = max(l.LongestPrompt, before.LongestPrompt)
 		s.Limiter = &l
 	}
 	if ctx.Err() != nil {
@@ -273,6 +283,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	}
 	w.work.learn(w.history, now)
 	params := w.params(now)
+	params.Tolerance = w.interval / 10
 	w.window(&params, now)
 	v := Classify(w.history, params, now)
 	w.history = trim(w.history, now, w.retention())

@@ -190,3 +190,24 @@ func TestTheWindowNeverShrinksWhileAStallIsTimedAndSurvivesARestartOfVigil(t *te
 		t.Fatalf("after vigil's restart, under the same stall: %s (%s), want 48s held", v.Evidence.HangAfter, v.Evidence.HangAfterWhy)
 	}
 }
+
+// A stall is the difference of two cycles' clocks, each read a little
+// late: n intervals measure a few milliseconds short about half of the
+// time. The loop's tolerance (a tenth of an interval) lets them count,
+// so a window of n intervals is met on the nth cycle, not the next.
+func TestAStallAFewMillisecondsShortOfTheWindowReachesIt(t *testing.T) {
+	t.Parallel()
+	s := newSim().work(40, 8).tick(4, func(s *sim) { s.serve(30000, 20) })
+	s.tick(1, keepProbeOutstanding(90*time.Second))
+	s.at = s.at.Add(-35 * time.Millisecond) // this cycle read its clock early
+	s.samples[len(s.samples)-1].At = s.at
+	p := defaultParams()
+	p.HangAfter = iv
+	if v := Classify(s.samples, p, s.at); v.State == StateHung {
+		t.Fatalf("exact comparison: %s", v.Reason)
+	}
+	p.Tolerance = iv / 10
+	if v := Classify(s.samples, p, s.at); v.State != StateHung {
+		t.Fatalf("with the loop's tolerance: %s (%s), want HUNG", v.State, v.Reason)
+	}
+}
