@@ -21,6 +21,7 @@ import (
 var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"num":   humanize.Tenths,
 	"secs":  seconds,
+	"pct":   humanize.Pct,
 	"upper": strings.ToUpper,
 }).Parse(pageHTML))
 
@@ -53,6 +54,11 @@ type pageDoc struct {
 			Probe           string             `json:"probe"`
 			Heartbeats      map[string]float64 `json:"heartbeat_deltas"`
 			DrainEstimate   float64            `json:"drain_estimate_seconds"`
+			HangAfter       float64            `json:"hang_after_seconds"`
+			HangAfterWhy    string             `json:"hang_after_why"`
+			ShedRate        float64            `json:"shed_rate"`
+			ShedCalls       float64            `json:"shed_calls"`
+			LimiterQueued   float64            `json:"limiter_queued"`
 		} `json:"evidence"`
 	} `json:"verdict"`
 	Engine       string       `json:"engine"`
@@ -305,6 +311,8 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 <tr><th>/health</th><td>{{.Health}}</td></tr>
 <tr><th>completion probe</th><td>{{.Probe}}</td></tr>
 {{if .DrainEstimate}}<tr><th>queue drains in</th><td class="n">{{secs .DrainEstimate}}</td></tr>{{end}}
+{{if .HangAfterWhy}}<tr><th>hang_after</th><td>{{.HangAfterWhy}}</td></tr>{{else if .HangAfter}}<tr><th>hang_after</th><td class="n">{{secs .HangAfter}} (fixed)</td></tr>{{end}}
+{{if .ShedCalls}}<tr><th>limiter sheds</th><td class="n">{{pct .ShedRate}} of {{num .ShedCalls}} calls (last 4 cycles), {{num .LimiterQueued}} queued</td></tr>{{end}}
 </table>{{end}}{{else}}<p class="none">none</p>{{end}}
 </section>
 <section>

@@ -34,6 +34,13 @@ type evidenceJSON struct {
 	ProbeFailing      string             `json:"probe_failing,omitempty"`
 	Odd               []string           `json:"odd,omitempty"`
 	Serving           bool               `json:"serving,omitempty"`
+	HangAfter         float64            `json:"hang_after_seconds"`
+	HangAfterWhy      string             `json:"hang_after_why,omitempty"`
+	ShedRate          float64            `json:"shed_rate,omitempty"`
+	ShedCalls         uint64             `json:"shed_calls,omitempty"`
+	LimiterQueued     int                `json:"limiter_queued,omitempty"`
+	LimiterOnly       bool               `json:"limiter_only,omitempty"`
+	Stale             float64            `json:"stale_seconds,omitempty"`
 }
 
 type rankJSON struct {
@@ -62,6 +69,9 @@ func (e Evidence) MarshalJSON() ([]byte, error) {
 		CompletionsPerSec: e.CompletionsPerSec, DrainEstimate: seconds(e.DrainEstimate),
 		Hang: e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
 		Unanswered: seconds(e.Unanswered), ProbeFailing: e.ProbeFailing, Odd: e.Odd, Serving: e.Serving,
+		HangAfter: seconds(e.HangAfter), HangAfterWhy: e.HangAfterWhy,
+		ShedRate: e.ShedRate, ShedCalls: e.ShedCalls, LimiterQueued: e.LimiterQueued, LimiterOnly: e.LimiterOnly,
+		Stale: seconds(e.Stale),
 	})
 }
 
@@ -94,6 +104,9 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		CompletionsPerSec: j.CompletionsPerSec, DrainEstimate: duration(j.DrainEstimate),
 		Hang: j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
 		ProbeFailing: j.ProbeFailing, Odd: j.Odd, Serving: j.Serving,
+		HangAfter: duration(j.HangAfter), HangAfterWhy: j.HangAfterWhy,
+		ShedRate: j.ShedRate, ShedCalls: j.ShedCalls, LimiterQueued: j.LimiterQueued, LimiterOnly: j.LimiterOnly,
+		Stale: duration(j.Stale),
 	}
 	for _, r := range j.Ranks {
 		e.Ranks = append(e.Ranks, RankEvidence{Rank: r.Rank, Waiting: r.Waiting, Running: r.Running, Stalled: duration(r.Stalled), Hung: r.Hung})
