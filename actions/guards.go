@@ -12,16 +12,22 @@ import (
 
 // guardLimits are the configured limits the time guards enforce.
 type guardLimits struct {
-	grace    time.Duration // watchdog.startup_grace
-	cooldown time.Duration // restart.cooldown
-	budget   int           // restart.budget
-	window   time.Duration // restart.budget_window
+	noRestarter bool          // restart.kind none
+	grace       time.Duration // watchdog.startup_grace
+	cooldown    time.Duration // restart.cooldown
+	budget      int           // restart.budget
+	window      time.Duration // restart.budget_window
 }
 
-// timeGuards checks startup grace, cooldown and budget, in that order. It
+// timeGuards checks that there is a restarter, then startup grace,
+// cooldown and budget, in that order. It
 // is a pure function of its inputs: engineStarted is when the engine last
 // started (zero if unknown), history the times vigil restarted it.
 func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits) *watchdog.Refusal {
+	if l.noRestarter {
+		return &watchdog.Refusal{Guard: watchdog.GuardNoRestarter, Reason: "the engine needs a restart and no restarter is configured " +
+			"(restart.kind none): restart it by hand; vigil restores traffic once it is ready"}
+	}
 	last := lastOf(history)
 	started := engineStarted
 	if last.After(started) {

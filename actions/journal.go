@@ -104,3 +104,13 @@ func (j *Journal) prune(now time.Time, keep time.Duration) {
 	}
 	j.History = kept
 }
+
+// lastRefusal is the journal's refusal, or a placeholder for a journal
+// written without one.
+func (j *Journal) lastRefusal() *watchdog.Refusal {
+	if j.Refusal != nil {
+		ref := *j.Refusal
+		return &ref
+	}
+	return &watchdog.Refusal{Guard: watchdog.GuardCooldown, Reason: "a guard refuses the restart"}
+}

@@ -69,6 +69,9 @@ type Guard string
 
 // The guards, in the order they are checked.
 const (
+	// GuardNoRestarter: restart.kind is none, so vigil cannot restart the
+	// engine; nothing lifts it but the engine recovering (or a person).
+	GuardNoRestarter Guard = "no_restarter"
 	// GuardStartupGrace: the engine (re)started recently and may still be
 	// loading.
 	GuardStartupGrace Guard = "startup_grace"
@@ -86,9 +89,6 @@ const (
 	// GuardCapacityFloor: fewer than min_serving other members would keep
 	// serving.
 	GuardCapacityFloor Guard = "capacity_floor"
-	// GuardNoRestarter: restart.kind is none, so nothing can restart the
-	// engine; it never lifts by itself.
-	GuardNoRestarter Guard = "no_restarter"
 )
 
 // Refusal is a guard's no: which guard, why in words, and when it lifts.

@@ -1,0 +1,55 @@
+package actions
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/watchdog"
+)
+
+// dryRun reports every step the attempt would take and changes nothing.
+func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
+	lbs := r.o.LoadBalancer
+	drain := "would drain " + r.o.Drainer.String()
+	if lb.Known {
+		drain += fmt.Sprintf(" (%d sessions in flight)", lb.Self.Sessions)
+	}
+	restart := "would restart " + r.o.Restarter.String()
+	if eng.Known {
+		restart += " (started at " + humanize.StampUTC(eng.StartedAt) + ")"
+	}
+	var plan []watchdog.Step
+	if _, none := r.o.Drainer.(NoDrain); !none {
+		plan = append(plan, watchdog.Step{Name: watchdog.StepDrain, Detail: drain},
+			watchdog.Step{Name: watchdog.StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)})
+	}
+	plan = append(plan, watchdog.Step{Name: watchdog.StepRestart, Detail: restart},
+		watchdog.Step{Name: watchdog.StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)})
+	if restore := r.dryRestore(); restore != "" {
+		plan = append(plan, watchdog.Step{Name: watchdog.StepRestore, Detail: restore})
+	}
+	plan = append(plan, watchdog.Step{Name: watchdog.StepResolved, Detail: "dry run complete: nothing was changed"})
+	for _, s := range plan {
+		s.OK = true
+		r.report(s)
+	}
+	r.mu.Lock()
+	r.dryHistory = append(r.dryHistory, r.o.Now())
+	r.j.Step, r.j.StepAt = watchdog.StepResolved, r.o.Now()
+	r.mu.Unlock()
+}
+
+// dryRestore says what the restore would do: the ramp at the load
+// balancer and the limiter's slow start, each only if there is one.
+func (r *Recovery) dryRestore() string {
+	var parts []string
+	if _, none := r.o.Drainer.(NoDrain); !none {
+		lbs := r.o.LoadBalancer
+		parts = append(parts, fmt.Sprintf("would restore with weight %s over %s", rampWords(lbs.RampWeights), lbs.RampDuration))
+	}
+	if r.o.Limiter != nil {
+		parts = append(parts, "would tell the admission limiter to slow-start")
+	}
+	return strings.Join(parts, "; ")
+}
