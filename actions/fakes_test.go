@@ -255,7 +255,7 @@ func (w *world) ready(ctx context.Context) error {
 		return w.readyFn(w)
 	}
 	if w.restarts == 0 && w.startID == 0 {
-		return errors.New("probe outstanding for 240s")
+		return Stuck(errors.New("probe outstanding for 240s"))
 	}
 	if time.Since(w.started) < w.readyAfter {
 		return errors.New("GET /v1/models: connection refused")

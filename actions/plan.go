@@ -64,9 +64,12 @@ type facts struct {
 	Ready   bool
 	Refusal *watchdog.Refusal
 	// evRestart: Resumed is a restart step begun by a vigil that stopped;
-	// Settled says the engine's start changed since EngineBefore.
+	// Settled says the engine's start changed since EngineBefore; Stuck
+	// that the engine kept answering /v1/models without completing a
+	// request (for a restarter that cannot tell start times).
 	Resumed bool
 	Settled bool
+	Stuck   bool
 
 	// evPool: ForHold is the pool gate of a hold (a refused restart that
 	// still drains); LBErr the load balancer could not be read.
@@ -268,12 +271,24 @@ func planStepDone(j Journal, f facts, now time.Time) (Journal, action) {
 // planRestart decides the restart step. Resumed after vigil stopped
 // during it, it decides from the evidence whether the restart ran: a
 // recorded restart time, the engine's start changed, or (when the
-// restarter cannot tell start times) the engine serving again. An engine
-// still not serving after the restart step is restarted again within the
+// restarter cannot tell start times) the engine serving again or not
+// answering as while it restarts. An engine whose start did not change,
+// or that still answers without completing, is restarted again within the
 // time guards: a second restart of a hung engine loses nothing.
 func planRestart(j Journal, f facts, now time.Time) (Journal, action) {
 	before := j.EngineBefore
+	unproven := f.Resumed && j.RestartedAt.IsZero() && !f.Settled && !f.Ready
 	switch {
+	case unproven && !before.Known && !f.Stuck:
+		// Not answering at all: the restart is under way or has run and
+		// the engine loads; wait_ready finds out which.
+		return recorded(j, f.Cfg, now), action{Kind: actRestartDone, Record: now, Save: true, Report: &watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
+			"vigil stopped during the restart; the engine does not answer, as while %s restarts it: waiting for it to serve", f.Cfg.Restarter)}}
+	case unproven && f.Refusal != nil:
+		// The restart never showed, and the guards refuse another: hold
+		// the drained host.
+		j.Refusal = f.Refusal
+		return j, action{Kind: actRestartDone, Step: watchdog.StepHeld, Save: true}
 	case f.Resumed && !j.RestartedAt.IsZero():
 		// vigil stopped after the restart was recorded, before the next
 		// step was journaled.
@@ -286,11 +301,6 @@ func planRestart(j Journal, f facts, now time.Time) (Journal, action) {
 	case f.Resumed && !before.Known && f.Ready:
 		return recorded(j, f.Cfg, now), action{Kind: actRestartDone, Record: now, Save: true, Report: &watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
 			"the engine serves again: the restart by %s begun before vigil stopped has run", f.Cfg.Restarter)}}
-	case f.Resumed && f.Refusal != nil:
-		// The restart begun before vigil stopped never showed, and the
-		// guards refuse another: hold the drained host.
-		j.Refusal = f.Refusal
-		return j, action{Kind: actRestartDone, Step: watchdog.StepHeld, Save: true}
 	case !f.Resumed && f.Engine.StartedSince(before):
 		j.RestartedAt = now
 		return j, action{Kind: actRestartDone, Save: true, Report: &watchdog.Step{Name: watchdog.StepRestartSkipped, OK: true, Detail: fmt.Sprintf(

@@ -129,13 +129,15 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) (watchdog.StepName
 	case resumed && restartedAt.IsZero() && before.Known:
 		f.Engine, f.Settled = r.settle(ctx, before)
 	case resumed && restartedAt.IsZero():
-		f.Ready = r.settleReady(ctx)
+		f.Ready, f.Stuck = r.settleReady(ctx)
 	}
 	if resumed && restartedAt.IsZero() && !f.Settled && !f.Ready {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
-		r.log.Warn("the restart begun before vigil stopped never showed; restarting now if the guards allow")
+		if before.Known || f.Stuck {
+			r.log.Warn("the restart begun before vigil stopped never showed; restarting now if the guards allow")
+		}
 		f.Refusal = r.timeRefusal(f.Engine)
 	}
 	if !resumed {
@@ -188,19 +190,27 @@ func (r *Recovery) settle(ctx context.Context, before EngineStatus) (EngineStatu
 	}
 }
 
-// settleReady waits up to RestartSettle for the engine to serve, the only
-// evidence of a restart from a restarter that cannot tell start times.
-func (r *Recovery) settleReady(ctx context.Context) bool {
+// settleReady is the evidence of a restart from a restarter that cannot
+// tell start times: the engine serving (ready), or not answering as while
+// it restarts (neither). stuck is the engine answering /v1/models without
+// completing a request for the whole of RestartSettle: still hung, so the
+// restart never ran.
+func (r *Recovery) settleReady(ctx context.Context) (ready, stuck bool) {
 	deadline := r.o.Now().Add(r.o.RestartSettle)
 	for {
-		if r.o.Ready(ctx) == nil {
-			return true
-		}
-		if !r.o.Now().Before(deadline) {
-			return false
+		cctx, cancel := context.WithTimeout(ctx, max(deadline.Sub(r.o.Now()), time.Second))
+		err := r.o.Ready(cctx)
+		cancel()
+		switch {
+		case err == nil:
+			return true, false
+		case !IsStuck(err) || ctx.Err() != nil:
+			return false, false
+		case !r.o.Now().Before(deadline):
+			return false, true
 		}
 		if sleep(ctx, min(r.o.ReadyPoll, deadline.Sub(r.o.Now()))) != nil {
-			return false
+			return false, false
 		}
 	}
 }

@@ -586,12 +586,15 @@ func readyCheck(cfg *configs.Config) func(ctx context.Context) error {
 			switch s.State {
 			case probes.ProbeOK:
 				return nil
-			case probes.ProbeFailed, probes.ProbeTimedOut:
+			case probes.ProbeTimedOut:
+				// /v1/models answered: the engine is up and not completing.
+				return actions.Stuck(fmt.Errorf("completion probe: %s", s))
+			case probes.ProbeFailed:
 				return fmt.Errorf("completion probe: %s", s)
 			}
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return actions.Stuck(fmt.Errorf("completion probe still outstanding: %w", ctx.Err()))
 			case <-t.C:
 			}
 		}
