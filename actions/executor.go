@@ -236,7 +236,7 @@ func (r *Recovery) hold(ctx context.Context) (watchdog.StepName, error) {
 	r.mu.Lock()
 	ref := r.j.lastRefusal()
 	r.mu.Unlock()
-	r.refuse(ref, outOfRotation(r.cfg()))
+	r.refuse(ref, outOfRotation(r.cfg(), ref))
 	for {
 		wait := r.o.RetryMin
 		if !ref.Until.IsZero() {

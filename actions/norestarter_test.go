@@ -63,6 +63,9 @@ func TestNoRestarterRefusesOnceAndNeverRetries(t *testing.T) {
 				if ref.Guard != watchdog.Guard("no_restarter") || !strings.Contains(ref.Detail, "no restarter is configured") || !ref.Until.IsZero() {
 					t.Errorf("refusal %+v, want guard no_restarter saying no restarter is configured, lifting at no set time", ref)
 				}
+				if !c.noDrain && (!strings.Contains(ref.Detail, "until the engine serves again") || strings.Contains(ref.Detail, "a restart is allowed")) {
+					t.Errorf("refusal %q should say the host stays out until the engine serves, and promise no restart", ref.Detail)
+				}
 				if ref.Serving != c.wantServing {
 					t.Errorf("refusal Serving %v, want %v: %q", ref.Serving, c.wantServing, ref.Detail)
 				}

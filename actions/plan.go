@@ -337,7 +337,7 @@ func planParked(j Journal, f facts) (Journal, action) {
 	case watchdog.StepWaitReady:
 		if f.Refusal != nil {
 			j.Step = watchdog.StepFailed
-			return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outOfRotation(f.Cfg), Step: watchdog.StepFailed}
+			return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outOfRotation(f.Cfg, f.Refusal), Step: watchdog.StepFailed}
 		}
 		j.EngineBefore, j.RestartedAt = f.Engine, time.Time{}
 		return j, action{Kind: actRun, Step: watchdog.StepRestart, Save: true}
@@ -362,7 +362,7 @@ func planHeld(j Journal, f facts) (Journal, action) {
 		j.Hold, j.EngineBefore, j.RestartedAt = false, f.Engine, time.Time{}
 		return j, action{Kind: actRun, Step: watchdog.StepRestart, Save: true}
 	}
-	return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outOfRotation(f.Cfg), Step: watchdog.StepHeld}
+	return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outOfRotation(f.Cfg, f.Refusal), Step: watchdog.StepHeld}
 }
 
 // planRefused records a refusal and pages it only when it changes what

@@ -210,12 +210,12 @@ func TestPlan(t *testing.T) {
 
 		// A refusal, paged only when it changes what happens.
 		{name: "a first refusal is paged and lifts when the guard says", in: at(watchdog.StepGuards, nil),
-			f: facts{Event: evRefused, Cfg: lb, Refusal: cooldown, Outcome: outOfRotation(lb), Backoff: time.Minute},
+			f: facts{Event: evRefused, Cfg: lb, Refusal: cooldown, Outcome: outOfRotation(lb, cooldown), Backoff: time.Minute},
 			out: func(j *Journal) {
 				j.Step, j.StepAt, j.Refusal, j.RefusalReported, j.RefusalPaged, j.NextAttempt = watchdog.StepGuardRefused, t0, cooldown, true, "cooldown/out", cooldown.Until
 			}, kind: actStop, report: watchdog.StepGuardRefused, detail: "stays drained"},
 		{name: "the same refusal again is not paged", in: at(watchdog.StepHeld, held),
-			f:    facts{Event: evRefused, Cfg: lb, Refusal: cooldown, Outcome: outOfRotation(lb), Backoff: time.Minute},
+			f:    facts{Event: evRefused, Cfg: lb, Refusal: cooldown, Outcome: outOfRotation(lb, cooldown), Backoff: time.Minute},
 			out:  func(j *Journal) { j.NextAttempt = cooldown.Until },
 			kind: actStop},
 		{name: "the same guard with another outcome is paged again", in: at(watchdog.StepHeld, held),
@@ -233,7 +233,7 @@ func TestPlan(t *testing.T) {
 				j.Step, j.StepAt, j.Refusal, j.RefusalReported, j.RefusalPaged = watchdog.StepGuardRefused, t0, noRestarter, true, "no_restarter/serving"
 			}, kind: actStop, report: watchdog.StepGuardRefused, detail: "no load balancer is configured"},
 		{name: "a refusal while parked keeps the failed step", in: at(watchdog.StepFailed, parked(watchdog.StepWaitReady)),
-			f: facts{Event: evRefused, Cfg: lb, Refusal: cooldown, Outcome: outOfRotation(lb)},
+			f: facts{Event: evRefused, Cfg: lb, Refusal: cooldown, Outcome: outOfRotation(lb, cooldown)},
 			out: func(j *Journal) {
 				j.Refusal, j.RefusalReported, j.RefusalPaged, j.NextAttempt = cooldown, true, "cooldown/out", cooldown.Until
 			}, kind: actStop, report: watchdog.StepGuardRefused},

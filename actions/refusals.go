@@ -28,7 +28,10 @@ func (o outcome) class() string {
 }
 
 // Outcomes of a refusal, as the pages say them.
-func outOfRotation(c planConfig) outcome {
+func outOfRotation(c planConfig, ref *watchdog.Refusal) outcome {
+	if ref != nil && ref.Guard == watchdog.GuardNoRestarter {
+		return outcome{words: fmt.Sprintf("%s stays drained: the host is out of rotation until the engine serves again", c.Drainer)}
+	}
 	return outcome{words: fmt.Sprintf("%s stays drained: the host is out of rotation until the engine recovers by itself or a restart is allowed", c.Drainer)}
 }
 
