@@ -18,16 +18,18 @@ import (
 type event int
 
 const (
-	evRecover  event = iota // the watchdog asks for a recovery (Recover)
-	evGuards                // an attempt read the engine and the time guards
-	evPool                  // the load balancer read and the pool gate passed or refused
-	evStepDone              // a step returned: Next on success, else Err
-	evRestart               // the restart step is about to act, with the evidence for it
-	evParked                // a parked host's retry came due
-	evHeld                  // a held host's check came due
-	evRefused               // a guard refused: record it, page it if it changes what happens
-	evFailed                // an attempt failed with nothing drained
-	evResolved              // the sequence reached its end
+	evRecover   event = iota // the watchdog asks for a recovery (Recover)
+	evGuards                 // an attempt read the engine and the time guards
+	evPool                   // the load balancer read and the pool gate passed or refused
+	evDrained                // the load balancer drained this host and was read again
+	evBackedOff              // this host was put back after losing the pool lock
+	evStepDone               // a step returned: Next on success, else Err
+	evRestart                // the restart step is about to act, with the evidence for it
+	evParked                 // a parked host's retry came due
+	evHeld                   // a held host's check came due
+	evRefused                // a guard refused: record it, page it if it changes what happens
+	evFailed                 // an attempt failed with nothing drained
+	evResolved               // the sequence reached its end
 )
 
 // planConfig is what the planner needs of the configuration.
@@ -71,10 +73,14 @@ type facts struct {
 	Settled bool
 	Stuck   bool
 
-	// evPool: ForHold is the pool gate of a hold (a refused restart that
-	// still drains); LBErr the load balancer could not be read.
+	// evPool, evDrained: ForHold is the pool gate of a hold (a refused
+	// restart that still drains); LB the load balancer's state, LBErr
+	// why it could not be read; HasTurn a pool turn held (the turn is the
+	// lock then).
 	ForHold bool
+	LB      LBState
 	LBErr   error
+	HasTurn bool
 
 	// evRefused: the refusal's outcome; Backoff the wait before the next
 	// attempt when the refusal does not say when it lifts.
@@ -99,8 +105,8 @@ const (
 	actPark                          // Step failed with the host drained: park it
 	actRestartNow                    // restart the engine (the restart step)
 	actRestartDone                   // the restart step is done without a restart now
+	actBackOff                       // drained with another member that sorts first: put the host back
 	actStop                          // end the sequence here
-	actUnknown                       // the journal names a step vigil does not know
 )
 
 // action is the planner's answer: what to do, and what to report first.
@@ -136,6 +142,11 @@ func plan(j Journal, f facts, now time.Time) (Journal, action) {
 		return planGuards(j, f)
 	case evPool:
 		return planPool(j, f)
+	case evDrained:
+		return planDrained(j, f)
+	case evBackedOff:
+		j.Drained, j.DrainStarted, j.Hold = false, time.Time{}, false
+		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: stillServing(f.Cfg), Recovering: &off, Save: true}
 	case evStepDone:
 		return planStepDone(j, f, now)
 	case evRestart:
@@ -235,6 +246,22 @@ func planDrainFailed(j Journal, c planConfig, err error) (Journal, action) {
 			Name: watchdog.StepDrain, Err: err.Error(), Detail: "cannot drain; restarting undrained because load_balancer.restart_undrained is set"}}
 	}
 	return j, action{Kind: actFail, Step: watchdog.StepDrain, Err: err}
+}
+
+// planDrained re-reads the pool lock after the drain: of two vigils that
+// drained at the same moment, the later name backs off, unless it holds a
+// pool turn.
+func planDrained(j Journal, f facts) (Journal, action) {
+	if f.LBErr == nil && !f.HasTurn {
+		if ref := poolLock(f.LB, true, true); ref != nil {
+			return j, action{Kind: actBackOff, Refusal: ref}
+		}
+	}
+	detail := f.Cfg.Drainer + " DRAIN"
+	if f.LBErr == nil && f.LB.Known {
+		detail += fmt.Sprintf(", %d sessions in flight", f.LB.Self.Sessions)
+	}
+	return j, action{Kind: actNone, Report: &watchdog.Step{Name: watchdog.StepDrain, OK: true, Detail: detail}}
 }
 
 // planStepDone follows a step's result: on to the next step, or what its

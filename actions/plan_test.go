@@ -122,6 +122,23 @@ func TestPlan(t *testing.T) {
 		{name: "a hold with an unreadable load balancer leaves the host serving", in: at(watchdog.StepGuards, func(j *Journal) { j.Refusal = cooldown }),
 			f: facts{Event: evPool, Cfg: lb, ForHold: true, LBErr: boom}, kind: actRefuse},
 
+		// After the drain.
+		{name: "drained and alone out of rotation: say so", in: at(watchdog.StepDrain, drained),
+			f:    facts{Event: evDrained, Cfg: lb, LB: LBState{Known: true, Self: ServerStatus{Server: "node2", Drained: true, Sessions: 3}}},
+			kind: actNone, report: watchdog.StepDrain, detail: "haproxy vllm/node2 DRAIN, 3 sessions in flight"},
+		{name: "drained at the same moment as a member that sorts first: back off", in: at(watchdog.StepDrain, drained),
+			f: facts{Event: evDrained, Cfg: lb, LB: LBState{Known: true, Self: ServerStatus{Server: "node2", Drained: true},
+				Others: []ServerStatus{{Server: "node1", Drained: true}}}}, kind: actBackOff},
+		{name: "drained at the same moment, holding a pool turn: keep the drain", in: at(watchdog.StepDrain, drained),
+			f: facts{Event: evDrained, Cfg: lb, HasTurn: true, LB: LBState{Known: true, Self: ServerStatus{Server: "node2", Drained: true},
+				Others: []ServerStatus{{Server: "node1", Drained: true}}}}, kind: actNone, report: watchdog.StepDrain},
+		{name: "the load balancer unreadable after the drain: keep the drain", in: at(watchdog.StepDrain, drained),
+			f: facts{Event: evDrained, Cfg: lb, LBErr: boom}, kind: actNone, report: watchdog.StepDrain, detail: "haproxy vllm/node2 DRAIN"},
+		{name: "backed off: back in rotation, the host still takes traffic", in: at(watchdog.StepDrain, held),
+			f:    facts{Event: evBackedOff, Cfg: lb, Refusal: pool},
+			out:  func(j *Journal) { j.Drained, j.DrainStarted, j.Hold = false, time.Time{}, false },
+			kind: actRefuse},
+
 		// A step returned.
 		{name: "drained: on to the drain wait", in: at(watchdog.StepDrain, drained), f: facts{Event: evStepDone, Cfg: lb, Step: watchdog.StepDrain, Next: watchdog.StepDrainWait},
 			kind: actRun, step: watchdog.StepDrainWait},

@@ -45,21 +45,17 @@ func (r *Recovery) drain(ctx context.Context) error {
 	st, err := r.o.Drainer.State(ctx)
 	if err != nil {
 		r.log.WithError(err).Warn("cannot re-read the load balancer after draining; keeping the drain")
-	} else if ref := poolLock(st, true, true); ref != nil && !r.hasTurn() {
-		if rerr := r.o.Drainer.Ready(ctx); rerr != nil {
-			return fmt.Errorf("back off from the pool lock: %w", rerr)
-		}
-		r.update(func(j *Journal) { j.Drained = false; j.DrainStarted = time.Time{}; j.Hold = false })
-		r.setRecovering(false)
-		r.refuse(ref, stillServing(r.cfg()))
-		return errBackedOff
 	}
-	detail := r.o.Drainer.String() + " DRAIN"
-	if st.Known {
-		detail += fmt.Sprintf(", %d sessions in flight", st.Self.Sessions)
+	a := r.decide(facts{Event: evDrained, LB: st, LBErr: err, HasTurn: r.hasTurn()})
+	if a.Kind != actBackOff {
+		return nil
 	}
-	r.report(watchdog.Step{Name: watchdog.StepDrain, OK: true, Detail: detail})
-	return nil
+	if err := r.o.Drainer.Ready(ctx); err != nil {
+		return fmt.Errorf("back off from the pool lock: %w", err)
+	}
+	a = r.decide(facts{Event: evBackedOff, Refusal: a.Refusal})
+	r.refuse(a.Refusal, a.Outcome)
+	return errBackedOff
 }
 
 // drainWait waits for the sessions to leave, up to drain_timeout_hung from
