@@ -34,9 +34,10 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 		s.OK = true
 		r.report(s)
 	}
+	now := r.o.Now()
 	r.mu.Lock()
-	r.dryHistory = append(r.dryHistory, r.o.Now())
-	r.j.Step, r.j.StepAt = watchdog.StepResolved, r.o.Now()
+	r.dryHistory = append(r.dryHistory, now)
+	r.j.Step, r.j.StepAt = watchdog.StepResolved, now
 	r.mu.Unlock()
 }
 

@@ -187,7 +187,7 @@ func planRecover(j Journal, f facts, now time.Time) (Journal, action) {
 }
 
 // planGuards follows the time guards at an attempt's start: a refusal
-// of a hung or down engine's restart still drains and holds (holdInstead).
+// of a hung or down engine's restart still drains and holds (actHold).
 func planGuards(j Journal, f facts) (Journal, action) {
 	j.EngineBefore, j.RestartedAt, j.Dropped = f.Engine, time.Time{}, 0
 	if f.Refusal == nil {
