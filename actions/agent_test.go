@@ -79,7 +79,7 @@ func TestAgentDrainWaitsForEachExpectedPoller(t *testing.T) {
 	poll(t, a.Addr(), "lb-a") // before the drain: does not count
 	done := make(chan error, 1)
 	go func() { done <- a.Drain(context.Background()) }()
-	waitFor(t, "the drain to be answered", func() bool { return poll(t, a.Addr(), "lb-a") == "drain\n" })
+	testinfra.WaitFor(t, 5*time.Second, "the drain to be answered", func() bool { return poll(t, a.Addr(), "lb-a") == "drain\n" })
 	select {
 	case err := <-done:
 		t.Fatalf("the drain returned after one of two pollers: %v", err)
@@ -120,7 +120,7 @@ func TestAgentPollerWithoutAgentSendIsKnownByItsAddress(t *testing.T) {
 	a := startAgent(t, 1, time.Second)
 	done := make(chan error, 1)
 	go func() { done <- a.Drain(context.Background()) }()
-	waitFor(t, "drain answered", func() bool { return poll(t, a.Addr(), "") == "drain\n" })
+	testinfra.WaitFor(t, 5*time.Second, "drain answered", func() bool { return poll(t, a.Addr(), "") == "drain\n" })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ backend vllm
 
 func waitWeight(t *testing.T, h *testinfra.HAProxy, server, want string) {
 	t.Helper()
-	waitFor(t, h.Dir+" "+server+" weight "+want, func() bool { return h.Stat(t)[server]["weight"] == want })
+	testinfra.WaitFor(t, 5*time.Second, h.Dir+" "+server+" weight "+want, func() bool { return h.Stat(t)[server]["weight"] == want })
 }
 
 // Two real HAProxy processes poll the same agent: a drain drains node1 in

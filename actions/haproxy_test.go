@@ -80,7 +80,7 @@ func TestHAProxyRealDrainRampReady(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, "one session in flight", func() bool {
+	testinfra.WaitFor(t, 5*time.Second, "one session in flight", func() bool {
 		st, err := d.State(ctx)
 		return err == nil && st.Self.Sessions+st.Others[0].Sessions == 1
 	})
@@ -319,17 +319,6 @@ func TestShowStatIsReadByHeaderName(t *testing.T) {
 	}
 	if _, err := parseShowStat("# pxname,svname,status,qcur,weight\nvllm,node1,UP,0,1\n", "vllm"); err == nil || !strings.Contains(err.Error(), "scur") {
 		t.Fatalf("a header without scur: err = %v", err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

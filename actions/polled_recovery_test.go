@@ -76,7 +76,7 @@ backend vllm
 	}()
 	// The ramp's first step (25%) lands in both before the last.
 	for _, hp := range pair {
-		waitFor(t, "node1 at 25% in "+hp.Dir, func() bool {
+		testinfra.WaitFor(t, 5*time.Second, "node1 at 25% in "+hp.Dir, func() bool {
 			row := hp.Stat(t)["node1"]
 			return row["weight"] == "25" && row["status"] == "UP"
 		})
@@ -89,7 +89,7 @@ backend vllm
 		t.Errorf("while the engine restarted, the pair said %q for node1, want DRAIN (agent) in both", st)
 	}
 	for _, hp := range pair {
-		waitFor(t, "node1 back at 100% in "+hp.Dir, func() bool {
+		testinfra.WaitFor(t, 5*time.Second, "node1 back at 100% in "+hp.Dir, func() bool {
 			row := hp.Stat(t)["node1"]
 			return row["weight"] == "100" && row["status"] == "UP"
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -304,7 +305,7 @@ func TestPagesQueuedWhileSlackIsUnreachableArriveInOrder(t *testing.T) {
 	runPager(t, p)
 
 	hangIncident(p, clk, "inc-outage")
-	waitFor(t, "the sender to fail a few times", func() bool { return len(fs.requests()) >= 3 })
+	testinfra.WaitFor(t, 10*time.Second, "the sender to fail a few times", func() bool { return len(fs.requests()) >= 3 })
 	if len(fs.posts()) != 0 {
 		t.Fatal("delivered while Slack was down")
 	}
@@ -331,7 +332,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	stopped := make(chan error)
 	go func() { stopped <- first.Run(ctx) }()
 	hangIncident(first, clk, "inc-restart")
-	waitFor(t, "the first vigil to try", func() bool { return len(fs.requests()) >= 2 })
+	testinfra.WaitFor(t, 10*time.Second, "the first vigil to try", func() bool { return len(fs.requests()) >= 2 })
 	cancel() // vigil stops with every page still queued
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
@@ -355,17 +356,6 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	second.Observe(healthy(clk.Now()), nil)
 	if second.Queued() != 0 {
 		t.Error("a restarted vigil paged again for an incident it already closed")
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -482,7 +472,7 @@ func TestSecretsNeverAppearInPagesOrLogs(t *testing.T) {
 	hookPager := newTestPager(t, hook, hookOpts)
 	runPager(t, hookPager)
 	leak(hookPager, "inc-secret-hook")
-	waitFor(t, "webhook failures to be logged", func() bool { return strings.Contains(logs.String(), "slack webhook: post to") })
+	testinfra.WaitFor(t, 10*time.Second, "webhook failures to be logged", func() bool { return strings.Contains(logs.String(), "slack webhook: post to") })
 	fs.set(func(f *fakeSlack) { f.down = false })
 	flush(t, hookPager)
 
@@ -610,7 +600,7 @@ func TestRunRefusesASecondSender(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = p.Run(ctx) })
-	waitFor(t, "the first sender", p.running.Load)
+	testinfra.WaitFor(t, 10*time.Second, "the first sender", p.running.Load)
 	if err := p.Run(ctx); err == nil {
 		t.Error("a second Run started")
 	}

@@ -76,7 +76,7 @@ var invalidCases = []struct {
 		"the proxy lets every client that reaches it use the engine (with its API key injected); " +
 		"bind it to 127.0.0.1 or set admission.allow_remote: true"},
 	{"override-reason", "overrides[0].reason (line 2): reason is required: say why, so the next operator knows"},
-	{"override-value", `overrides[0].value (line 5): value "lots" for watchdog.hang_after: want auto or a positive duration such as 90s or 5m`},
+	{"override-value", `overrides[0].value (line 5): value "lots" for watchdog.hang_after: want a positive duration such as 90s or 5m, or auto`},
 	{"override-until", `overrides[0].until (line 6): "tomorrow" is not an RFC 3339 time such as 2026-12-01T09:00:00Z`},
 	{"override-hang-after", "overrides[0].value (line 5): watchdog.hang_after 10s must be > watchdog.interval (15s)"},
 	{"healthcheck-listen", `load_balancer.healthcheck.listen (line 6): port must be 1..65535 (the balancer is told it), got "0"`},

@@ -268,7 +268,7 @@ func hangAfterValue(s string) error {
 		return nil
 	}
 	if err := positiveDuration(s); err != nil {
-		return errors.New("want auto or a positive duration such as 90s or 5m")
+		return errors.New("want a positive duration such as 90s or 5m, or auto")
 	}
 	return nil
 }

@@ -17,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // fastConfig runs engine time 1000x faster than wall time: a 10 ms step
@@ -64,17 +66,6 @@ func decode(t *testing.T, resp *http.Response) map[string]any {
 		t.Fatal(err)
 	}
 	return m
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func TestAPICompletions(t *testing.T) {
@@ -485,7 +476,7 @@ func TestHangFreezesEverything(t *testing.T) {
 		}
 	}()
 	<-done
-	waitFor(t, "load running", func() bool { return e.Stats().GenerationTokens > 10 })
+	testinfra.WaitFor(t, 5*time.Second, "load running", func() bool { return e.Stats().GenerationTokens > 10 })
 	e.Hang()
 	before := e.Stats()
 	m1 := scrapeText(t, ts.URL)
@@ -496,7 +487,7 @@ func TestHangFreezesEverything(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, "arrival while hung", func() bool { return e.Stats().Pending == 1 })
+	testinfra.WaitFor(t, 5*time.Second, "arrival while hung", func() bool { return e.Stats().Pending == 1 })
 	time.Sleep(100 * time.Millisecond) // ~100 s of engine time
 	for _, p := range []string{"/v1/models", "/health", "/metrics", "/version"} {
 		resp, err := http.Get(ts.URL + p)
@@ -517,7 +508,7 @@ func TestHangFreezesEverything(t *testing.T) {
 		t.Fatalf("fault %q", after.Fault)
 	}
 	e.Clear()
-	waitFor(t, "progress after clear", func() bool { return e.Stats().Steps > after.Steps })
+	testinfra.WaitFor(t, 5*time.Second, "progress after clear", func() bool { return e.Stats().Steps > after.Steps })
 }
 
 func scrapeText(t *testing.T, url string) string {
@@ -571,14 +562,14 @@ func TestAbortOnDisconnect(t *testing.T) {
 			cancel()
 			resp.Body.Close()
 			if tc.abort {
-				waitFor(t, "abort", func() bool { return e.Stats().Aborted == 1 })
+				testinfra.WaitFor(t, 5*time.Second, "abort", func() bool { return e.Stats().Aborted == 1 })
 				st := e.Stats()
 				if st.Completed != 0 || st.Running != 0 || st.GenerationTokens >= 1000 {
 					t.Fatalf("stats after abort: %+v", st)
 				}
 				return
 			}
-			waitFor(t, "completion", func() bool { return e.Stats().Completed == 1 })
+			testinfra.WaitFor(t, 5*time.Second, "completion", func() bool { return e.Stats().Completed == 1 })
 			if st := e.Stats(); st.Aborted != 0 || st.GenerationTokens != 1000 {
 				t.Fatalf("stats: %+v", st)
 			}
@@ -598,14 +589,14 @@ func TestAbortWhileWaiting(t *testing.T) {
 		_, err := http.DefaultClient.Do(req)
 		errc <- err
 	}()
-	waitFor(t, "arrival", func() bool { return e.Stats().Pending == 1 })
+	testinfra.WaitFor(t, 5*time.Second, "arrival", func() bool { return e.Stats().Pending == 1 })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client error %v", err)
 	}
 	time.Sleep(10 * time.Millisecond) // let the handler post its abort
 	e.Clear()
-	waitFor(t, "abort", func() bool { return e.Stats().Aborted == 1 })
+	testinfra.WaitFor(t, 5*time.Second, "abort", func() bool { return e.Stats().Aborted == 1 })
 	if st := e.Stats(); st.Admitted != 0 || st.Steps != 0 {
 		t.Fatalf("aborted waiting request was run: %+v", st)
 	}
@@ -683,12 +674,12 @@ func TestServerLoadTimeCrashAndLeaks(t *testing.T) {
 	}
 	resp.Body.Close()
 	<-s.Done()
-	waitFor(t, "port refuses", refused)
+	testinfra.WaitFor(t, 5*time.Second, "port refuses", refused)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	http.DefaultClient.CloseIdleConnections()
-	waitFor(t, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= base })
+	testinfra.WaitFor(t, 5*time.Second, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= base })
 }
 
 func TestServerControlFaults(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // load starts n requests in the background, each long enough to outlast the
@@ -177,7 +179,7 @@ func TestHangRankUnderLoad(t *testing.T) {
 	defer cancel()
 	// 30,000-token answers: each ~5 minutes of engine time, ~0.3 s of wall.
 	load(t, ctx, ts.URL, 6, `{"prompt":"x","vigil_sim":{"prompt_tokens":1000,"output_tokens":30000}}`)
-	waitFor(t, "both ranks decoding three requests each", func() bool {
+	testinfra.WaitFor(t, 5*time.Second, "both ranks decoding three requests each", func() bool {
 		st := e.Stats()
 		for _, r := range st.Ranks {
 			if r.Running != 3 || r.GenerationTokens <= 10 {
@@ -193,8 +195,8 @@ func TestHangRankUnderLoad(t *testing.T) {
 	m1 := scrapeText(t, ts.URL)
 	// New work goes round-robin: one of two lands on the hung rank and waits.
 	load(t, ctx, ts.URL, 2, `{"prompt":"x","max_tokens":2}`)
-	waitFor(t, "the hung rank's share to arrive", func() bool { return e.Stats().Ranks[1].Pending == 1 })
-	waitFor(t, "the live rank to serve its share", func() bool { return e.Stats().Ranks[0].Completed == 1 })
+	testinfra.WaitFor(t, 5*time.Second, "the hung rank's share to arrive", func() bool { return e.Stats().Ranks[1].Pending == 1 })
+	testinfra.WaitFor(t, 5*time.Second, "the live rank to serve its share", func() bool { return e.Stats().Ranks[0].Completed == 1 })
 	time.Sleep(50 * time.Millisecond) // ~50 s of engine time
 	m2 := scrapeText(t, ts.URL)
 	after := e.Stats()
@@ -230,7 +232,7 @@ func TestHangRankUnderLoad(t *testing.T) {
 		t.Fatalf("faults %q, rank 0 %q, rank 1 %q", after.Fault, r0.Fault, r1.Fault)
 	}
 	e.Clear()
-	waitFor(t, "rank 1 to resume", func() bool {
+	testinfra.WaitFor(t, 5*time.Second, "rank 1 to resume", func() bool {
 		st := e.Stats().Ranks[1]
 		return st.Steps > r1.Steps && st.Pending == 0 && st.Completed == 1
 	})
@@ -293,7 +295,7 @@ func TestDecodeStall(t *testing.T) {
 		_, err := http.DefaultClient.Do(req)
 		quitErr <- err
 	}()
-	waitFor(t, "four first tokens", func() bool { return e.Stats().GenerationTokens == 4+4 })
+	testinfra.WaitFor(t, 5*time.Second, "four first tokens", func() bool { return e.Stats().GenerationTokens == 4+4 })
 	// One token needs no decode step: it still completes.
 	m := decode(t, post(t, context.Background(), ts.URL+"/v1/completions", "", `{"prompt":"x","max_tokens":1}`))
 	if u := m["usage"].(map[string]any); u["completion_tokens"] != 1.0 {
@@ -335,7 +337,7 @@ func TestDecodeStall(t *testing.T) {
 	if err := <-quitErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client error %v", err)
 	}
-	waitFor(t, "abort while stalled", func() bool { st := e.Stats(); return st.Aborted == 1 && st.Running == 3 })
+	testinfra.WaitFor(t, 5*time.Second, "abort while stalled", func() bool { st := e.Stats(); return st.Aborted == 1 && st.Running == 3 })
 	if s := e.Stats().Steps; s != s0 {
 		t.Fatalf("abort took %d steps", s-s0)
 	}

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // ---- helpers ----
@@ -197,16 +199,6 @@ func idleLen(tr *Transport) int {
 
 // eventually polls cond for up to a second: for effects that cross the
 // loopback (a FIN arriving, a server noticing a close).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // within fails unless ch delivers within d.
 func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
@@ -439,7 +431,7 @@ func TestBodyClosedEarly(t *testing.T) {
 			if n := idleLen(tr); n != 0 {
 				t.Errorf("%d idle connections after an early Close, want 0", n)
 			}
-			eventually(t, "the server to see the connection closed", func() bool { return s.closed.Load() == 1 })
+			testinfra.WaitFor(t, time.Second, "the server to see the connection closed", func() bool { return s.closed.Load() == 1 })
 			if _, got := fetch(t, tr, "GET", s.URL+"/next", nil); got != "next" {
 				t.Errorf("next answer %q", got)
 			}
@@ -689,7 +681,7 @@ func TestAlive(t *testing.T) {
 				}
 				return
 			}
-			eventually(t, "alive() to turn false", func() bool { return !cn.alive() })
+			testinfra.WaitFor(t, time.Second, "alive() to turn false", func() bool { return !cn.alive() })
 		})
 	}
 	// A conn without a file descriptor cannot be checked: assumed alive.
@@ -731,7 +723,7 @@ func TestStaleIdleConnection(t *testing.T) {
 			url, closed, conns := c.start(t)
 			tr := newTransport(t, nil)
 			fetch(t, tr, "GET", url, nil)
-			eventually(t, "the server to close the idle connection", closed)
+			testinfra.WaitFor(t, time.Second, "the server to close the idle connection", closed)
 			if n := idleLen(tr); n != 1 {
 				t.Fatalf("%d idle connections after the first answer, want 1", n)
 			}
@@ -740,7 +732,7 @@ func TestStaleIdleConnection(t *testing.T) {
 			tr.mu.Lock()
 			pooled := tr.idle[0]
 			tr.mu.Unlock()
-			eventually(t, "the FIN to arrive", func() bool { return !pooled.alive() })
+			testinfra.WaitFor(t, time.Second, "the FIN to arrive", func() bool { return !pooled.alive() })
 
 			body := &trackedBody{Reader: strings.NewReader("once")}
 			req := newRequest(t, t.Context(), "POST", url, body)
@@ -1000,7 +992,7 @@ func TestIdleTimeout(t *testing.T) {
 				t.Errorf("%d connections, want %d", n, c.conns)
 			}
 			// The expired connection is closed, not leaked.
-			eventually(t, "expired connections closed", func() bool { return s.closed.Load() == c.conns-1 })
+			testinfra.WaitFor(t, time.Second, "expired connections closed", func() bool { return s.closed.Load() == c.conns-1 })
 		})
 	}
 }
@@ -1255,12 +1247,12 @@ func TestMaxIdle(t *testing.T) {
 	if got := idleLen(tr); got != 2 {
 		t.Errorf("%d idle connections, want MaxIdle 2", got)
 	}
-	eventually(t, "the connections beyond MaxIdle to close", func() bool { return s.closed.Load() == n-2 })
+	testinfra.WaitFor(t, time.Second, "the connections beyond MaxIdle to close", func() bool { return s.closed.Load() == n-2 })
 	tr.CloseIdleConnections()
 	if got := idleLen(tr); got != 0 {
 		t.Errorf("%d idle connections after CloseIdleConnections, want 0", got)
 	}
-	eventually(t, "every connection to close", func() bool { return s.closed.Load() == n })
+	testinfra.WaitFor(t, time.Second, "every connection to close", func() bool { return s.closed.Load() == n })
 }
 
 // TestConcurrent: many goroutines share one Transport; every answer goes
