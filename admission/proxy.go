@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,15 +56,49 @@ func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
 	rj.write(w)
 }
 
-// admit is the admission-controlled path.
+// admit is the admission-controlled path, in stages: read and validate
+// the body, identify the call, find its work (a running execution or a
+// stored answer), acquire a slot, then execute and stream.
 func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	start := l.clock.Now() // the client's own timeout runs from about here
+	body, info, ok := l.readBody(w, r)
+	if !ok {
+		return
+	}
+	promptTokens, tokens := estimateTokens(body, &info)
+	c := l.identify(r, tenantKey(r), body, l.clock.Now())
+	l.count(&c)
+	a := &attempt{l: l, w: w, r: r, c: &c, start: start}
+	if a.find() {
+		return
+	}
+	tk, crj, err := l.core.Acquire(r.Context(), core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: promptTokens,
+		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
+		Keyed: c.keyed(), Coalesced: c.coalesce, Key: c.k, Bytes: int64(len(body))})
+	switch {
+	case err != nil:
+		a.leftUnanswered(false) // the client left while queued; nobody to answer
+		return
+	case crj != nil:
+		if c.adopt {
+			l.co.markUnanswered(c.k, false, l.clock.Now())
+		}
+		l.reject(w, fromCore(crj))
+		return
+	}
+	a.run(tk, body)
+}
+
+// readBody reads and checks the body of an admission-controlled request:
+// within max_body_bytes, in time, and JSON on /v1/*. When it is not, the
+// client has been answered and ok is false.
+func (l *Limiter) readBody(w http.ResponseWriter, r *http.Request) (body []byte, info requestInfo, ok bool) {
 	if r.ContentLength > l.cfg.MaxBodyBytes {
 		// Refuse before reading a byte, and close: draining 100 MB to keep
 		// the connection would be the slow path the limit exists to avoid.
 		w.Header().Set("Connection", "close")
 		l.reject(w, tooLarge(l.cfg.MaxBodyBytes))
-		return
+		return nil, info, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, l.cfg.MaxBodyBytes))
 	if err != nil {
@@ -83,141 +116,37 @@ func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 			l.reject(w, &rejection{status: http.StatusBadRequest, reason: ReasonBadBody,
 				typ: "invalid_request_error", message: "The request body could not be read.", final: true})
 		}
-		return
+		return nil, info, false
 	}
 	// The body is in: from here the connection's read deadline would only
 	// cut a long answer short (net/http cancels the request when its
 	// background read times out), so lift it.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-
-	var info requestInfo
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
 		if !json.Valid(body) {
 			l.reject(w, &rejection{status: http.StatusBadRequest, reason: ReasonInvalidJSON, typ: "invalid_request_error",
 				message: "The request body is not valid JSON.", final: true})
-			return
+			return nil, info, false
 		}
 		_ = json.Unmarshal(body, &info) // a body of another shape still counts by its length
 	}
-	promptTokens, tokens := estimateTokens(body, &info)
-	tenant := tenantKey(r)
-	l.c.calls.Add(1)
+	return body, info, true
+}
 
-	// A retry is amplification only when it would start a second execution
-	// of its call: a keyed retry whose earlier attempts were all turned away
-	// (never executed) is neither budgeted nor a first attempt. Without a
-	// key there is no telling, so an SDK-marked retry is budgeted.
-	retry := stainlessRetry(r)
-	budgeted := retry
-	idem := r.Header.Get(l.cfg.IdempotencyHeader)
-	timeout, route := clientTimeout(r), r.URL.Path
-	var k key
-	if idem != "" {
-		k = coalesceKey(tenant, idem, r.Method, r.URL.RequestURI(), body)
-		seen, executed, gaveUp := l.co.markSeen(k, l.clock.Now())
-		if seen {
-			retry, budgeted = true, executed
-		}
-		if seen && gaveUp > 0 && timeout == 0 {
-			// The last attempt's client left unanswered, and came back:
-			// it timed out. That wait was its timeout.
-			l.core.GaveUp(route, gaveUp)
-		}
+// count counts an identified attempt, and feeds the route's inferred
+// timeout: a keyed call's last attempt left unanswered and came back, so
+// it timed out, and that wait was its timeout.
+func (l *Limiter) count(c *identity) {
+	l.c.calls.Add(1)
+	if c.gaveUp > 0 && c.timeout == 0 {
+		l.core.GaveUp(c.route, c.gaveUp)
 	}
-	// leftUnanswered notes a client that left before its answer began, for
-	// the route's inferred timeout (only clients that announce none): a
-	// keyed call's is confirmed by its retry (above), an unkeyed one's
-	// counts at once.
-	leftUnanswered := func() {
-		switch d := l.clock.Now().Sub(start); {
-		case timeout > 0:
-		case idem != "":
-			l.co.markGaveUp(k, d)
-		default:
-			l.core.GaveUp(route, d)
-		}
-	}
-	listen := func(ex *execution, cur *cursor) {
-		if l.listen(w, r, ex, cur) {
-			leftUnanswered()
-		}
-	}
-	if retry {
+	if c.retry {
 		l.c.retries.Add(1)
 	}
-	coalesce := idem != "" && l.cfg.Coalesce
-	// Whether a keyed retry finds its call's execution here tells if the
-	// pool's load balancer routes by key. Only a retry that had one to
-	// find counts: one whose earlier attempts were all turned away here
-	// (seen, never executed) found its call's state all the same.
-	findable := coalesce && retry && budgeted
-	if findable {
+	if c.findable() {
 		l.c.keyedRetries.Add(1)
 	}
-	found := func() {
-		if findable {
-			l.c.keyedRetriesFound.Add(1)
-		}
-	}
-	if coalesce {
-		res, ex, cur := l.co.lookup(k, l.clock.Now())
-		switch {
-		case res != nil:
-			l.c.stored.Add(1)
-			found()
-			res.write(w)
-			return
-		case ex != nil:
-			l.c.attached.Add(1)
-			found()
-			listen(ex, cur)
-			return
-		}
-	}
-
-	tk, crj, err := l.core.Acquire(r.Context(), core.Request{Tenant: tenant, Tokens: tokens, Prompt: promptTokens,
-		Retry: retry, NeverExecuted: retry && !budgeted, Timeout: timeout, Route: route, Stream: info.Stream,
-		Keyed: idem != "", Coalesced: coalesce, Key: k, Bytes: int64(len(body))})
-	switch {
-	case err != nil:
-		leftUnanswered() // the client left while queued; nobody to answer
-		return
-	case crj != nil:
-		l.reject(w, fromCore(crj))
-		return
-	}
-	if !coalesce {
-		if idem != "" {
-			l.co.markExecuted(k, l.clock.Now())
-		}
-		req := l.upstreamRequest(r.Context(), r, bytes.NewReader(body), int64(len(body)))
-		l.c.executions.Add(1)
-		if l.forward(w, r, req, tk) {
-			leftUnanswered()
-		}
-		return
-	}
-	res, ex, cur, created := l.co.start(k, l.base, l.clock.Now())
-	switch {
-	case res != nil:
-		// Another attempt of this call finished while this one queued.
-		tk.Ignore()
-		l.c.stored.Add(1)
-		found()
-		res.write(w)
-		return
-	case !created:
-		// Another attempt of this call got its slot first: ride along.
-		tk.Ignore()
-		l.c.attached.Add(1)
-		found()
-		listen(ex, cur)
-		return
-	}
-	l.c.executions.Add(1)
-	req := l.upstreamRequest(ex.ctx, r, bytes.NewReader(body), int64(len(body)))
-	go l.execute(ex, req, tk)
-	listen(ex, cur)
 }
 
 func tooLarge(limit int64) *rejection {
