@@ -190,10 +190,12 @@ func TestTheRetryBudgetChargesOnlyKeylessRetriesThatCreateWork(t *testing.T) {
 		{"a retry that adopts costs nothing", func(t *testing.T, c *http.Client, p proxy, g *gate) {
 			timesOut(t, c, p, completionBody, "X-Stainless-Retry-Count", "0")
 			g.open()
+			eventually(t, 2*time.Second, "the orphan's answer stored", func() bool { return p.l.Stats().InFlight == 0 })
 		}, http.StatusOK},
 		{"a retry that creates work is held to the budget", func(t *testing.T, c *http.Client, p proxy, g *gate) {
 			timesOut(t, c, p, completionBody) // no SDK marker: cancelled at once
 			g.open()
+			eventually(t, 2*time.Second, "its slot freed", func() bool { return p.l.Stats().InFlight == 0 })
 		}, http.StatusTooManyRequests},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -216,6 +218,52 @@ func TestTheRetryBudgetChargesOnlyKeylessRetriesThatCreateWork(t *testing.T) {
 			}
 			if tc.want == http.StatusTooManyRequests {
 				checkRejection(t, a, http.StatusTooManyRequests, ReasonRetryBudget, true)
+			}
+		})
+	}
+}
+
+// TestAnSDKsRetryFindsItsExecutionAfterAShortCancelAfter: the OpenAI SDKs
+// retry a timeout after their backoff (0.5 s doubling, up to 8 s); an
+// execution whose client announced it will retry (X-Stainless-Retry-Count)
+// is kept until that retry is due even when cancel_after is shorter.
+func TestAnSDKsRetryFindsItsExecutionAfterAShortCancelAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hdr     []string
+		advance time.Duration // after the client left, before its retry
+		kept    bool
+	}{
+		{"a first attempt's execution outlives cancel_after until its retry is due",
+			[]string{"Idempotency-Key", "k", "X-Stainless-Retry-Count", "0"}, 1200 * time.Millisecond, true},
+		{"a third attempt's, for its longer backoff", []string{"Idempotency-Key", "k", "X-Stainless-Retry-Count", "2"},
+			2500 * time.Millisecond, true},
+		{"past the backoff it is cancelled", []string{"Idempotency-Key", "k", "X-Stainless-Retry-Count", "0"},
+			1600 * time.Millisecond, false},
+		{"without the SDK's marker cancel_after alone holds", []string{"Idempotency-Key", "k"},
+			400 * time.Millisecond, false},
+		{"a keyless one, adopted by its retry", []string{"X-Stainless-Retry-Count", "0"}, 1200 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, eng := newGate(t)
+			cfg := testConfig()
+			cfg.CancelAfter = 300 * time.Millisecond
+			clk := newFakeClock()
+			p := startProxy(t, cfg, eng.srv.URL, WithClock(clk))
+			c := newClient(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+			defer cancel()
+			call(ctx, c, p.url, completionBody, tc.hdr...)
+			eventually(t, 2*time.Second, "the client's departure seen", func() bool {
+				s := p.l.Stats()
+				return s.Orphans == 1
+			})
+			clk.Advance(tc.advance)
+			eventually(t, time.Second, "cancelled or kept", func() bool {
+				return tc.kept || p.l.Stats().CancelledDeferred == 1
+			})
+			if s := p.l.Stats(); (s.CancelledDeferred == 0) != tc.kept {
+				t.Errorf("cancelled after %v: %d, want kept %v", tc.advance, s.CancelledDeferred, tc.kept)
 			}
 		})
 	}

@@ -474,12 +474,20 @@ func (c *coalescer) closeAll() {
 }
 
 // stats reports what the store holds, the keyed executions running and
-// the keyless ones orphaned.
+// the executions, keyed or not, whose every listener left (kept for a
+// retry).
 func (c *coalescer) stats() (results int, bytes int64, running, orphans int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, list := range c.orphans {
 		orphans += len(list)
+	}
+	for _, ex := range c.running {
+		ex.mu.Lock()
+		if len(ex.cursors) == 0 && !ex.done && !ex.cancelled {
+			orphans++
+		}
+		ex.mu.Unlock()
 	}
 	return c.store.lru.Len(), c.store.bytes, len(c.running), orphans
 }

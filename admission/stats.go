@@ -81,8 +81,10 @@ type Stats struct {
 	// describe the coalescer.
 	Running       int `json:"running_executions"`
 	StoredResults int `json:"stored_results"`
-	// Orphans counts keyless executions running on after their client left
-	// before the answer began, kept for an identical retry to adopt.
+	// Orphans counts executions running on after every client left, kept
+	// for a retry: keyed ones for their key's retry to attach, keyless
+	// ones (their client left before the answer began) for an identical
+	// request to adopt.
 	Orphans     int   `json:"orphans"`
 	StoredBytes int64 `json:"stored_bytes"`
 	// LearnedClientTimeouts are the client timeouts learned per path from
@@ -160,7 +162,7 @@ var (
 	descRate       = desc("completion_rate", "Upstream calls finished per second over the last 10 s.")
 	descStored     = desc("stored_results", "Finished results kept for late retries.")
 	descStoredB    = desc("stored_bytes", "Bytes held by the result store.")
-	descOrphans    = desc("orphans", "Keyless executions whose client left before their answer began, kept for an identical retry to adopt.")
+	descOrphans    = desc("orphans", "Executions whose every client left, kept for a retry to attach or adopt.")
 	descKeyedRetry = desc("keyed_retries_total", "Keyed retries that had an execution to find, by whether they found it "+
 		"(attached or stored); a low found share means the load balancer does not route by Idempotency-Key.", "found")
 )
