@@ -73,6 +73,28 @@ func (a *attempt) found() {
 	}
 }
 
+// acquire asks the core for a slot. When none is granted the client has
+// been answered (or has left) and ok is false.
+func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok bool) {
+	l, c := a.l, a.c
+	prompt, tokens := estimateTokens(body, info)
+	tk, rj, err := l.core.Acquire(a.r.Context(), core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
+		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
+		Keyed: c.keyed(), Coalesced: c.coalesce, Key: c.k, Bytes: int64(len(body))})
+	switch {
+	case err != nil:
+		a.leftUnanswered(false) // the client left while queued; nobody to answer
+		return nil, false
+	case rj != nil:
+		if c.adopt {
+			l.co.markUnanswered(c.k, false, l.clock.Now())
+		}
+		l.reject(a.w, fromCore(rj))
+		return nil, false
+	}
+	return tk, true
+}
+
 // run executes the call in the slot tk grants: shared by its attempts
 // (keyed, coalesced), adoptable (keyless), or in the client's goroutine
 // and cancelled with it (coalescing or deferred cancellation off).

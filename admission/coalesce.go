@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"crypto/sha256"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -490,117 +489,6 @@ func (c *coalescer) stats() (results int, bytes int64, running, orphans int) {
 		ex.mu.Unlock()
 	}
 	return c.store.lru.Len(), c.store.bytes, len(c.running), orphans
-}
-
-// listen sends an execution's answer to one client from its first byte:
-// a listener that attaches late gets the stream replayed from its start,
-// then live. It returns when the answer ends or the client leaves, and
-// reports whether the client left before the answer began.
-func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) (gaveUp bool) {
-	wrote, stream := false, false
-	defer func() { l.co.leave(ex, cur, wrote) }()
-	rc := http.NewResponseController(w)
-	for {
-		ex.mu.Lock()
-		changed := ex.changed
-		started, done, complete, failure := ex.started, ex.done, ex.complete, ex.failure
-		status, hdr := ex.status, ex.header
-		var chunk []byte
-		if started {
-			chunk = ex.buf[cur.off-ex.base:]
-			cur.off += len(chunk)
-		}
-		ex.mu.Unlock()
-		if !wrote && started {
-			copyResponseHeader(w.Header(), hdr)
-			w.WriteHeader(status)
-			wrote = true
-			stream = streaming(hdr)
-			if stream {
-				_ = rc.Flush()
-			}
-		}
-		if len(chunk) > 0 {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-			if stream {
-				_ = rc.Flush()
-			}
-		}
-		if done {
-			switch {
-			case !wrote && failure != nil:
-				failure.write(w)
-			case !wrote:
-				badGateway().write(w)
-			case !complete:
-				panic(http.ErrAbortHandler) // a broken answer must look broken
-			}
-			return
-		}
-		select {
-		case <-changed:
-		case <-r.Context().Done():
-			return !wrote
-		}
-	}
-}
-
-// execute runs a keyed call upstream and tees its answer into the
-// execution's buffer.
-func (l *Limiter) execute(ex *execution, req *http.Request, tk *core.Listener) {
-	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
-	complete := false
-	var failure *rejection
-	defer func() {
-		if p := recover(); p != nil {
-			l.log.WithField("panic", fmt.Sprint(p)).Error("admission: upstream execution panicked")
-			o.Dropped = true
-			failure = badGateway()
-		}
-		if !complete && ex.ctx.Err() != nil {
-			o.Cancelled = true
-		}
-		tk.Release(o)
-		l.co.finish(ex, complete, failure, l.clock.Now())
-	}()
-	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
-	defer l.inflight.done(m.call)
-	resp, err := l.transport.RoundTrip(req)
-	if err != nil {
-		if ex.ctx.Err() == nil {
-			o.Dropped = true
-			l.c.upstreamErrors.Add(1)
-			l.log.WithError(err).Debug("admission: upstream call failed")
-		}
-		failure = badGateway()
-		return
-	}
-	defer resp.Body.Close()
-	m.sse = isSSE(resp.Header)
-	o.Dropped = resp.StatusCode >= 500
-	l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
-	_, readErr := l.pump(resp, &m, tk, func(p []byte) error {
-		l.co.append(ex, p)
-		return nil
-	})
-	if readErr != nil {
-		if ex.ctx.Err() == nil {
-			o.Dropped = true
-			l.c.upstreamErrors.Add(1)
-		}
-		return
-	}
-	complete = true
-	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.Streamed = m.sse
-	o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
-}
-
-func badGateway() *rejection {
-	return &rejection{status: http.StatusBadGateway, reason: "upstream_error", typ: "server_error",
-		message: "The engine could not be reached.", wait: time.Second}
 }
 
 // result is a finished 2xx answer kept for retries that arrive after it.
