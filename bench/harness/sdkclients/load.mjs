@@ -6,8 +6,8 @@
 //   client      "openai" (the OpenAI Node SDK) or "vercel" (the AI SDK with @ai-sdk/openai)
 //   url, key    the server's base URL (without /v1) and the bearer key
 //   model       the model name
-//   rate        calls per second, evenly spaced
-//   seconds     how long calls keep arriving
+//   warmRate, warmSeconds   calls per second, evenly spaced, for a first phase
+//   rate, seconds           then the burst's
 //   timeoutMs   the client's timeout per attempt (OpenAI SDK) or per call (AI SDK: an abort)
 //   maxRetries  the client's retries
 //   promptChars, maxTokens   each call's size; prompts differ per call
@@ -60,7 +60,11 @@ function vercelCall() {
 }
 
 const call = cfg.client === 'openai' ? openaiCall() : vercelCall();
-const n = Math.round(cfg.rate * cfg.seconds);
+const arrivals = [];
+for (let i = 0; i < Math.round((cfg.warmRate || 0) * (cfg.warmSeconds || 0)); i++) arrivals.push((i * 1000) / cfg.warmRate);
+const burstAt = (cfg.warmSeconds || 0) * 1000;
+for (let i = 0; i < Math.round(cfg.rate * cfg.seconds); i++) arrivals.push(burstAt + (i * 1000) / cfg.rate);
+const n = arrivals.length;
 const start = Date.now();
 const failures = {};
 const latencies = [];
@@ -69,7 +73,7 @@ let delivered = 0;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const pending = [];
 for (let i = 0; i < n; i++) {
-  const at = start + (i * 1000) / cfg.rate;
+  const at = start + arrivals[i];
   const wait = at - Date.now();
   if (wait > 0) await sleep(wait);
   const t0 = Date.now();
