@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -264,6 +265,62 @@ func TestAnSDKsRetryFindsItsExecutionAfterAShortCancelAfter(t *testing.T) {
 			})
 			if s := p.l.Stats(); (s.CancelledDeferred == 0) != tc.kept {
 				t.Errorf("cancelled after %v: %d, want kept %v", tc.advance, s.CancelledDeferred, tc.kept)
+			}
+		})
+	}
+}
+
+// TestAKeylessSDKRetryResumesItsQueuePlace: an SDK that retries timeouts
+// (it sends X-Stainless-Retry-Count) gets the queue place of its attempt
+// kept, as a keyed call does, and its retry resumes it ahead of a call
+// that came later; a client without the marker loses its place.
+func TestAKeylessSDKRetryResumesItsQueuePlace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first []string // the headers of the attempt that leaves the queue
+		want  []string
+	}{
+		{"an SDK's retry goes before the later call", []string{"X-Stainless-Retry-Count", "0"},
+			[]string{"blocker", "retry", "later"}},
+		{"without the marker the later call goes first", nil, []string{"blocker", "later", "retry"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			open := func() { once.Do(func() { close(release) }) }
+			eng, order := attemptOrderEngine(t, blockUntil(release))
+			t.Cleanup(open)
+			cfg := testConfig()
+			cfg.MaxInFlight, cfg.Order = 1, "fifo"
+			p := startProxy(t, cfg, eng.srv.URL)
+			c := newClient(t)
+			done := make(chan answer, 3)
+			go func() { done <- call(context.Background(), c, p.url, `{"prompt":"blocker"}`, "X-Attempt", "blocker") }()
+			eventually(t, 2*time.Second, "slot taken", func() bool { return p.l.Stats().InFlight == 1 })
+			ctx, cancel := context.WithCancel(context.Background())
+			left := make(chan answer, 1)
+			go func() { left <- call(ctx, c, p.url, completionBody, append(tc.first, "X-Attempt", "first")...) }()
+			eventually(t, 2*time.Second, "queued", func() bool { return p.l.Stats().QueueDepth == 1 })
+			cancel()
+			<-left
+			eventually(t, 2*time.Second, "its place held or dropped", func() bool {
+				s := p.l.Stats()
+				return s.QueueAbandoned == 1
+			})
+			go func() { done <- call(context.Background(), c, p.url, `{"prompt":"later"}`, "X-Attempt", "later") }()
+			eventually(t, 2*time.Second, "the later call queued", func() bool { return p.l.Stats().Queued == 2 })
+			go func() {
+				done <- call(context.Background(), c, p.url, completionBody, "X-Stainless-Retry-Count", "1", "X-Attempt", "retry")
+			}()
+			eventually(t, 2*time.Second, "the retry queued", func() bool { return p.l.Stats().Queued == 3 })
+			open()
+			for range 3 {
+				if a := <-done; a.status != http.StatusOK {
+					t.Fatalf("status %d: %s", a.status, a.body)
+				}
+			}
+			if got := order(); !slices.Equal(got, tc.want) {
+				t.Errorf("the engine got %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -80,7 +80,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 	prompt, tokens := estimateTokens(body, info)
 	tk, rj, err := l.core.Acquire(a.r.Context(), core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
 		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
-		Keyed: c.keyed(), Coalesced: c.coalesce, Key: c.k, Bytes: int64(len(body))})
+		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body))})
 	switch {
 	case err != nil:
 		a.leftUnanswered(false) // the client left while queued; nobody to answer

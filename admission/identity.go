@@ -59,6 +59,18 @@ func (l *Limiter) identify(r *http.Request, tenant string, body []byte, now time
 // keyed: the call has a client's idempotency key.
 func (c *identity) keyed() bool { return c.idem != "" }
 
+// orphanable: a keyless call whose client is an SDK that retries a
+// timeout; its execution outlives the attempt for the retry to adopt.
+func (c *identity) orphanable() bool { return c.adopt && c.sdkRetry >= 0 }
+
+// holdsPlace: the call's queue place outlives its attempt, for its retry
+// to resume (the core holds it by c.k).
+func (c *identity) holdsPlace() bool { return c.keyed() || c.orphanable() }
+
+// outlives: the call's execution outlives its attempt, so it may wait
+// longer in the queue (see core.Request.Coalesced).
+func (c *identity) outlives() bool { return c.coalesce || c.orphanable() }
+
 // budgeted: a retry that would start another execution of its call.
 func (c *identity) budgeted() bool { return c.retry && !c.neverExecuted }
 
