@@ -19,6 +19,8 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 command -v dpkg-deb >/dev/null || need+=(dpkg)
 command -v etcd >/dev/null || need+=(etcd-server)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   $SUDO apt-get update -qq
@@ -28,6 +30,9 @@ fi
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 go version
 go mod download
+# The real client libraries the load tests drive (bench/harness/sdkclients),
+# at the versions of its package-lock.json.
+npm ci --prefix bench/harness/sdkclients --no-audit --no-fund --loglevel=error
 
 echo "== go vet"
 go vet ./...
@@ -41,7 +46,7 @@ fi
 echo "== go test -race"
 # In CI a skipped Docker or HAProxy test is a failure, not a pass.
 if [ "${CI:-}" = "true" ]; then
-  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1 VIGIL_REQUIRE_ETCD=1
+  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1 VIGIL_REQUIRE_ETCD=1 VIGIL_REQUIRE_NODE=1
 fi
 go test -race -count=1 -timeout 12m ./...
 

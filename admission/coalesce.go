@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"crypto/sha256"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -47,14 +46,35 @@ func coalesceKey(tenant, idem, method, uri string, body []byte) key {
 	return k
 }
 
+// fingerprint identifies a call without an idempotency key: the tenant's
+// key hash, the method, the path with its query and the exact body. It is
+// never equal to a coalesceKey (another domain), so a keyless call never
+// finds a keyed one's execution.
+func fingerprint(tenant, method, uri string, body []byte) key {
+	h := sha256.New()
+	for _, s := range [...]string{"fingerprint", tenant, method, uri} {
+		_, _ = io.WriteString(h, s)
+		_, _ = h.Write([]byte{0})
+	}
+	_, _ = h.Write(body)
+	var k key
+	h.Sum(k[:0])
+	return k
+}
+
 // execution is one upstream call shared by every attempt of a keyed call.
 // It runs in its own goroutine under its own context, so it outlives the
 // attempt that created it: a client that times out and retries finds its
 // work still going and attaches to it as another listener.
+//
+// An adoptable execution is a keyless call's: indexed by its fingerprint
+// only while it has no listener (an orphan), so two live clients never
+// share one, and a retry of the same request adopts it.
 type execution struct {
-	k      key
-	ctx    context.Context
-	cancel context.CancelFunc
+	k         key
+	adoptable bool
+	ctx       context.Context
+	cancel    context.CancelFunc
 
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every change
@@ -72,8 +92,9 @@ type execution struct {
 	cancelled bool
 }
 
-// cursor is one listener's position in an execution's answer.
-type cursor struct{ off int }
+// cursor is one listener's position in an execution's answer; sdkRetry
+// is the X-Stainless-Retry-Count its attempt carried (-1: none).
+type cursor struct{ off, sdkRetry int }
 
 func (ex *execution) notifyLocked() {
 	close(ex.changed)
@@ -92,7 +113,7 @@ func (ex *execution) attach() *cursor {
 		ex.stopTimer()
 		ex.stopTimer = nil
 	}
-	c := &cursor{}
+	c := &cursor{sdkRetry: -1}
 	ex.cursors[c] = struct{}{}
 	return c
 }
@@ -133,6 +154,9 @@ type coalescer struct {
 
 	mu      sync.Mutex
 	running map[key]*execution
+	// orphans are the adoptable executions whose every listener left
+	// before their answer began, by fingerprint.
+	orphans map[key][]*execution
 	store   *resultStore
 	seen    *seenKeys
 }
@@ -145,6 +169,7 @@ func newCoalescer(cfg configs.Admission, clock Clock, onDeferred, onImmediate fu
 		onDeferred:  onDeferred,
 		onImmediate: onImmediate,
 		running:     map[key]*execution{},
+		orphans:     map[key][]*execution{},
 		store:       newResultStore(cfg.ResultTTL, cfg.ResultStoreBytes),
 		seen:        &seenKeys{ttl: seenTTL, max: seenMax, byKey: map[key]*list.Element{}},
 	}
@@ -160,6 +185,52 @@ func (c *coalescer) markSeen(k key, now time.Time) (seen, executed bool, gaveUp 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.seen.mark(k, now)
+}
+
+// unanswered reports whether an attempt of the keyless call fp ended
+// without its answer within seenTTL (its client left, or was turned away),
+// and whether any such attempt had an execution.
+func (c *coalescer) unanswered(fp key, now time.Time) (seen, executed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.seen.byKey[fp]
+	if !ok {
+		return false, false
+	}
+	ent := e.Value.(*seenEntry)
+	if now.Sub(ent.at) > c.seen.ttl {
+		return false, false
+	}
+	return true, ent.executed
+}
+
+// markUnanswered records that an attempt of the keyless call fp ended
+// without its answer; executed: it had an execution (orphaned now).
+// Its retry is then known for one, whether or not the SDK marks it.
+func (c *coalescer) markUnanswered(fp key, executed bool, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.seen.byKey[fp]
+	if ok {
+		e.Value.(*seenEntry).at = now
+		c.seen.lru.MoveToFront(e)
+	} else {
+		e = c.seen.insert(fp, now)
+	}
+	if executed {
+		e.Value.(*seenEntry).executed = true
+	}
+}
+
+// forget drops what is known of the keyless call fp: its answer reached a
+// client, so an identical request after it is another call.
+func (c *coalescer) forget(fp key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.seen.byKey[fp]; ok {
+		c.seen.lru.Remove(e)
+		delete(c.seen.byKey, fp)
+	}
 }
 
 // markGaveUp records that an attempt of call k (announcing no timeout)
@@ -206,26 +277,94 @@ func (c *coalescer) start(k key, parent context.Context, now time.Time) (*result
 	if res := c.store.get(k, now); res != nil {
 		return res, nil, nil, false
 	}
-	ctx, cancel := context.WithCancel(parent)
-	ex := &execution{k: k, ctx: ctx, cancel: cancel, changed: make(chan struct{}), replay: true,
-		cursors: map[*cursor]struct{}{}}
-	cur := &cursor{}
-	ex.cursors[cur] = struct{}{}
+	ex, cur := newExecution(k, false, parent)
 	c.running[k] = ex
 	c.seen.executed(k, now)
 	return nil, ex, cur, true
 }
 
+// startAdoptable registers a keyless call's execution under its
+// fingerprint fp: adoptable once orphaned, never attached to while a
+// client listens.
+func (c *coalescer) startAdoptable(fp key, parent context.Context) (*execution, *cursor) {
+	return newExecution(fp, true, parent)
+}
+
+func newExecution(k key, adoptable bool, parent context.Context) (*execution, *cursor) {
+	ctx, cancel := context.WithCancel(parent)
+	ex := &execution{k: k, adoptable: adoptable, ctx: ctx, cancel: cancel, changed: make(chan struct{}),
+		replay: true, cursors: map[*cursor]struct{}{}}
+	cur := &cursor{sdkRetry: -1}
+	ex.cursors[cur] = struct{}{}
+	return ex, cur
+}
+
+// adopt hands a keyless request the answer of an identical request whose
+// client left before it began: a stored one (taken, so no second client
+// gets it) or an orphaned execution still running (with a new cursor).
+func (c *coalescer) adopt(fp key, now time.Time) (*result, *execution, *cursor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if res := c.store.take(fp, now); res != nil {
+		return res, nil, nil
+	}
+	for _, ex := range c.orphans[fp] {
+		if cur := ex.attach(); cur != nil {
+			c.unindexLocked(ex)
+			return nil, ex, cur
+		}
+	}
+	return nil, nil, nil
+}
+
 func (c *coalescer) unindexLocked(ex *execution) {
-	if c.running[ex.k] == ex {
-		delete(c.running, ex.k)
+	if !ex.adoptable {
+		if c.running[ex.k] == ex {
+			delete(c.running, ex.k)
+		}
+		return
+	}
+	list := c.orphans[ex.k]
+	for i, o := range list {
+		if o == ex {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(c.orphans, ex.k)
+	} else {
+		c.orphans[ex.k] = list
 	}
 }
 
-// leave removes a listener. When it was the last one and the answer is not
-// finished, the upstream call is cancelled after cancel_after (a retry may
-// attach meanwhile) or at once when no retry could attach.
-func (c *coalescer) leave(ex *execution, cur *cursor) {
+// sdkBackoff bounds the OpenAI SDKs' wait before the retry that follows
+// attempt n (0.5 s doubling, at most 8 s, less up to 25% jitter).
+func sdkBackoff(n int) time.Duration {
+	return min(500*time.Millisecond<<min(n, 5), 8*time.Second)
+}
+
+// deferFor is how long an execution whose last listener left is kept
+// for a retry to find: cancel_after, and at least until an SDK-marked
+// attempt's retry is due (its backoff, plus a second for the request to
+// arrive), so a short cancel_after does not cancel work the retry comes
+// back for.
+func (c *coalescer) deferFor(cur *cursor) time.Duration {
+	if cur.sdkRetry < 0 {
+		return c.cancelAfter
+	}
+	return max(c.cancelAfter, sdkBackoff(cur.sdkRetry)+time.Second)
+}
+
+// leave removes a listener (sent: its answer had begun). When it was the
+// last one and the answer is not finished, the upstream call is cancelled
+// after cancel_after (a retry may attach meanwhile) or at once when no
+// retry could attach. A keyless call's is kept only when its client is an
+// SDK that retries a timeout (it sends X-Stainless-Retry-Count) and saw
+// none of the answer: a client that does not retry would leave the
+// engine running work nobody comes back for, and an answer a client saw
+// part of is nobody else's to adopt.
+func (c *coalescer) leave(ex *execution, cur *cursor, sent bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ex.mu.Lock()
@@ -235,8 +374,11 @@ func (c *coalescer) leave(ex *execution, cur *cursor) {
 		ex.trimLocked()
 		return
 	}
-	if c.cancelAfter > 0 && ex.replay {
-		ex.stopTimer = c.clock.AfterFunc(c.cancelAfter, func() { c.expire(ex) })
+	if c.cancelAfter > 0 && ex.replay && (!ex.adoptable || (!sent && cur.sdkRetry >= 0)) {
+		if ex.adoptable {
+			c.orphans[ex.k] = append(c.orphans[ex.k], ex)
+		}
+		ex.stopTimer = c.clock.AfterFunc(c.deferFor(cur), func() { c.expire(ex) })
 		return
 	}
 	ex.cancelled = true
@@ -302,7 +444,10 @@ func (c *coalescer) finish(ex *execution, complete bool, failure *rejection, now
 		ex.stopTimer()
 		ex.stopTimer = nil
 	}
-	storable := complete && ex.replay && !ex.cancelled && ex.status >= 200 && ex.status < 300
+	// A keyless answer is stored only when nobody heard it: its clients
+	// left before it finished.
+	storable := complete && ex.replay && !ex.cancelled && ex.status >= 200 && ex.status < 300 &&
+		(!ex.adoptable || len(ex.cursors) == 0)
 	if ex.replay {
 		c.live.Add(-int64(len(ex.buf)))
 	}
@@ -327,122 +472,23 @@ func (c *coalescer) closeAll() {
 	}
 }
 
-// stats reports what the store holds.
-func (c *coalescer) stats() (results int, bytes int64, running int) {
+// stats reports what the store holds, the keyed executions running and
+// the executions, keyed or not, whose every listener left (kept for a
+// retry).
+func (c *coalescer) stats() (results int, bytes int64, running, orphans int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.store.lru.Len(), c.store.bytes, len(c.running)
-}
-
-// listen sends an execution's answer to one client from its first byte:
-// a listener that attaches late gets the stream replayed from its start,
-// then live. It returns when the answer ends or the client leaves, and
-// reports whether the client left before the answer began.
-func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) (gaveUp bool) {
-	defer l.co.leave(ex, cur)
-	rc := http.NewResponseController(w)
-	wrote, stream := false, false
-	for {
+	for _, list := range c.orphans {
+		orphans += len(list)
+	}
+	for _, ex := range c.running {
 		ex.mu.Lock()
-		changed := ex.changed
-		started, done, complete, failure := ex.started, ex.done, ex.complete, ex.failure
-		status, hdr := ex.status, ex.header
-		var chunk []byte
-		if started {
-			chunk = ex.buf[cur.off-ex.base:]
-			cur.off += len(chunk)
+		if len(ex.cursors) == 0 && !ex.done && !ex.cancelled {
+			orphans++
 		}
 		ex.mu.Unlock()
-		if !wrote && started {
-			copyResponseHeader(w.Header(), hdr)
-			w.WriteHeader(status)
-			wrote = true
-			stream = streaming(hdr)
-			if stream {
-				_ = rc.Flush()
-			}
-		}
-		if len(chunk) > 0 {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-			if stream {
-				_ = rc.Flush()
-			}
-		}
-		if done {
-			switch {
-			case !wrote && failure != nil:
-				failure.write(w)
-			case !wrote:
-				badGateway().write(w)
-			case !complete:
-				panic(http.ErrAbortHandler) // a broken answer must look broken
-			}
-			return
-		}
-		select {
-		case <-changed:
-		case <-r.Context().Done():
-			return !wrote
-		}
 	}
-}
-
-// execute runs a keyed call upstream and tees its answer into the
-// execution's buffer.
-func (l *Limiter) execute(ex *execution, req *http.Request, tk *core.Listener) {
-	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
-	complete := false
-	var failure *rejection
-	defer func() {
-		if p := recover(); p != nil {
-			l.log.WithField("panic", fmt.Sprint(p)).Error("admission: upstream execution panicked")
-			o.Dropped = true
-			failure = badGateway()
-		}
-		if !complete && ex.ctx.Err() != nil {
-			o.Cancelled = true
-		}
-		tk.Release(o)
-		l.co.finish(ex, complete, failure, l.clock.Now())
-	}()
-	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
-	defer l.inflight.done(m.call)
-	resp, err := l.transport.RoundTrip(req)
-	if err != nil {
-		if ex.ctx.Err() == nil {
-			o.Dropped = true
-			l.c.upstreamErrors.Add(1)
-			l.log.WithError(err).Debug("admission: upstream call failed")
-		}
-		failure = badGateway()
-		return
-	}
-	defer resp.Body.Close()
-	m.sse = isSSE(resp.Header)
-	o.Dropped = resp.StatusCode >= 500
-	l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
-	_, readErr := l.pump(resp, &m, tk, func(p []byte) error {
-		l.co.append(ex, p)
-		return nil
-	})
-	if readErr != nil {
-		if ex.ctx.Err() == nil {
-			o.Dropped = true
-			l.c.upstreamErrors.Add(1)
-		}
-		return
-	}
-	complete = true
-	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.Streamed = m.sse
-	o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
-}
-
-func badGateway() *rejection {
-	return &rejection{status: http.StatusBadGateway, reason: "upstream_error", typ: "server_error",
-		message: "The engine could not be reached.", wait: time.Second}
+	return c.store.lru.Len(), c.store.bytes, len(c.running), orphans
 }
 
 // result is a finished 2xx answer kept for retries that arrive after it.
@@ -486,6 +532,15 @@ func (s *resultStore) get(k key, now time.Time) *result {
 		return nil
 	}
 	s.lru.MoveToFront(e)
+	return res
+}
+
+// take is get, and the result leaves the store.
+func (s *resultStore) take(k key, now time.Time) *result {
+	res := s.get(k, now)
+	if res != nil {
+		s.remove(s.byKey[k])
+	}
 	return res
 }
 

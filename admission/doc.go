@@ -16,9 +16,12 @@
 //
 // What decides admission is package core (admission/core; its doc.go says
 // what decides, in order). How HTTP reaches it is this package: request.go
-// reads a request's facts into a core.Request, proxy.go admits it and
-// forwards it, coalesce.go runs keyed calls once for all their attempts,
-// reject.go answers the core's rejections.
+// reads a request's facts into a core.Request, proxy.go admits it in
+// stages (body.go reads the body, identity.go identifies the call,
+// attempt.go finds its work or acquires a slot and runs it, stream.go
+// streams the answer), coalesce.go runs keyed calls once for all their
+// attempts and keeps keyless orphans for adoption, reject.go answers the
+// core's rejections.
 //
 // # What a request goes through
 //
@@ -35,14 +38,20 @@
 //     attaches as another listener and gets the whole answer, a stream
 //     replayed from its first byte and then live; an attempt whose call
 //     finished within result_ttl gets the stored 2xx answer (LRU, bounded by
-//     result_store_bytes). Neither costs a slot or quota.
+//     result_store_bytes). Neither costs a slot or quota. Without the
+//     header the request's fingerprint (tenant, method, path with query,
+//     body) finds an orphan: the execution of an identical request whose
+//     client (an SDK that retries timeouts) left before its answer began,
+//     running or finished; the request adopts it. Two live clients never
+//     share an execution.
 //  3. Admission, decided by package core (see its documentation: tenants'
 //     quotas, the retry budget, the in-flight cap and its queue). This
 //     package reads the request's facts into a core.Request: the tenant
 //     (the SHA-256 of the bearer key), the tokens it asks for (prompt
 //     bytes/4 plus max_tokens, 256 when absent), whether it is a retry
-//     (X-Stainless-Retry-Count > 0, or its call key was seen before, and
-//     whether that call ever got an execution here), the client's timeout
+//     (X-Stainless-Retry-Count > 0, its call key seen before or an
+//     identical keyless request left unanswered, and whether that call ever
+//     got an execution here), the client's timeout
 //     (X-Stainless-Timeout; the OpenAI Node SDK sends it only with a
 //     per-request timeout, so the core infers the rest: the path is the
 //     route it learns timeouts for, from the clients this package sees

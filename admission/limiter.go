@@ -74,7 +74,10 @@ type counters struct {
 	// keyedRetries counts keyed retries that had an execution to find
 	// (see Stats.KeyedRetries); keyedRetriesFound those that found it.
 	keyedRetries, keyedRetriesFound atomic.Uint64
-	rejected                        map[string]*atomic.Uint64
+	// adopted counts keyless attempts handed an identical request's
+	// orphaned execution; adoptedStored its stored answer.
+	adopted, adoptedStored atomic.Uint64
+	rejected               map[string]*atomic.Uint64
 }
 
 // New builds a limiter that forwards to upstream (the engine's base URL,

@@ -1,21 +1,15 @@
 package admission
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/sirupsen/logrus"
-
-	"github.com/vigil-dev/vigil/admission/core"
 )
 
 // hopHeaders are connection-level headers a proxy must not forward
@@ -57,172 +51,43 @@ func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
 	rj.write(w)
 }
 
-// admit is the admission-controlled path.
+// admit is the admission-controlled path, as its stages: read and
+// validate the body, identify the call, find work it already has (a
+// running execution or a stored answer), acquire a slot, then execute and
+// stream.
 func (l *Limiter) admit(w http.ResponseWriter, r *http.Request) {
 	start := l.clock.Now() // the client's own timeout runs from about here
-	if r.ContentLength > l.cfg.MaxBodyBytes {
-		// Refuse before reading a byte, and close: draining 100 MB to keep
-		// the connection would be the slow path the limit exists to avoid.
-		w.Header().Set("Connection", "close")
-		l.reject(w, tooLarge(l.cfg.MaxBodyBytes))
+	body, info, ok := l.readBody(w, r)
+	if !ok {
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, l.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		var ne net.Error
-		switch {
-		case errors.As(err, &mbe):
-			w.Header().Set("Connection", "close")
-			l.reject(w, tooLarge(l.cfg.MaxBodyBytes))
-		case errors.As(err, &ne) && ne.Timeout():
-			w.Header().Set("Connection", "close")
-			l.reject(w, &rejection{status: http.StatusRequestTimeout, reason: ReasonBadBody,
-				typ: "invalid_request_error", message: "The request body was not received in time."})
-		case r.Context().Err() == nil:
-			l.reject(w, &rejection{status: http.StatusBadRequest, reason: ReasonBadBody,
-				typ: "invalid_request_error", message: "The request body could not be read.", final: true})
-		}
+	c := l.identify(r, tenantKey(r), body, l.clock.Now())
+	l.count(&c)
+	a := &attempt{l: l, w: w, r: r, c: &c, start: start}
+	if a.find() {
 		return
 	}
-	// The body is in: from here the connection's read deadline would only
-	// cut a long answer short (net/http cancels the request when its
-	// background read times out), so lift it.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-
-	var info requestInfo
-	if strings.HasPrefix(r.URL.Path, "/v1/") {
-		if !json.Valid(body) {
-			l.reject(w, &rejection{status: http.StatusBadRequest, reason: ReasonInvalidJSON, typ: "invalid_request_error",
-				message: "The request body is not valid JSON.", final: true})
-			return
-		}
-		_ = json.Unmarshal(body, &info) // a body of another shape still counts by its length
-	}
-	promptTokens, tokens := estimateTokens(body, &info)
-	tenant := tenantKey(r)
-	l.c.calls.Add(1)
-
-	// A retry is amplification only when it would start a second execution
-	// of its call: a keyed retry whose earlier attempts were all turned away
-	// (never executed) is neither budgeted nor a first attempt. Without a
-	// key there is no telling, so an SDK-marked retry is budgeted.
-	retry := stainlessRetry(r)
-	budgeted := retry
-	idem := r.Header.Get(l.cfg.IdempotencyHeader)
-	timeout, route := clientTimeout(r), r.URL.Path
-	var k key
-	if idem != "" {
-		k = coalesceKey(tenant, idem, r.Method, r.URL.RequestURI(), body)
-		seen, executed, gaveUp := l.co.markSeen(k, l.clock.Now())
-		if seen {
-			retry, budgeted = true, executed
-		}
-		if seen && gaveUp > 0 && timeout == 0 {
-			// The last attempt's client left unanswered, and came back:
-			// it timed out. That wait was its timeout.
-			l.core.GaveUp(route, gaveUp)
-		}
-	}
-	// leftUnanswered notes a client that left before its answer began, for
-	// the route's inferred timeout (only clients that announce none): a
-	// keyed call's is confirmed by its retry (above), an unkeyed one's
-	// counts at once.
-	leftUnanswered := func() {
-		switch d := l.clock.Now().Sub(start); {
-		case timeout > 0:
-		case idem != "":
-			l.co.markGaveUp(k, d)
-		default:
-			l.core.GaveUp(route, d)
-		}
-	}
-	listen := func(ex *execution, cur *cursor) {
-		if l.listen(w, r, ex, cur) {
-			leftUnanswered()
-		}
-	}
-	if retry {
-		l.c.retries.Add(1)
-	}
-	coalesce := idem != "" && l.cfg.Coalesce
-	// Whether a keyed retry finds its call's execution here tells if the
-	// pool's load balancer routes by key. Only a retry that had one to
-	// find counts: one whose earlier attempts were all turned away here
-	// (seen, never executed) found its call's state all the same.
-	findable := coalesce && retry && budgeted
-	if findable {
-		l.c.keyedRetries.Add(1)
-	}
-	found := func() {
-		if findable {
-			l.c.keyedRetriesFound.Add(1)
-		}
-	}
-	if coalesce {
-		res, ex, cur := l.co.lookup(k, l.clock.Now())
-		switch {
-		case res != nil:
-			l.c.stored.Add(1)
-			found()
-			res.write(w)
-			return
-		case ex != nil:
-			l.c.attached.Add(1)
-			found()
-			listen(ex, cur)
-			return
-		}
-	}
-
-	tk, crj, err := l.core.Acquire(r.Context(), core.Request{Tenant: tenant, Tokens: tokens, Prompt: promptTokens,
-		Retry: retry, NeverExecuted: retry && !budgeted, Timeout: timeout, Route: route, Stream: info.Stream,
-		Keyed: idem != "", Coalesced: coalesce, Key: k, Bytes: int64(len(body))})
-	switch {
-	case err != nil:
-		leftUnanswered() // the client left while queued; nobody to answer
-		return
-	case crj != nil:
-		l.reject(w, fromCore(crj))
+	tk, ok := a.acquire(body, &info)
+	if !ok {
 		return
 	}
-	if !coalesce {
-		if idem != "" {
-			l.co.markExecuted(k, l.clock.Now())
-		}
-		req := l.upstreamRequest(r.Context(), r, bytes.NewReader(body), int64(len(body)))
-		l.c.executions.Add(1)
-		if l.forward(w, r, req, tk) {
-			leftUnanswered()
-		}
-		return
-	}
-	res, ex, cur, created := l.co.start(k, l.base, l.clock.Now())
-	switch {
-	case res != nil:
-		// Another attempt of this call finished while this one queued.
-		tk.Ignore()
-		l.c.stored.Add(1)
-		found()
-		res.write(w)
-		return
-	case !created:
-		// Another attempt of this call got its slot first: ride along.
-		tk.Ignore()
-		l.c.attached.Add(1)
-		found()
-		listen(ex, cur)
-		return
-	}
-	l.c.executions.Add(1)
-	req := l.upstreamRequest(ex.ctx, r, bytes.NewReader(body), int64(len(body)))
-	go l.execute(ex, req, tk)
-	listen(ex, cur)
+	a.run(tk, body)
 }
 
-func tooLarge(limit int64) *rejection {
-	return &rejection{status: http.StatusRequestEntityTooLarge, reason: ReasonBodyTooLarge, typ: "invalid_request_error",
-		message: "The request body exceeds the limit of " + formatBytes(limit) + ".", final: true}
+// count counts an identified attempt, and feeds the route's inferred
+// timeout: a keyed call's last attempt left unanswered and came back, so
+// it timed out, and that wait was its timeout.
+func (l *Limiter) count(c *identity) {
+	l.c.calls.Add(1)
+	if c.gaveUp > 0 && c.timeout == 0 {
+		l.core.GaveUp(c.route, c.gaveUp)
+	}
+	if c.retry {
+		l.c.retries.Add(1)
+	}
+	if c.findable() {
+		l.c.keyedRetries.Add(1)
+	}
 }
 
 // upstreamRequest builds the request to the engine: same method, path,
@@ -268,115 +133,6 @@ func removeHop(h http.Header) {
 	}
 }
 
-// streaming reports whether an answer must be flushed as it comes: SSE, or
-// any body of unknown length. A sized body (a JSON answer) goes out in one
-// write, as the engine would have sent it.
-func streaming(h http.Header) bool {
-	return isSSE(h) || h.Get("Content-Length") == ""
-}
-
-func isSSE(h http.Header) bool {
-	return strings.HasPrefix(strings.ToLower(h.Get("Content-Type")), "text/event-stream")
-}
-
-// copyResponseHeader sets the client's headers from the engine's answer.
-func copyResponseHeader(dst, src http.Header) {
-	for k, v := range src {
-		dst[k] = append(dst[k][:0:0], v...)
-	}
-	removeHop(dst)
-	if isSSE(src) {
-		// Tell any buffering proxy in front of us (nginx) to pass it on.
-		dst.Set("X-Accel-Buffering", "no")
-	}
-}
-
-// forward runs one upstream call in the client's own goroutine and streams
-// the answer back, flushing every read of a stream: used for pass-through (tk nil) and
-// for requests without an idempotency key, whose upstream call is cancelled
-// the moment the client leaves (the request context ends, the transport
-// closes the connection, the engine aborts). It reports whether the client
-// left before the engine's answer began.
-func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *core.Listener) (gaveUp bool) {
-	ctx, cancel := context.WithCancel(req.Context())
-	defer cancel()
-	req = req.WithContext(ctx)
-	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
-	if tk != nil {
-		defer func() { tk.Release(o) }()
-	}
-	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
-	defer l.inflight.done(m.call)
-	resp, err := l.transport.RoundTrip(req)
-	if err != nil {
-		if r.Context().Err() != nil {
-			o.Cancelled = true
-			if tk != nil {
-				l.c.cancelledImmediate.Add(1)
-			}
-			return true
-		}
-		o.Dropped = true
-		l.upstreamFailed(w, err)
-		return
-	}
-	defer resp.Body.Close()
-	m.sse = isSSE(resp.Header)
-	o.Dropped = resp.StatusCode >= 500
-	copyResponseHeader(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	stream := streaming(resp.Header)
-	if stream {
-		_ = rc.Flush()
-	}
-	sinkErr, readErr := l.pump(resp, &m, tk, func(p []byte) error {
-		if _, err := w.Write(p); err != nil {
-			return err
-		}
-		if stream {
-			_ = rc.Flush()
-		}
-		return nil
-	})
-	if sinkErr != nil || (readErr != nil && r.Context().Err() != nil) {
-		o.Cancelled = true
-		if tk != nil {
-			l.c.cancelledImmediate.Add(1)
-		}
-		return false
-	}
-	if readErr != nil {
-		// The engine broke off mid-answer: make the client see a broken
-		// answer, not a complete-looking short one.
-		o.Dropped = true
-		l.c.upstreamErrors.Add(1)
-		panic(http.ErrAbortHandler)
-	}
-	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.Streamed = m.sse
-	if tk != nil { // no ticket: the limiter is bypassed and reads no outcome
-		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
-	}
-	return false
-}
-
-// promptOf is the ticket's estimated prompt tokens (0 without a ticket).
-func promptOf(tk *core.Listener) int {
-	if tk == nil {
-		return 0
-	}
-	return tk.Prompt()
-}
-
-// upstreamFailed answers a request whose upstream call failed before any
-// header came back.
-func (l *Limiter) upstreamFailed(w http.ResponseWriter, err error) {
-	l.c.upstreamErrors.Add(1)
-	l.log.WithError(err).Debug("admission: upstream call failed")
-	badGateway().write(w)
-}
-
 func formatBytes(n int64) string {
 	switch {
 	case n >= 1<<20 && n%(1<<20) == 0:
@@ -385,35 +141,4 @@ func formatBytes(n int64) string {
 		return strconv.FormatInt(n>>10, 10) + " KiB"
 	}
 	return strconv.FormatInt(n, 10) + " bytes"
-}
-
-// pump copies the engine's answer into sink chunk by chunk, metering each
-// (bytes, tokens, first-byte time) and timing the first streamed byte for
-// the automatic cap (tk may be nil for uncapped calls). It returns the
-// sink's error (the reader went away) or the read error (the engine broke
-// off); both are nil at a clean end.
-func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink func([]byte) error) (sinkErr, readErr error) {
-	bufp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bufp)
-	buf := *bufp
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			now := l.clock.Now()
-			first := m.first.IsZero()
-			m.chunk(buf[:n], now)
-			if first && tk != nil && m.sse && resp.StatusCode < 300 {
-				tk.FirstToken(now.Sub(m.sent))
-			}
-			if err := sink(buf[:n]); err != nil {
-				return err, nil
-			}
-		}
-		if rerr == io.EOF {
-			return nil, nil
-		}
-		if rerr != nil {
-			return nil, rerr
-		}
-	}
 }

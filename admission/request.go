@@ -58,14 +58,18 @@ func tenantKey(r *http.Request) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// stainlessRetry reports whether an OpenAI SDK marked this attempt a retry.
-func stainlessRetry(r *http.Request) bool {
+// stainlessRetryCount is the attempt number an OpenAI SDK announces
+// (X-Stainless-Retry-Count: 0 on the first attempt), or -1.
+func stainlessRetryCount(r *http.Request) int {
 	v := r.Header.Get("X-Stainless-Retry-Count")
 	if v == "" {
-		return false // the common case, without the parse error's allocation
+		return -1
 	}
 	n, err := strconv.Atoi(v)
-	return err == nil && n > 0
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 // clientTimeout is the timeout an OpenAI SDK announces for this attempt

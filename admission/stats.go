@@ -35,6 +35,12 @@ type Stats struct {
 	// over a window means the load balancer does not route by key.
 	KeyedRetries      uint64 `json:"keyed_retries"`
 	KeyedRetriesFound uint64 `json:"keyed_retries_found"`
+	// Adopted counts keyless attempts handed the running execution of an
+	// identical request (same tenant, method, path and body) whose client
+	// left before its answer began; AdoptedStored those handed its answer,
+	// finished after the client left. Keyed attaches are not adoptions.
+	Adopted       uint64 `json:"adopted"`
+	AdoptedStored uint64 `json:"adopted_stored"`
 	// CancelledImmediate counts upstream calls cancelled when their client
 	// left; CancelledDeferred keyed executions cancelled after cancel_after
 	// with nobody attached.
@@ -73,9 +79,14 @@ type Stats struct {
 	EngineRunning float64 `json:"engine_running"`
 	// Running executions (keyed calls), StoredResults and StoredBytes
 	// describe the coalescer.
-	Running       int   `json:"running_executions"`
-	StoredResults int   `json:"stored_results"`
-	StoredBytes   int64 `json:"stored_bytes"`
+	Running       int `json:"running_executions"`
+	StoredResults int `json:"stored_results"`
+	// Orphans counts executions running on after every client left, kept
+	// for a retry: keyed ones for their key's retry to attach, keyless
+	// ones (their client left before the answer began) for an identical
+	// request to adopt.
+	Orphans     int   `json:"orphans"`
+	StoredBytes int64 `json:"stored_bytes"`
 	// LearnedClientTimeouts are the client timeouts learned per path from
 	// clients that announce none and give up (see admission.client_timeouts).
 	LearnedClientTimeouts map[string]time.Duration `json:"learned_client_timeouts_ns,omitempty"`
@@ -95,6 +106,8 @@ func (l *Limiter) Stats() Stats {
 		Rejected:           make(map[string]uint64, len(l.c.rejected)),
 		CoalescedAttached:  l.c.attached.Load(),
 		CoalescedStored:    l.c.stored.Load(),
+		Adopted:            l.c.adopted.Load(),
+		AdoptedStored:      l.c.adoptedStored.Load(),
 		CancelledImmediate: l.c.cancelledImmediate.Load(),
 		CancelledDeferred:  l.c.cancelledDeferred.Load(),
 		UpstreamErrors:     l.c.upstreamErrors.Load(),
@@ -103,7 +116,7 @@ func (l *Limiter) Stats() Stats {
 	for r, c := range l.c.rejected {
 		s.Rejected[r] = c.Load()
 	}
-	s.StoredResults, s.StoredBytes, s.Running = l.co.stats()
+	s.StoredResults, s.StoredBytes, s.Running, s.Orphans = l.co.stats()
 	cs := l.core.Stats()
 	s.Admitted, s.Queued, s.QueueAbandoned = cs.Admitted, cs.Queued, cs.Abandoned
 	s.QueueDepth, s.QueueHeld, s.OldestQueued = cs.QueueDepth, cs.QueueHeld, cs.OldestQueued
@@ -133,6 +146,8 @@ var (
 	descAbandoned  = desc("queue_abandoned_total", "Queued requests whose client left before a slot freed.")
 	descRejected   = desc("rejected_total", "Requests answered by the limiter itself, by reason.", "reason")
 	descCoalesced  = desc("coalesced_total", "Attempts served by another attempt's execution: attached live or from the result store.", "how")
+	descAdopted    = desc("adopted_total", "Keyless attempts handed the orphaned work of an identical request whose client "+
+		"left before its answer began: its running execution or its stored answer.", "how")
 	descCancelled  = desc("cancelled_total", "Upstream calls cancelled: immediate (client left, no key) or deferred (cancel_after expired).", "how")
 	descUpErrors   = desc("upstream_errors_total", "Upstream calls refused, reset or broken off by the engine.")
 	descPassed     = desc("passed_through_total", "Uncapped requests (GET, HEAD, OPTIONS).")
@@ -147,14 +162,15 @@ var (
 	descRate       = desc("completion_rate", "Upstream calls finished per second over the last 10 s.")
 	descStored     = desc("stored_results", "Finished results kept for late retries.")
 	descStoredB    = desc("stored_bytes", "Bytes held by the result store.")
+	descOrphans    = desc("orphans", "Executions whose every client left, kept for a retry to attach or adopt.")
 	descKeyedRetry = desc("keyed_retries_total", "Keyed retries that had an execution to find, by whether they found it "+
 		"(attached or stored); a low found share means the load balancer does not route by Idempotency-Key.", "found")
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
-		descAbandoned, descRejected, descCoalesced, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
-		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descAwaiting, descRate, descStored, descStoredB, descKeyedRetry} {
+		descAbandoned, descRejected, descCoalesced, descAdopted, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
+		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descAwaiting, descRate, descStored, descStoredB, descOrphans, descKeyedRetry} {
 		ch <- d
 	}
 }
@@ -178,6 +194,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descCoalesced, s.CoalescedAttached, "attached")
 	counter(descCoalesced, s.CoalescedStored, "stored")
+	counter(descAdopted, s.Adopted, "running")
+	counter(descAdopted, s.AdoptedStored, "stored")
 	counter(descCancelled, s.CancelledImmediate, "immediate")
 	counter(descCancelled, s.CancelledDeferred, "deferred")
 	counter(descKeyedRetry, s.KeyedRetriesFound, "true")
@@ -199,4 +217,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descRate, s.CompletionRate)
 	gauge(descStored, float64(s.StoredResults))
 	gauge(descStoredB, float64(s.StoredBytes))
+	gauge(descOrphans, float64(s.Orphans))
 }

@@ -37,13 +37,13 @@
 //  3. Retry budget: an attempt is a retry when its transport says so
 //     (Request.Retry: the SDK marks it, or its call key was seen before). A
 //     retry amplifies work only if it would start a second execution of its
-//     call, so the budget charges keyed
-//     retries only when an attempt of the call got an execution; a retry of
-//     a call that was only ever turned away is neither budgeted nor counted
-//     as a first attempt (unkeyed retries cannot be told apart: budgeted).
-//     Budgeted retries may number retry_ratio of first attempts over
-//     retry_window (at least 5 per window, so a quiet system can still
-//     retry); beyond that, 429.
+//     call, so a retry whose call was only ever turned away
+//     (Request.NeverExecuted) is neither budgeted nor counted as a first
+//     attempt. Budgeted retries may number retry_ratio of first attempts
+//     over retry_window (at least 5 per window, so a quiet system can still
+//     retry); beyond that, 429, but only while the engine is behind: the
+//     calls ahead would not be served within the retry's queue bound (or
+//     its client's timeout is unknown).
 //  4. The in-flight cap: a free slot admits at once; otherwise the request
 //     waits in a queue bounded by max_queue, max_queue_bytes (the bodies it
 //     holds) and max_queue_wait, cut to half the client's timeout
@@ -51,8 +51,10 @@
 //     admitted late: its execution outlives the attempt, and a 503 with a
 //     Retry-After just before the client's own timeout stretches the call's
 //     life more than the SDK's short backoff would). newest_first (the
-//     default) serves first attempts newest first (the oldest first
-//     attempt's client is about to give up), then retries oldest call first
+//     default) serves the oldest first attempt still on time while the
+//     queue drains within its clients' timeouts, else first attempts newest
+//     first (the oldest first attempt's client is about to give up), then
+//     retries oldest call first
 //     (their clients missed their first deadline already; the oldest call
 //     has the fewest attempts left), so retries never displace fresh work;
 //     when the queue is full it turns away the oldest waiter; fifo

@@ -138,6 +138,10 @@ type Limiter struct {
 	// engine (queue wait excluded), an exponential average of what
 	// Listener.FirstToken reports; 0 before the first.
 	engineTTFT time.Duration
+	// engineService is the plain answers' typical time from admission to
+	// their last byte, an exponential average like engineTTFT; 0 before
+	// the first.
+	engineService time.Duration
 	// awaitingFirst counts the streams in flight whose first token has not
 	// come yet (see Limit.FirstTokenLimit).
 	awaitingFirst int
@@ -275,9 +279,12 @@ func (l *Limiter) chargeLocked(now time.Time, r Request, timeout time.Duration) 
 	}
 	if r.budgeted() {
 		if ok, wait := l.budget.take(now); !ok {
-			return nil, &Rejection{Reason: ReasonRetryBudget, Wait: wait,
-				Message: "Too many retries: retries that start new work are limited to a share of " +
-					"first attempts; retry after the indicated delay, with the same Idempotency-Key."}
+			if l.behindLocked(now, r, timeout) {
+				return nil, &Rejection{Reason: ReasonRetryBudget, Wait: wait,
+					Message: "Too many retries: retries that start new work are limited to a share of " +
+						"first attempts; retry after the indicated delay, with the same Idempotency-Key."}
+			}
+			l.budget.charge(now)
 		}
 	}
 	if t != nil {
@@ -285,6 +292,28 @@ func (l *Limiter) chargeLocked(now time.Time, r Request, timeout time.Duration) 
 	}
 	return &Listener{l: l, tenant: t, tokens: r.Tokens, prompt: r.Prompt, retry: r.budgeted(), deadline: timeout,
 		stream: r.Stream}, nil
+}
+
+// behindLocked reports whether the engine is behind for r: the calls
+// ahead of it, in vigil's queue and the engine's, would not be served
+// within its queue bound (part of its client's timeout) at the measured
+// completion rate. The retry budget guards against a storm that keeps the
+// engine above capacity, not against a burst it drains within its clients'
+// timeouts: refusing a retry of such a burst only turns a slow answer into
+// a failed call. Without a known timeout there is no telling, and the
+// budget holds.
+func (l *Limiter) behindLocked(now time.Time, r Request, timeout time.Duration) bool {
+	if timeout <= 0 {
+		return true
+	}
+	ahead := l.liveWaitersLocked() + int(max(0, l.engineWaiting))
+	if ahead == 0 && l.inFlight < l.capLocked(now) {
+		return false
+	}
+	if l.completions.sum(now) <= 0 {
+		return true // a queue and nothing finishing: behind by any measure
+	}
+	return l.estimatedWaitLocked(now, ahead) > l.maxWaitLocked(r, timeout)
 }
 
 // admitLocked grants a slot at once when one is free and nobody waits for

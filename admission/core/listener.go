@@ -97,6 +97,9 @@ func (lis *Listener) Release(o Outcome) {
 	if !o.Cancelled {
 		l.completions.add(now, 1)
 	}
+	if o.Success && !o.Streamed {
+		l.engineService = ewma(l.engineService, now.Sub(lis.admitted))
+	}
 	if o.Dropped || o.Success {
 		l.limitLocked().OnSample(Sample{Admitted: lis.admitted, Dropped: o.Dropped, Deadline: lis.deadline,
 			Streamed: o.Streamed, InFlight: n, Size: lis.size(o)}, now)
@@ -129,11 +132,7 @@ func (lis *Listener) FirstToken(ttft time.Duration) {
 		lis.stopAwaitingLocked()
 		defer l.dispatchLocked(now) // room under the first-token limit
 	}
-	if l.engineTTFT == 0 {
-		l.engineTTFT = ttft
-	} else {
-		l.engineTTFT += time.Duration(ttftWeight * float64(ttft-l.engineTTFT))
-	}
+	l.engineTTFT = ewma(l.engineTTFT, ttft)
 	if l.limitLocked().OnFirstToken(lis.admitted, ttft, now) {
 		l.dispatchLocked(now)
 	}
@@ -151,4 +150,13 @@ func tenantMessage(t *tenantState, v quotaVerdict) string {
 	default:
 		return fmt.Sprintf("Concurrency limit reached: %d requests at a time for this key.", t.limits.MaxInFlight)
 	}
+}
+
+// ewma moves an average of about the last ten samples (ttftWeight) to x;
+// the first sample (avg 0) sets it.
+func ewma(avg, x time.Duration) time.Duration {
+	if avg == 0 {
+		return x
+	}
+	return avg + time.Duration(ttftWeight*float64(x-avg))
 }

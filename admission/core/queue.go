@@ -1,7 +1,9 @@
 package core
 
 import (
+	"cmp"
 	"container/list"
+	"math"
 	"time"
 )
 
@@ -21,6 +23,9 @@ type waiter struct {
 	retry bool
 	// lis is the slot's Listener (nil once a placeholder).
 	lis *Listener
+	// route and tenant infer its client's timeout while it waits, when it
+	// announced none: a timeout learned meanwhile applies to it too.
+	route, tenant string
 	// Placeholders only: the call's key and the timer that drops it.
 	placeholder bool
 	k           CallKey
@@ -51,7 +56,7 @@ func (l *Limiter) enqueueLocked(now time.Time, r Request, ph *waiter, lis *Liste
 		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true, retry: r.Retry, lis: lis}
 		w.elem = l.waiters.PushBack(w)
 	}
-	w.bytes = r.Bytes
+	w.bytes, w.route, w.tenant = r.Bytes, r.Route, r.Tenant
 	l.queuedBytes += r.Bytes
 	l.queued.Add(1)
 	return w
@@ -77,8 +82,9 @@ func (l *Limiter) removeWaiterLocked(e *list.Element) *waiter {
 func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held) }
 
 // nextWaiterLocked is the live waiter to admit next, placeholders skipped,
-// or nil. fifo: the oldest. newest_first: the newest first attempt, else the
-// oldest retry. The two halves of newest_first answer different clients. A
+// or nil. fifo: the oldest. newest_first: the oldest first attempt still
+// on time (onTimeLocked), else the newest first attempt, else the oldest
+// retry. The two halves of newest_first answer different clients. A
 // first attempt's client is on its first deadline: the newest can still
 // make it, the oldest is about to give up. A retry's client has already
 // missed that deadline and comes back a bounded number of times: the
@@ -99,18 +105,58 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		}
 		return nil
 	}
-	var oldestRetry *list.Element
+	var newest, onTime, oldestRetry *list.Element
+	now := l.clock.Now()
+	drain := time.Duration(math.MaxInt64)
+	if rate := l.drainRateLocked(now); rate > 0 {
+		drain = time.Duration(float64(l.liveWaitersLocked()) / rate * float64(time.Second))
+	}
 	for e := l.waiters.Back(); e != nil; e = e.Prev() {
 		if !live(e) {
 			continue
 		}
-		if !e.Value.(*waiter).retry {
-			return e
+		w := e.Value.(*waiter)
+		switch {
+		case w.retry:
+			oldestRetry = e
+		case l.onTimeLocked(w, now, drain):
+			newest, onTime = cmp.Or(newest, e), e
+		default:
+			newest = cmp.Or(newest, e)
 		}
-		oldestRetry = e
 	}
-	return oldestRetry
+	return cmp.Or(onTime, newest, oldestRetry)
 }
+
+// onTimeLocked: w's client has a known timeout (announced, or inferred
+// now) and, served now, still gets its answer within it (at the engine's
+// typical time to first token for a stream, to the last byte otherwise),
+// and so would the newest waiter behind it once the queue drains (drain:
+// the live queue over its drain rate). Then the queue is a burst the
+// engine absorbs, and newest_first serves the oldest such waiter first,
+// as the engine itself would: serving the newest instead would let the
+// oldest time out in the queue. In an overload the queue does not drain
+// within the timeout, and the newest go first.
+func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain time.Duration) bool {
+	service := l.engineService
+	if w.lis.stream {
+		service = l.engineTTFT
+	}
+	deadline := w.lis.deadline
+	if deadline <= 0 {
+		deadline = l.deadlines.infer(w.route, l.tenants.clientTimeout(w.tenant))
+	}
+	if deadline <= 0 {
+		// No timeout known: a client patient enough to use this engine
+		// at all waits a few of its typical answers.
+		deadline = patienceServices * service
+	}
+	return max(now.Sub(w.at), drain)+service <= deadline
+}
+
+// patienceServices typical answer times are the patience assumed of a
+// client whose timeout is unknown (see onTimeLocked).
+const patienceServices = 4
 
 // holdLocked turns a keyed waiter whose attempt ended into a placeholder
 // for d: a retry of the same call arriving meanwhile takes its place in

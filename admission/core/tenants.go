@@ -186,5 +186,9 @@ func (b *retryBudget) take(now time.Time) (bool, time.Duration) {
 	return false, b.retries.untilFreed(now, used+1-allowed)
 }
 
+// charge counts a retry execution admitted over the budget (the engine was
+// not behind), so the window still shows what retries cost.
+func (b *retryBudget) charge(now time.Time) { b.retries.add(now, 1) }
+
 // give returns a retry charge whose request never reached the engine.
 func (b *retryBudget) give(now time.Time) { b.retries.add(now, -1) }

@@ -128,9 +128,10 @@ func (l *Limiter) Summary() string {
 		}
 	}
 	return fmt.Sprintf("calls=%d executions=%d retries=%d admitted=%d queued=%d queue_abandoned=%d rejected{%s} "+
-		"attached=%d stored=%d cancelled_immediate=%d cancelled_deferred=%d upstream_errors=%d cap=%d",
+		"attached=%d stored=%d adopted=%d adopted_stored=%d cancelled_immediate=%d cancelled_deferred=%d upstream_errors=%d cap=%d",
 		s.Calls, s.Executions, s.Retries, s.Admitted, s.Queued, s.QueueAbandoned, strings.Join(rej, " "),
-		s.CoalescedAttached, s.CoalescedStored, s.CancelledImmediate, s.CancelledDeferred, s.UpstreamErrors, s.Cap)
+		s.CoalescedAttached, s.CoalescedStored, s.Adopted, s.AdoptedStored, s.CancelledImmediate, s.CancelledDeferred,
+		s.UpstreamErrors, s.Cap)
 }
 
 func sumRejected(m map[string]uint64) uint64 {

@@ -105,6 +105,16 @@ func CallKey(seed uint64, i int) string { return fmt.Sprintf("call-%d-%d", seed,
 // ended. The results are indexed like arrivals; a call not started
 // because ctx ended is left zero.
 func SendAll(ctx context.Context, clock *simclient.Clock, caller *simclient.Caller, seed uint64, arrivals []Arrival, bodies [][]byte) []simclient.Result {
+	return send(ctx, clock, caller, arrivals, bodies, func(i int) string { return CallKey(seed, i) })
+}
+
+// SendAllKeyless is SendAll without an Idempotency-Key, as the OpenAI SDKs
+// send by default.
+func SendAllKeyless(ctx context.Context, clock *simclient.Clock, caller *simclient.Caller, arrivals []Arrival, bodies [][]byte) []simclient.Result {
+	return send(ctx, clock, caller, arrivals, bodies, func(int) string { return "" })
+}
+
+func send(ctx context.Context, clock *simclient.Clock, caller *simclient.Caller, arrivals []Arrival, bodies [][]byte, key func(int) string) []simclient.Result {
 	res := make([]simclient.Result, len(arrivals))
 	var calls sync.WaitGroup
 	for i, ar := range arrivals {
@@ -116,7 +126,7 @@ func SendAll(ctx context.Context, clock *simclient.Clock, caller *simclient.Call
 			// the deadline only bounds the loop if something wedges.
 			cctx, ccancel := context.WithTimeout(ctx, clock.Wall(PaperDeliveredWithin))
 			defer ccancel()
-			res[i] = caller.Do(cctx, simclient.Request{Body: bodies[i], Key: CallKey(seed, i)})
+			res[i] = caller.Do(cctx, simclient.Request{Body: bodies[i], Key: key(i)})
 		})
 	}
 	calls.Wait()

@@ -29,6 +29,8 @@ type arm struct {
 	// vigil, when set, puts the admission limiter in front of the engine
 	// with the default config changed by it.
 	vigil func(*configs.Admission)
+	// keyless: the calls carry no Idempotency-Key (the SDKs' default).
+	keyless bool
 }
 
 var arms = []arm{
@@ -41,6 +43,8 @@ var arms = []arm{
 	{name: "published-best", what: "coalescing + cancel deferred 10 s, no cap", abort: true, retries: true,
 		vigil: func(a *configs.Admission) { a.MaxInFlight, a.RetryRatio = 1_000_000, 1 }},
 	{name: "vigil", what: "vigil defaults", abort: true, retries: true, vigil: func(*configs.Admission) {}},
+	{name: "vigil-keyless", what: "vigil defaults, no Idempotency-Key", abort: true, retries: true,
+		vigil: func(*configs.Admission) {}, keyless: true},
 	{name: "vigil-nocoalesce", what: "vigil, coalesce off", abort: true, retries: true,
 		vigil: func(a *configs.Admission) { a.Coalesce = false }},
 	{name: "vigil-fifo", what: "vigil, order fifo", abort: true, retries: true,
@@ -214,7 +218,11 @@ func runArm(ctx context.Context, o options, a arm, c float64) (armResult, error)
 	})
 
 	start := time.Now()
-	res.calls = harness.SendAll(ctx, clock, caller, o.seed, arrivals, bodies)
+	if a.keyless {
+		res.calls = harness.SendAllKeyless(ctx, clock, caller, arrivals, bodies)
+	} else {
+		res.calls = harness.SendAll(ctx, clock, caller, o.seed, arrivals, bodies)
+	}
 	res.wall = time.Since(start)
 	// Wait for the hold-end snapshot if the calls finished first (they
 	// cannot: the hold's own arrivals run to its end), then stop sampling.

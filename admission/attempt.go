@@ -1,0 +1,178 @@
+package admission
+
+import (
+	"bytes"
+	"net/http"
+	"time"
+
+	"github.com/vigil-dev/vigil/admission/core"
+)
+
+// attempt is one request of a call on its way through admission, once
+// its call is identified.
+type attempt struct {
+	l     *Limiter
+	w     http.ResponseWriter
+	r     *http.Request
+	c     *identity
+	start time.Time // the client's own timeout runs from about here
+}
+
+// find answers the attempt from work its call already has: a keyed call's
+// running execution or stored answer, or the orphan of an identical
+// keyless request (adopted). It reports whether it did.
+func (a *attempt) find() bool {
+	l, c := a.l, a.c
+	var res *result
+	var ex *execution
+	var cur *cursor
+	switch {
+	case c.coalesce:
+		res, ex, cur = l.co.lookup(c.k, l.clock.Now())
+	case c.adopt:
+		res, ex, cur = l.co.adopt(c.k, l.clock.Now())
+	}
+	switch {
+	case res != nil:
+		a.stored(res)
+	case ex != nil:
+		a.joined(ex, cur)
+	default:
+		return false
+	}
+	return true
+}
+
+// stored answers from a finished execution's stored answer.
+func (a *attempt) stored(res *result) {
+	if a.c.adopt {
+		a.l.c.adoptedStored.Add(1)
+		a.l.co.forget(a.c.k)
+	} else {
+		a.l.c.stored.Add(1)
+		a.found()
+	}
+	res.write(a.w)
+}
+
+// joined listens to an execution another attempt started.
+func (a *attempt) joined(ex *execution, cur *cursor) {
+	if a.c.adopt {
+		a.l.c.adopted.Add(1)
+	} else {
+		a.l.c.attached.Add(1)
+		a.found()
+	}
+	a.listen(ex, cur)
+}
+
+// found counts a keyed retry that found its call's work here.
+func (a *attempt) found() {
+	if a.c.findable() {
+		a.l.c.keyedRetriesFound.Add(1)
+	}
+}
+
+// acquire asks the core for a slot. When none is granted the client has
+// been answered (or has left) and ok is false.
+func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok bool) {
+	l, c := a.l, a.c
+	prompt, tokens := estimateTokens(body, info)
+	tk, rj, err := l.core.Acquire(a.r.Context(), core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
+		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
+		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body))})
+	switch {
+	case err != nil:
+		a.leftUnanswered(false) // the client left while queued; nobody to answer
+		return nil, false
+	case rj != nil:
+		if c.adopt {
+			l.co.markUnanswered(c.k, false, l.clock.Now())
+		}
+		l.reject(a.w, fromCore(rj))
+		return nil, false
+	}
+	return tk, true
+}
+
+// run executes the call in the slot tk grants: shared by its attempts
+// (keyed, coalesced), adoptable (keyless), or in the client's goroutine
+// and cancelled with it (coalescing or deferred cancellation off).
+func (a *attempt) run(tk *core.Listener, body []byte) {
+	l, c := a.l, a.c
+	switch {
+	case c.coalesce:
+		a.runShared(tk, body)
+	case c.adopt:
+		ex, cur := l.co.startAdoptable(c.k, l.base)
+		a.execute(ex, cur, tk, body)
+	default:
+		if c.keyed() {
+			l.co.markExecuted(c.k, l.clock.Now())
+		}
+		req := l.upstreamRequest(a.r.Context(), a.r, bytes.NewReader(body), int64(len(body)))
+		l.c.executions.Add(1)
+		if l.forward(a.w, a.r, req, tk) {
+			a.leftUnanswered(false)
+		}
+	}
+}
+
+// runShared starts a keyed call's execution, unless another attempt of
+// the call started one (or finished) while this one queued for its slot.
+func (a *attempt) runShared(tk *core.Listener, body []byte) {
+	l := a.l
+	res, ex, cur, created := l.co.start(a.c.k, l.base, l.clock.Now())
+	switch {
+	case res != nil:
+		tk.Ignore()
+		a.stored(res)
+	case !created:
+		tk.Ignore()
+		a.joined(ex, cur)
+	default:
+		a.execute(ex, cur, tk, body)
+	}
+}
+
+// execute runs ex upstream in its own goroutine, which outlives the
+// attempt, and streams its answer to this client.
+func (a *attempt) execute(ex *execution, cur *cursor, tk *core.Listener, body []byte) {
+	l := a.l
+	l.c.executions.Add(1)
+	req := l.upstreamRequest(ex.ctx, a.r, bytes.NewReader(body), int64(len(body)))
+	go l.execute(ex, req, tk)
+	a.listen(ex, cur)
+}
+
+// listen streams ex's answer to this client. A keyless call whose answer
+// reached its client is done: an identical request after it is another
+// call.
+func (a *attempt) listen(ex *execution, cur *cursor) {
+	cur.sdkRetry = a.c.sdkRetry
+	if a.l.listen(a.w, a.r, ex, cur) {
+		a.leftUnanswered(true)
+	} else if a.c.adopt {
+		a.l.co.forget(a.c.k)
+	}
+}
+
+// leftUnanswered notes a client that left before its answer began
+// (executed: its execution runs on, orphaned). For the route's inferred
+// timeout (only clients that announce none): a keyed call's is confirmed
+// by its retry, an unkeyed one's counts at once. A keyless call's retry
+// is then known for one.
+func (a *attempt) leftUnanswered(executed bool) {
+	l, c := a.l, a.c
+	now := l.clock.Now()
+	if c.adopt {
+		l.co.markUnanswered(c.k, executed, now)
+	}
+	switch d := now.Sub(a.start); {
+	case c.timeout > 0:
+	case c.keyed():
+		l.co.markGaveUp(c.k, d)
+	default:
+		l.core.GaveUp(c.route, d)
+	}
+}

@@ -1,0 +1,136 @@
+package core
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// spendRetryFloor admits and ends retryFloor budgeted retries, so the
+// next budgeted retry in the window is over the budget (ratio 0).
+func spendRetryFloor(t *testing.T, l *Limiter) {
+	t.Helper()
+	for range retryFloor {
+		mustAcquire(t, l, Request{Retry: true}).Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
+	}
+}
+
+// TestTheRetryBudgetShedsOnlyWhileTheEngineIsBehind: a retry over the
+// budget is refused only when the calls ahead of it would not be served
+// within its queue bound (half its client's timeout) anyway; a retry of a
+// burst the engine drains in time is served.
+func TestTheRetryBudgetShedsOnlyWhileTheEngineIsBehind(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		queued  int // first attempts waiting behind a held slot
+		r       Request
+		refused bool
+	}{
+		{"a retry whose client's timeout is unknown is held to the budget", 0,
+			Request{Retry: true}, true},
+		{"a retry the idle engine serves within its timeout is admitted", 0,
+			Request{Retry: true, Timeout: 6 * time.Second}, false},
+		{"a retry behind a queue that drains within its timeout waits its turn", 2,
+			Request{Retry: true, Timeout: time.Minute}, false},
+		{"a retry behind a queue that would outlast its timeout is refused", 2,
+			Request{Retry: true, Timeout: 2 * time.Second}, true},
+		{"a retry of a call that never executed is no retry for the budget", 2,
+			Request{Retry: true, NeverExecuted: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.MaxInFlight, cfg.RetryRatio, cfg.RetryWindow, cfg.MaxQueueWait = 1, 0, time.Minute, time.Minute
+			clk := newFakeClock()
+			l := New(cfg, WithClock(clk))
+			spendRetryFloor(t, l) // 5 completions in the window: 0.5 a second
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.queued > 0 {
+				blocker := mustAcquire(t, l, Request{})
+				defer blocker.Ignore()
+				for i := range tc.queued {
+					acquireAsync(ctx, l, Request{})
+					untilQueued(t, l, i+1)
+				}
+			}
+			ch := acquireAsync(ctx, l, tc.r)
+			var a acquired
+			if tc.queued == 0 {
+				a = get(t, ch)
+			} else {
+				select {
+				case a = <-ch:
+				case <-time.After(200 * time.Millisecond): // queued: neither admitted nor refused
+				}
+			}
+			refused := a.rj != nil && a.rj.Reason == ReasonRetryBudget
+			if refused != tc.refused {
+				t.Errorf("refused by the retry budget: %v (%+v), want %v", refused, a.rj, tc.refused)
+			}
+			if !tc.refused && a.rj != nil {
+				t.Errorf("rejected: %+v", a.rj)
+			}
+		})
+	}
+}
+
+// TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime: newest_first
+// serves first attempts newest first only while the queue would not
+// drain within their clients' timeouts; in a burst that drains in time,
+// the oldest goes first, as the engine itself would serve it.
+func TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		warm    int // answers admitted and finished just before: the drain rate
+		service time.Duration
+		want    int // index of the waiter served first (0 the oldest)
+	}{
+		{"a burst that drains within the timeout: oldest first", 10 * time.Second, 40, 100 * time.Millisecond, 0},
+		{"an overload that outlasts the timeout: newest first", 2 * time.Second, 0, 100 * time.Millisecond, 2},
+		{"no timeout known, answers quick beside the drain: oldest first", 0, 40, time.Second, 0},
+		{"no timeout known, no answer measured: newest first", 0, 0, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.MaxInFlight, cfg.Order, cfg.MaxQueueWait = 1, "newest_first", time.Minute
+			clk := newFakeClock()
+			l := New(cfg, WithClock(clk))
+			for range tc.warm {
+				lis := mustAcquire(t, l, Request{})
+				clk.Advance(tc.service / 40)
+				lis.Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
+			}
+			l.mu.Lock()
+			l.engineService = tc.service // the answers' typical time, as measured
+			l.mu.Unlock()
+			blocker := mustAcquire(t, l, Request{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var chans []<-chan acquired
+			for i := range 3 {
+				chans = append(chans, acquireAsync(ctx, l, Request{Timeout: tc.timeout}))
+				untilQueued(t, l, i+1)
+				clk.Advance(100 * time.Millisecond)
+			}
+			blocker.Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
+			served := -1
+			for i, ch := range chans {
+				select {
+				case a := <-ch:
+					if a.lis != nil {
+						served = i
+						a.lis.Ignore()
+					}
+				case <-time.After(50 * time.Millisecond):
+				}
+				if served >= 0 {
+					break
+				}
+			}
+			if served != tc.want {
+				t.Errorf("waiter %d served first, want %d", served, tc.want)
+			}
+		})
+	}
+}

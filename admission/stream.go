@@ -1,0 +1,268 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/vigil-dev/vigil/admission/core"
+)
+
+// The last stage: calling the engine and streaming its answer back
+// unbuffered, to one client (forward) or to every listener of an
+// execution (execute, listen).
+
+// streaming reports whether an answer must be flushed as it comes: SSE, or
+// any body of unknown length. A sized body (a JSON answer) goes out in one
+// write, as the engine would have sent it.
+func streaming(h http.Header) bool {
+	return isSSE(h) || h.Get("Content-Length") == ""
+}
+func isSSE(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(h.Get("Content-Type")), "text/event-stream")
+}
+
+// copyResponseHeader sets the client's headers from the engine's answer.
+func copyResponseHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = append(dst[k][:0:0], v...)
+	}
+	removeHop(dst)
+	if isSSE(src) {
+		// Tell any buffering proxy in front of us (nginx) to pass it on.
+		dst.Set("X-Accel-Buffering", "no")
+	}
+}
+
+// forward runs one upstream call in the client's own goroutine and streams
+// the answer back, flushing every read of a stream: used for pass-through (tk nil) and
+// for requests without an idempotency key, whose upstream call is cancelled
+// the moment the client leaves (the request context ends, the transport
+// closes the connection, the engine aborts). It reports whether the client
+// left before the engine's answer began.
+func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Request, tk *core.Listener) (gaveUp bool) {
+	ctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	req = req.WithContext(ctx)
+	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
+	if tk != nil {
+		defer func() { tk.Release(o) }()
+	}
+	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
+	defer l.inflight.done(m.call)
+	resp, err := l.transport.RoundTrip(req)
+	if err != nil {
+		if r.Context().Err() != nil {
+			l.cancelled(&o, tk)
+			return true
+		}
+		o.Dropped = true
+		l.upstreamFailed(w, err)
+		return
+	}
+	defer resp.Body.Close()
+	m.sse = isSSE(resp.Header)
+	o.Dropped = resp.StatusCode >= 500
+	copyResponseHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	stream := streaming(resp.Header)
+	if stream {
+		_ = rc.Flush()
+	}
+	sinkErr, readErr := l.pump(resp, &m, tk, func(p []byte) error {
+		if _, err := w.Write(p); err != nil {
+			return err
+		}
+		if stream {
+			_ = rc.Flush()
+		}
+		return nil
+	})
+	if sinkErr != nil || (readErr != nil && r.Context().Err() != nil) {
+		l.cancelled(&o, tk)
+		return false
+	}
+	if readErr != nil {
+		// The engine broke off mid-answer: make the client see a broken
+		// answer, not a complete-looking short one.
+		o.Dropped = true
+		l.c.upstreamErrors.Add(1)
+		panic(http.ErrAbortHandler)
+	}
+	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.Streamed = m.sse
+	if tk != nil { // no ticket: the limiter is bypassed and reads no outcome
+		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
+	}
+	return false
+}
+
+// cancelled marks a forwarded call cancelled because its client left
+// (counted only for capped calls, tk non-nil).
+func (l *Limiter) cancelled(o *core.Outcome, tk *core.Listener) {
+	o.Cancelled = true
+	if tk != nil {
+		l.c.cancelledImmediate.Add(1)
+	}
+}
+
+// promptOf is the ticket's estimated prompt tokens (0 without a ticket).
+func promptOf(tk *core.Listener) int {
+	if tk == nil {
+		return 0
+	}
+	return tk.Prompt()
+}
+
+// upstreamFailed answers a request whose upstream call failed before any
+// header came back.
+func (l *Limiter) upstreamFailed(w http.ResponseWriter, err error) {
+	l.c.upstreamErrors.Add(1)
+	l.log.WithError(err).Debug("admission: upstream call failed")
+	badGateway().write(w)
+}
+
+// pump copies the engine's answer into sink chunk by chunk, metering each
+// (bytes, tokens, first-byte time) and timing the first streamed byte for
+// the automatic cap (tk may be nil for uncapped calls). It returns the
+// sink's error (the reader went away) or the read error (the engine broke
+// off); both are nil at a clean end.
+func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink func([]byte) error) (sinkErr, readErr error) {
+	bufp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bufp)
+	buf := *bufp
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			now := l.clock.Now()
+			first := m.first.IsZero()
+			m.chunk(buf[:n], now)
+			if first && tk != nil && m.sse && resp.StatusCode < 300 {
+				tk.FirstToken(now.Sub(m.sent))
+			}
+			if err := sink(buf[:n]); err != nil {
+				return err, nil
+			}
+		}
+		if rerr == io.EOF {
+			return nil, nil
+		}
+		if rerr != nil {
+			return nil, rerr
+		}
+	}
+}
+
+// listen sends an execution's answer to one client from its first byte:
+// a listener that attaches late gets the stream replayed from its start,
+// then live. It returns when the answer ends or the client leaves, and
+// reports whether the client left before the answer began.
+func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) (gaveUp bool) {
+	wrote, stream := false, false
+	defer func() { l.co.leave(ex, cur, wrote) }()
+	rc := http.NewResponseController(w)
+	for {
+		ex.mu.Lock()
+		changed := ex.changed
+		started, done, complete, failure := ex.started, ex.done, ex.complete, ex.failure
+		status, hdr := ex.status, ex.header
+		var chunk []byte
+		if started {
+			chunk = ex.buf[cur.off-ex.base:]
+			cur.off += len(chunk)
+		}
+		ex.mu.Unlock()
+		if !wrote && started {
+			copyResponseHeader(w.Header(), hdr)
+			w.WriteHeader(status)
+			wrote = true
+			stream = streaming(hdr)
+			if stream {
+				_ = rc.Flush()
+			}
+		}
+		if len(chunk) > 0 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			if stream {
+				_ = rc.Flush()
+			}
+		}
+		if done {
+			switch {
+			case !wrote && failure != nil:
+				failure.write(w)
+			case !wrote:
+				badGateway().write(w)
+			case !complete:
+				panic(http.ErrAbortHandler) // a broken answer must look broken
+			}
+			return
+		}
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return !wrote
+		}
+	}
+}
+
+// execute runs a keyed call upstream and tees its answer into the
+// execution's buffer.
+func (l *Limiter) execute(ex *execution, req *http.Request, tk *core.Listener) {
+	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
+	complete := false
+	var failure *rejection
+	defer func() {
+		if p := recover(); p != nil {
+			l.log.WithField("panic", fmt.Sprint(p)).Error("admission: upstream execution panicked")
+			o.Dropped = true
+			failure = badGateway()
+		}
+		if !complete && ex.ctx.Err() != nil {
+			o.Cancelled = true
+		}
+		tk.Release(o)
+		l.co.finish(ex, complete, failure, l.clock.Now())
+	}()
+	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
+	defer l.inflight.done(m.call)
+	resp, err := l.transport.RoundTrip(req)
+	if err != nil {
+		if ex.ctx.Err() == nil {
+			o.Dropped = true
+			l.c.upstreamErrors.Add(1)
+			l.log.WithError(err).Debug("admission: upstream call failed")
+		}
+		failure = badGateway()
+		return
+	}
+	defer resp.Body.Close()
+	m.sse = isSSE(resp.Header)
+	o.Dropped = resp.StatusCode >= 500
+	l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
+	_, readErr := l.pump(resp, &m, tk, func(p []byte) error {
+		l.co.append(ex, p)
+		return nil
+	})
+	if readErr != nil {
+		if ex.ctx.Err() == nil {
+			o.Dropped = true
+			l.c.upstreamErrors.Add(1)
+		}
+		return
+	}
+	complete = true
+	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.Streamed = m.sse
+	o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
+}
+func badGateway() *rejection {
+	return &rejection{status: http.StatusBadGateway, reason: "upstream_error", typ: "server_error",
+		message: "The engine could not be reached.", wait: time.Second}
+}
