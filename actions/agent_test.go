@@ -135,19 +135,7 @@ func agentHAProxy(t *testing.T, agentAddr, node1, node2, send string) *testinfra
 	t.Helper()
 	_, agentPort, _ := net.SplitHostPort(agentAddr)
 	return testinfra.StartHAProxyText(t, "vllm", func(socket, frontend string) (string, error) {
-		return fmt.Sprintf(`global
-    stats socket %s level admin
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-    timeout check 1s
-frontend fe
-    bind %s
-    default_backend vllm
-backend vllm
-    balance roundrobin
+		return fmt.Sprintf(haproxyHead+`    balance roundrobin
     server node1 %s weight 100 check inter 200ms agent-check agent-port %s agent-inter 200ms agent-send "%s\n"
     server node2 %s weight 100 check inter 200ms
 `, socket, frontend, node1, agentPort, send, node2), nil

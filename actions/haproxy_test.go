@@ -334,3 +334,20 @@ func TestCtxErrKeepsBothCauses(t *testing.T) {
 		t.Fatalf("%v: want both context.Canceled and the socket error in the chain", err)
 	}
 }
+
+// haproxyHead is the start of the HAProxy config the real-HAProxy tests
+// write: the admin socket and the frontend (both %s, in that order), and
+// the backend "vllm", whose lines the test adds.
+const haproxyHead = `global
+    stats socket %s level admin
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    timeout check 1s
+frontend fe
+    bind %s
+    default_backend vllm
+backend vllm
+`

@@ -98,19 +98,7 @@ func TestHealthCheckRealHAProxyHTTPCheck(t *testing.T) {
 	_, hcPort, _ := net.SplitHostPort(hc.Addr())
 	n1, n2 := backendServer(t, nil), backendServer(t, nil)
 	h := testinfra.StartHAProxyText(t, "vllm", func(socket, frontend string) (string, error) {
-		return fmt.Sprintf(`global
-    stats socket %s level admin
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-    timeout check 1s
-frontend fe
-    bind %s
-    default_backend vllm
-backend vllm
-    balance roundrobin
+		return fmt.Sprintf(haproxyHead+`    balance roundrobin
     option httpchk GET /ready
     http-check expect status 200
     server node1 %s check port %s inter 200ms fall 2 rise 1

@@ -37,19 +37,7 @@ func TestAgentRealHAProxyPairRecoversAHungHost(t *testing.T) {
 	pair := make([]*testinfra.HAProxy, 2)
 	for i, name := range []string{"lb-a", "lb-b"} {
 		pair[i] = testinfra.StartHAProxyText(t, "vllm", func(socket, frontend string) (string, error) {
-			return fmt.Sprintf(`global
-    stats socket %s level admin
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-    timeout check 1s
-frontend fe
-    bind %s
-    default_backend vllm
-backend vllm
-    server node1 %s weight 100 check inter 200ms agent-check agent-port %s agent-inter 100ms agent-send "%s\n"
+			return fmt.Sprintf(haproxyHead+`    server node1 %s weight 100 check inter 200ms agent-check agent-port %s agent-inter 100ms agent-send "%s\n"
     server node2 %s weight 100 check inter 200ms agent-check agent-port %s agent-inter 100ms agent-send "%s\n"
 `, socket, frontend, n1.Listener.Addr(), p1, name, n2.Listener.Addr(), p2, name), nil
 		})
@@ -110,19 +98,7 @@ func TestHealthCheckRealHAProxyRecoversAHungHost(t *testing.T) {
 	_, hcPort, _ := net.SplitHostPort(hc.Addr())
 	n1 := backendServer(t, nil)
 	hp := testinfra.StartHAProxyText(t, "vllm", func(socket, frontend string) (string, error) {
-		return fmt.Sprintf(`global
-    stats socket %s level admin
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-    timeout check 1s
-frontend fe
-    bind %s
-    default_backend vllm
-backend vllm
-    option httpchk GET /ready
+		return fmt.Sprintf(haproxyHead+`    option httpchk GET /ready
     server node1 %s check port %s inter 100ms fall 2 rise 1
 `, socket, frontend, n1.Listener.Addr(), hcPort), nil
 	})
