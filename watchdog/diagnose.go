@@ -156,10 +156,11 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		// auto: what these samples teach (a one-shot diagnose rarely sees
 		// enough serving to go below the ceiling, and says so).
 		var l workLog
-		for i := 2; i <= len(history); i++ {
-			l.learn(history[:i], history[i-1].At)
+		whole := wholeScrapes(history)
+		for i := 2; i <= len(whole); i++ {
+			l.learn(whole[:i], whole[i-1].At)
 		}
-		win := autoWindow(history, &l, params.HangAfterMin, params.HangAfterMax)
+		win := autoWindow(whole, &l, params.HangAfterMin, params.HangAfterMax)
 		params.HangAfter, params.WindowWhy = win.D, win.Why
 	}
 	v := Classify(history, params, last.At)

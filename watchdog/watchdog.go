@@ -281,12 +281,16 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	if s.Models.OK() {
 		w.lastReady = now
 	}
-	w.work.learn(w.history, now)
+	// One read of the history for what the loop keeps beside Classify:
+	// the work log, the window held under a stall, the trim's anchor.
+	whole := wholeScrapes(w.history)
+	sc := scanHistory(whole, now)
+	w.work.learn(whole, now)
 	params := w.params(now)
 	params.Tolerance = w.interval / 10
-	w.window(&params, now)
+	w.window(&params, whole, &sc)
 	v := Classify(w.history, params, now)
-	w.history = trim(w.history, now, w.retention())
+	w.history = trim(w.history, &sc, now, w.retention())
 	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
 	v.Recovering = busy
 	inc, opened, resolved := w.tracker.observe(v, busy, w.opts.UnknownAfter, w.opts.CalmFor, w.opts.Node)
@@ -433,13 +437,13 @@ func (w *Watchdog) params(now time.Time) Params {
 // automatic window, which never shrinks while a stall is being timed (a
 // stall judged against a window that shrank under it would be called hung
 // by a rule it never met). Call with mu held.
-func (w *Watchdog) window(p *Params, now time.Time) {
+// whole is the history as wholeScrapes reads it, sc its scan.
+func (w *Watchdog) window(p *Params, whole []Sample, sc *scan) {
 	if p.HangAfter > 0 {
 		w.metrics.hangAfter.Set(p.HangAfter.Seconds())
 		return
 	}
-	win := autoWindow(w.history, &w.work, p.HangAfterMin, p.HangAfterMax)
-	sc := scanHistory(wholeScrapes(w.history), now)
+	win := autoWindow(whole, &w.work, p.HangAfterMin, p.HangAfterMax)
 	if stalling := sc.stall > 0 || sc.decode.Stall > 0 || sc.wedge.For > 0; stalling && w.held > win.D {
 		win.Why = fmt.Sprintf("hang_after %s (auto, held while the stall is timed; now %s)", humanize.Duration(w.held), win.Why)
 		win.D = w.held
@@ -457,13 +461,14 @@ func (w *Watchdog) retention() time.Duration {
 }
 
 // trim drops samples older than retention, but never the sample at which
-// the counters last moved: the "frozen since" clock is anchored there.
-func trim(h []Sample, now time.Time, retention time.Duration) []Sample {
+// the counters last moved (sc is h's scan): the "frozen since" clock is
+// anchored there.
+func trim(h []Sample, sc *scan, now time.Time, retention time.Duration) []Sample {
 	cut := 0
 	for cut < len(h)-2 && h[cut].At.Before(now.Add(-retention)) {
 		cut++
 	}
-	if sc := scanHistory(wholeScrapes(h), now); sc.lastReadable != nil && sc.lastMoveIdx < cut {
+	if sc.lastReadable != nil && sc.lastMoveIdx < cut {
 		cut = sc.lastMoveIdx
 	}
 	cut = max(cut, len(h)-maxHistory)

@@ -65,10 +65,10 @@ type logged struct {
 	V  float64       `json:"v,omitempty"`
 }
 
-// learn takes what the last sample shows: a silence it ended, the
-// prefill rate since the readable sample before it, a cycle of serving.
-func (l *workLog) learn(history []Sample, now time.Time) {
-	h := wholeScrapes(history)
+// learn takes what the last sample of h (a history as wholeScrapes reads
+// it) shows: a silence it ended, the prefill rate since the readable
+// sample before it, a cycle of serving.
+func (l *workLog) learn(h []Sample, now time.Time) {
 	if len(h) < 2 || !h[len(h)-1].readable() {
 		return
 	}
