@@ -401,6 +401,22 @@ func (h *harness) logText() string {
 	return w.b.String()
 }
 
+// recoverUntilKilled runs a recovery of a hung incident and kills vigil
+// (its context) at event, as a SIGKILL between two journaled steps would.
+func (h *harness) recoverUntilKilled(event string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.w.kill = func(ev string) bool {
+		if ev == event {
+			cancel()
+			return true
+		}
+		return false
+	}
+	inc, v := hungIncident()
+	h.rec.Recover(ctx, inc, v)
+	h.rec.Wait()
+}
+
 func hungIncident() (watchdog.Incident, watchdog.Verdict) {
 	now := time.Now()
 	inc := watchdog.Incident{ID: "inc-1", Opened: now.Add(-4 * time.Minute), State: watchdog.StateHung, Peak: watchdog.StateHung, Changed: now}

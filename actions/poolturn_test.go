@@ -194,17 +194,7 @@ func TestRecoveryKilledWhileHoldingTheTurn(t *testing.T) {
 		t.Run(fmt.Sprintf("lease expired %v", expired), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h, c := coordHarness(t, nil)
-				ctx, cancel := context.WithCancel(context.Background())
-				h.w.kill = func(ev string) bool {
-					if ev == "restart#1:before" {
-						cancel()
-						return true
-					}
-					return false
-				}
-				inc, v := hungIncident()
-				h.rec.Recover(ctx, inc, v)
-				h.rec.Wait()
+				h.recoverUntilKilled("restart#1:before")
 				j := h.journal(t)
 				if j.Turn == nil || !c.held[j.Turn.Key] {
 					t.Fatalf("journal after the kill: turn %+v (held %v), want the held turn", j.Turn, c.held)

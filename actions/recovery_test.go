@@ -121,17 +121,7 @@ func TestRecoveryResumesFromEveryStep(t *testing.T) {
 				if c.restartErr {
 					h.w.restartErr = errors.New("docker: docker socket /var/run/docker.sock does not exist")
 				}
-				ctx, cancel := context.WithCancel(context.Background())
-				h.w.kill = func(ev string) bool {
-					if ev == c.event {
-						cancel()
-						return true
-					}
-					return false
-				}
-				inc, v := hungIncident()
-				h.rec.Recover(ctx, inc, v)
-				h.rec.Wait()
+				h.recoverUntilKilled(c.event)
 				if !h.w.dead {
 					t.Fatalf("the kill point %s was never reached; calls: %v", c.event, h.w.calls)
 				}

@@ -33,17 +33,7 @@ func TestAResumedRestartDecidesFromTheEngineWhetherItRan(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHarness(t, nil)
 				h.w.unknown, h.w.sessions = true, 1
-				ctx, cancel := context.WithCancel(context.Background())
-				h.w.kill = func(ev string) bool {
-					if ev == c.event {
-						cancel()
-						return true
-					}
-					return false
-				}
-				inc, v := hungIncident()
-				h.rec.Recover(ctx, inc, v)
-				h.rec.Wait()
+				h.recoverUntilKilled(c.event)
 				if !h.w.dead {
 					t.Fatalf("the kill point %s was never reached; calls: %v", c.event, h.w.calls)
 				}
