@@ -47,6 +47,23 @@ func (f *inFlight) snapshot() (n, longest int) {
 	return len(f.calls), longest
 }
 
-// InFlightPrefill is how many calls the limiter has sent to the engine
-// now, and the estimated prompt tokens of the longest of them.
-func (l *Limiter) InFlightPrefill() (calls, longestPrompt int) { return l.inflight.snapshot() }
+// Load is the limiter's side of the engine's load, what the watchdog
+// reads each cycle (it converts to watchdog.LimiterLoad, field for field):
+// calls seen and answered 429/503 by the limiter itself since it started,
+// calls in its queue, calls sent to the engine now and the estimated
+// prompt tokens of the longest of them.
+type Load struct {
+	Calls, Shed                     uint64
+	Queued, InFlight, LongestPrompt int
+}
+
+// Load reads the limiter's side of the load now.
+func (l *Limiter) Load() Load {
+	st := l.Stats()
+	ld := Load{Calls: st.Calls, Queued: st.QueueDepth}
+	for _, n := range st.Rejected {
+		ld.Shed += n
+	}
+	ld.InFlight, ld.LongestPrompt = l.inflight.snapshot()
+	return ld
+}

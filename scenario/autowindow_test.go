@@ -42,12 +42,7 @@ func throughLimiter(t *testing.T, cfg enginesim.Config) (*enginesim.Engine, stri
 		o.Watchdog.HangAfter = 0
 		o.Watchdog.HangAfterMin, o.Watchdog.HangAfterMax = autoFloor, autoCeiling
 		o.Engine.Metrics.Heartbeats = nil
-		o.LimiterLoad = func() watchdog.LimiterLoad {
-			st := lim.Stats()
-			l := watchdog.LimiterLoad{Calls: st.Calls, Queued: st.QueueDepth}
-			l.InFlight, l.LongestPrompt = lim.InFlightPrefill()
-			return l
-		}
+		o.LimiterLoad = func() watchdog.LimiterLoad { return watchdog.LimiterLoad(lim.Load()) }
 	})
 	return e, front.URL, rec
 }

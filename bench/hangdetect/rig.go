@@ -154,16 +154,7 @@ func startRig(parent context.Context, o options, wl workload, c float64, hangAft
 	w, err := watchdog.New(watchdog.Options{
 		Engine: cfg.Engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter,
 		Node: "bench", Pager: r.rec, Recoverer: r.rec, Limiter: r.rec, Log: logrus.NewEntry(quiet),
-		LimiterLoad: func() watchdog.LimiterLoad {
-			// As cmd/vigil/daemon.go's limiterLoad.
-			st := lim.Stats()
-			l := watchdog.LimiterLoad{Calls: st.Calls, Queued: st.QueueDepth}
-			l.InFlight, l.LongestPrompt = lim.InFlightPrefill()
-			for _, n := range st.Rejected {
-				l.Shed += n
-			}
-			return l
-		},
+		LimiterLoad: func() watchdog.LimiterLoad { return watchdog.LimiterLoad(lim.Load()) },
 	})
 	if err != nil {
 		r.closeServers()

@@ -637,14 +637,5 @@ func waitTimeout(wait func(), d time.Duration) bool {
 
 var errNoLimiter = errors.New("the admission limiter is off (admission.enabled: false)")
 
-// limiterLoad is the limiter's side of the load, for the watchdog: calls
-// seen, calls it answered 429/503 itself, and its queue.
-func (d *daemon) limiterLoad() watchdog.LimiterLoad {
-	st := d.limiter.Stats()
-	l := watchdog.LimiterLoad{Calls: st.Calls, Queued: st.QueueDepth}
-	l.InFlight, l.LongestPrompt = d.limiter.InFlightPrefill()
-	for _, n := range st.Rejected {
-		l.Shed += n
-	}
-	return l
-}
+// limiterLoad is the limiter's side of the load, for the watchdog.
+func (d *daemon) limiterLoad() watchdog.LimiterLoad { return watchdog.LimiterLoad(d.limiter.Load()) }
