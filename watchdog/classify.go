@@ -401,12 +401,6 @@ func servedSince(history []Sample, sc *scan, t time.Time) string {
 	if !sc.lastGrowth.IsZero() && !sc.lastGrowth.Before(t) {
 		return "counters rise"
 	}
-	return probeServedSince(history, t)
-}
-
-// probeServedSince names a completion probe sent at or after t that
-// completed, or "".
-func probeServedSince(history []Sample, t time.Time) string {
 	if _, ok := probeCompletedSince(history, t); ok {
 		return "probes complete"
 	}
