@@ -140,8 +140,7 @@ func (a *attempt) runShared(tk *core.Listener, body []byte) {
 func (a *attempt) execute(ex *execution, cur *cursor, tk *core.Listener, body []byte) {
 	l := a.l
 	l.c.executions.Add(1)
-	req := l.upstreamRequest(ex.ctx, a.r, bytes.NewReader(body), int64(len(body)))
-	go l.execute(ex, req, tk)
+	go l.execute(ex, l.newRelay(a.r, body), tk)
 	a.listen(ex, cur)
 }
 

@@ -90,6 +90,39 @@ type execution struct {
 	cursors   map[*cursor]struct{}
 	stopTimer func() bool // pending deferred cancellation
 	cancelled bool
+	// broken: the answer ended with an error event (a stream vigil could
+	// not continue); never stored.
+	broken bool
+}
+
+// isStarted reports whether the answer's status and header are known: a
+// listener may have been sent some of it.
+func (ex *execution) isStarted() bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.started
+}
+
+// isSSE reports whether the answer is an event stream.
+func (ex *execution) isSSE() bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.started && isSSE(ex.header)
+}
+
+// whole reports whether the buffer still holds the answer from its first
+// byte.
+func (ex *execution) whole() bool {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return ex.base == 0
+}
+
+// sofar reads what the answer's listeners were sent (see readSofar).
+func (ex *execution) sofar() sofar {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	return readSofar(ex.buf)
 }
 
 // cursor is one listener's position in an execution's answer; sdkRetry
@@ -432,6 +465,13 @@ func (c *coalescer) append(ex *execution, p []byte) {
 	}
 }
 
+// markBroken marks an answer that ends with an error event.
+func (c *coalescer) markBroken(ex *execution) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	ex.broken = true
+}
+
 // finish ends an execution; a complete 2xx answer is stored for late
 // retries.
 func (c *coalescer) finish(ex *execution, complete bool, failure *rejection, now time.Time) {
@@ -446,7 +486,7 @@ func (c *coalescer) finish(ex *execution, complete bool, failure *rejection, now
 	}
 	// A keyless answer is stored only when nobody heard it: its clients
 	// left before it finished.
-	storable := complete && ex.replay && !ex.cancelled && ex.status >= 200 && ex.status < 300 &&
+	storable := complete && ex.replay && !ex.cancelled && !ex.broken && ex.status >= 200 && ex.status < 300 &&
 		(!ex.adoptable || len(ex.cursors) == 0)
 	if ex.replay {
 		c.live.Add(-int64(len(ex.buf)))

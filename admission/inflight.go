@@ -1,6 +1,9 @@
 package admission
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // inFlight follows the upstream calls in flight and the longest prompt
 // among them: the prefill the engine may legitimately be silent for, and
@@ -14,12 +17,16 @@ type inFlight struct {
 	calls map[*upstreamCall]struct{}
 }
 
-// upstreamCall is one call sent to the engine.
-type upstreamCall struct{ prompt int }
+// upstreamCall is one call sent to the engine; cut ends it when the
+// engine is lost (nil: the call is not cut, it fails with the engine).
+type upstreamCall struct {
+	prompt int
+	cut    context.CancelCauseFunc
+}
 
 // start records a call with its estimated prompt tokens.
-func (f *inFlight) start(prompt int) *upstreamCall {
-	c := &upstreamCall{prompt: prompt}
+func (f *inFlight) start(prompt int, cut context.CancelCauseFunc) *upstreamCall {
+	c := &upstreamCall{prompt: prompt, cut: cut}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.calls == nil {
@@ -34,6 +41,17 @@ func (f *inFlight) done(c *upstreamCall) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.calls, c)
+}
+
+// interruptAll cuts every call in flight that can be cut, with cause.
+func (f *inFlight) interruptAll(cause error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.calls {
+		if c.cut != nil {
+			c.cut(cause)
+		}
+	}
 }
 
 // snapshot is the calls in flight and the longest prompt among them (0:

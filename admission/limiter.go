@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +64,14 @@ type Limiter struct {
 
 	c        counters
 	inflight inFlight
+
+	// out is the engine's recovery as the limiter sees it; peers and node
+	// are where cut calls may move and this vigil's name (outage.go).
+	out    outage
+	peers  func() []Peer
+	node   string
+	lostMu sync.Mutex
+	lost   map[string]uint64 // calls cut by a lost engine that could not move, by why
 }
 
 // counters are the monotonic counts behind Stats and the metrics (the
@@ -78,6 +87,9 @@ type counters struct {
 	// orphaned execution; adoptedStored its stored answer.
 	adopted, adoptedStored atomic.Uint64
 	rejected               map[string]*atomic.Uint64
+	// Calls cut by a lost engine: moved to a peer, held for the
+	// restarted engine, streams continued (lost ones: Limiter.lost).
+	moved, held, continued atomic.Uint64
 }
 
 // New builds a limiter that forwards to upstream (the engine's base URL,
@@ -111,6 +123,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	}
 	l.log = l.log.WithField("component", "admission")
 	l.core = core.New(cfg, core.WithClock(l.clock), core.WithLogger(l.log))
+	l.lost = map[string]uint64{}
 	l.c.rejected = make(map[string]*atomic.Uint64, len(allReasons))
 	for _, r := range allReasons {
 		l.c.rejected[r] = new(atomic.Uint64)
@@ -242,12 +255,6 @@ func (l *Limiter) Close() {
 // not grow. Requests over the cap wait in the bounded queue and get 503
 // with Retry-After when it is full or their wait expires.
 func (l *Limiter) SetSaturated(on bool) { l.core.SetSaturated(on) }
-
-// SetRecovering marks the engine as being restarted: new requests and every
-// waiter get 503 with Retry-After until it is cleared. Clearing it does not
-// start a slow start by itself: the recovery calls SlowStart once the
-// engine is back, and a recovery that failed leaves the cap as it was.
-func (l *Limiter) SetRecovering(on bool) { l.core.SetRecovering(on) }
 
 // SlowStart ramps the cap from 10% back to full over the configured
 // slow_start, for an engine that just came back. The automatic cap also

@@ -51,7 +51,9 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	if tk != nil {
 		defer func() { tk.Release(o) }()
 	}
-	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
+	// Not cut when the engine is lost: without an execution that outlives
+	// it, the call has nowhere to move (admission.coalesce off).
+	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk), nil)}
 	defer l.inflight.done(m.call)
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
@@ -212,9 +214,11 @@ func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, 
 	}
 }
 
-// execute runs a keyed call upstream and tees its answer into the
-// execution's buffer.
-func (l *Limiter) execute(ex *execution, req *http.Request, tk *core.Listener) {
+// execute runs a call upstream and tees its answer into the execution's
+// buffer. When the engine is lost under it (SetRecovering), it moves
+// instead of failing: sent again to a peer or to the restarted engine,
+// its stream continued where it stopped (relay.go).
+func (l *Limiter) execute(ex *execution, rl *relay, tk *core.Listener) {
 	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
 	complete := false
 	var failure *rejection
@@ -230,38 +234,30 @@ func (l *Limiter) execute(ex *execution, req *http.Request, tk *core.Listener) {
 		tk.Release(o)
 		l.co.finish(ex, complete, failure, l.clock.Now())
 	}()
-	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk))}
-	defer l.inflight.done(m.call)
-	resp, err := l.transport.RoundTrip(req)
-	if err != nil {
-		if ex.ctx.Err() == nil {
-			o.Dropped = true
-			l.c.upstreamErrors.Add(1)
-			l.log.WithError(err).Debug("admission: upstream call failed")
+	d, body, cont := dest{}, rl.body, false
+	for {
+		var res sendResult
+		res, complete, failure = l.send(ex, rl, d, body, cont, tk, &o)
+		if res == sentDone {
+			return
 		}
-		failure = badGateway()
-		return
-	}
-	defer resp.Body.Close()
-	m.sse = isSSE(resp.Header)
-	o.Dropped = resp.StatusCode >= 500
-	l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
-	_, readErr := l.pump(resp, &m, tk, func(p []byte) error {
-		l.co.append(ex, p)
-		return nil
-	})
-	if readErr != nil {
-		if ex.ctx.Err() == nil {
-			o.Dropped = true
-			l.c.upstreamErrors.Add(1)
+		mv := l.moveTo(ex, rl)
+		switch mv.kind {
+		case moveStop:
+			return
+		case moveEnd:
+			l.co.append(ex, []byte("data: [DONE]\n\n"))
+			complete = true
+			return
+		case moveLost:
+			failure = l.lose(ex, rl, mv.why)
+			complete = failure == nil
+			return
 		}
-		return
+		d, body, cont = mv.d, mv.body, mv.cont
 	}
-	complete = true
-	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.Streamed = m.sse
-	o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 }
+
 func badGateway() *rejection {
 	return &rejection{status: http.StatusBadGateway, reason: "upstream_error", typ: "server_error",
 		message: "The engine could not be reached.", wait: time.Second}

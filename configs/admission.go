@@ -73,6 +73,11 @@ type Admission struct {
 	// CancelAfter defers upstream cancellation when the last listener of a
 	// keyed call leaves, so a retry can attach.
 	CancelAfter time.Duration `yaml:"cancel_after"`
+	// MaxMoves bounds how often a call cut by a lost (hung or down) engine
+	// is sent again: to a pool peer's limiter, or to the restarted engine
+	// after it was held. 0 turns moving off: such calls fail, as without
+	// vigil.
+	MaxMoves int `yaml:"max_moves"`
 	// ResultTTL keeps finished results for late retries, within
 	// ResultStoreBytes of memory.
 	ResultTTL        time.Duration `yaml:"result_ttl"`
@@ -143,6 +148,7 @@ func defaultAdmission() Admission {
 		IdempotencyHeader: "Idempotency-Key",
 		Coalesce:          true,
 		CancelAfter:       10 * time.Second,
+		MaxMoves:          2,
 		ResultTTL:         2 * time.Minute,
 		ResultStoreBytes:  64 << 20,
 		RetryRatio:        0.1,
@@ -204,6 +210,9 @@ func (a *Admission) validate(v *validator) {
 	v.nonEmpty("admission.idempotency_header", a.IdempotencyHeader)
 	if a.CancelAfter < 0 {
 		v.errorf("admission.cancel_after", "must be >= 0")
+	}
+	if a.MaxMoves < 0 {
+		v.errorf("admission.max_moves", "must be >= 0")
 	}
 	if a.ResultTTL < 0 {
 		v.errorf("admission.result_ttl", "must be >= 0")

@@ -24,24 +24,37 @@ func (l *Limiter) SetSaturated(on bool) {
 	l.dispatchLocked(now)
 }
 
-// SetRecovering marks the engine as being restarted: new requests and every
-// waiter are turned away (ReasonRecovering, 30 s) until it is cleared.
-// Clearing it does not start a slow start by itself: the recovery calls
-// SlowStart once the engine is back, and a recovery that failed leaves the
-// cap as it was.
-func (l *Limiter) SetRecovering(on bool) {
+// SetRecovering marks the engine as being recovered (hung or down, being
+// restarted): nothing is admitted until it is cleared. New requests are
+// turned away (ReasonRecovering, Retry-After expected: the rest of the
+// recovery); a waiter stays queued when its wait may outlast expected, so
+// it is served by the restarted engine, and is turned away likewise
+// otherwise. Clearing it does not start a slow start by itself: the
+// recovery calls SlowStart once the engine is back, and a recovery that
+// failed leaves the cap as it was.
+func (l *Limiter) SetRecovering(on bool, expected time.Duration) {
 	l.mu.Lock()
 	if on == l.recovering {
 		l.mu.Unlock()
 		return
 	}
+	now := l.clock.Now()
 	l.recovering = on
+	l.recoveringUntil = now.Add(expected)
 	if on {
-		for l.waiters.Len() > 0 {
-			if w := l.removeWaiterLocked(l.waiters.Front()); !w.placeholder {
-				w.ch <- waitResult{rej: recoveringRejection()}
+		for e := l.waiters.Front(); e != nil; {
+			next := e.Next()
+			w := e.Value.(*waiter)
+			if w.placeholder || !w.deadline.After(l.recoveringUntil) {
+				l.removeWaiterLocked(e)
+				if !w.placeholder {
+					w.ch <- waitResult{rej: l.recoveringRejectionLocked(now)}
+				}
 			}
+			e = next
 		}
+	} else {
+		l.dispatchLocked(now)
 	}
 	l.mu.Unlock()
 	l.log.WithField("recovering", on).Info("admission: engine recovery changed")

@@ -22,9 +22,6 @@ const (
 	// unknownWait is the Retry-After when nothing has completed lately, so
 	// no rate is known.
 	unknownWait = 5 * time.Second
-	// recoveringWait is the Retry-After while the engine restarts: engines
-	// load for minutes, and the SDKs ignore anything over 60 s.
-	recoveringWait = 30 * time.Second
 	// slowStartFloor is where the cap starts its ramp after a recovery.
 	slowStartFloor = 0.1
 	// keyedWaitShare of its client's timeout is the queue wait of a
@@ -123,11 +120,13 @@ type Limiter struct {
 	queuedBytes int64 // request bodies held by live waiters
 	saturated   bool
 	recovering  bool
-	slowFrom    time.Time // zero: no slow start running
-	tenants     *tenantTable
-	budget      *retryBudget
-	completions *slidingSum
-	deadlines   *deadlines
+	// recoveringUntil is when the recovery is expected to end.
+	recoveringUntil time.Time
+	slowFrom        time.Time // zero: no slow start running
+	tenants         *tenantTable
+	budget          *retryBudget
+	completions     *slidingSum
+	deadlines       *deadlines
 	// admissions over the last completionSpan, since busySince (when the
 	// last idle spell ended): the queue's drain rate.
 	admissions *slidingSum
@@ -253,6 +252,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		return nil, rj, nil
 	}
 	w := l.enqueueLocked(now, r, ph, lis)
+	w.deadline = now.Add(maxWait)
 	l.mu.Unlock()
 	return l.wait(ctx, r, lis, w, maxWait)
 }
@@ -262,7 +262,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 // returns the Listener the slot will be granted to.
 func (l *Limiter) chargeLocked(now time.Time, r Request, timeout time.Duration) (*Listener, *Rejection) {
 	if l.recovering {
-		return nil, recoveringRejection()
+		return nil, l.recoveringRejectionLocked(now)
 	}
 	if !r.Retry {
 		l.budget.first(now)

@@ -126,16 +126,37 @@ func TestAcquireDecides(t *testing.T) {
 			// instead of being refused for the key's concurrency.
 			ch = acquireAsync(context.Background(), l, Request{Tenant: "a"})
 			untilQueued(t, l, 1)
-			l.SetRecovering(true)
+			l.SetRecovering(true, time.Hour) // longer than its wait: it cannot wait for the engine
 			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonRecovering {
 				t.Fatalf("got %+v, want the recovery's rejection", a)
 			}
 		}},
-		{"recovery turns everyone away for 30 s", nil, func(t *testing.T, l *Limiter, _ *fakeClock) {
-			l.SetRecovering(true)
+		{"recovery turns new requests away for the rest of its expected length", nil, func(t *testing.T, l *Limiter, c *fakeClock) {
+			l.SetRecovering(true, 30*time.Second)
 			_, rj, _ := l.Acquire(context.Background(), Request{})
-			if rj == nil || rj.Reason != ReasonRecovering || rj.Wait != recoveringWait || rj.RateLimited() {
+			if rj == nil || rj.Reason != ReasonRecovering || rj.Wait != 30*time.Second || rj.RateLimited() {
 				t.Fatalf("got %+v, want recovering, 30 s", rj)
+			}
+			c.Advance(20 * time.Second)
+			if _, rj, _ = l.Acquire(context.Background(), Request{}); rj == nil || rj.Wait != 10*time.Second {
+				t.Fatalf("got %+v, want recovering, 10 s", rj)
+			}
+		}},
+		{"a queued request that can wait out the recovery stays queued and is served after it", func(c *configs.Admission) {
+			c.MaxInFlight = 1
+			c.MaxQueueWait = 5 * time.Minute
+		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+			first := mustAcquire(t, l, Request{})
+			ch := acquireAsync(context.Background(), l, Request{})
+			untilQueued(t, l, 1)
+			l.SetRecovering(true, time.Minute)
+			first.Release(Outcome{Cancelled: true}) // cut with the engine: the slot frees, nothing is admitted
+			if s := l.Stats(); s.QueueDepth != 1 || s.InFlight != 0 {
+				t.Fatalf("during the recovery: depth %d, in flight %d; want 1, 0", s.QueueDepth, s.InFlight)
+			}
+			l.SetRecovering(false, 0)
+			if a := get(t, ch); a.lis == nil {
+				t.Fatalf("got %+v, want a slot once the engine is back", a)
 			}
 		}},
 		{"a tenant over its rpm is rate-limited; an ignored slot is refunded", func(c *configs.Admission) {

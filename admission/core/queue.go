@@ -12,11 +12,14 @@ import (
 // told to come back), kept so the call's retry resumes from it. A
 // placeholder holds no body, is never admitted and never counts in flight.
 type waiter struct {
-	at     time.Time
-	ch     chan waitResult // buffered 1: the dispatcher never blocks
-	elem   *list.Element
-	queued bool
-	bytes  int64 // the body this waiter holds
+	at time.Time
+	// deadline is when its wait expires (a recovery that ends before it
+	// keeps it queued).
+	deadline time.Time
+	ch       chan waitResult // buffered 1: the dispatcher never blocks
+	elem     *list.Element
+	queued   bool
+	bytes    int64 // the body this waiter holds
 	// retry: a later attempt of a call (SDK-marked, a key seen before, or a
 	// held place taken over). newest_first serves these after every first
 	// attempt, oldest call first.
@@ -177,6 +180,9 @@ func (l *Limiter) holdLocked(w *waiter, k CallKey, d time.Duration) {
 
 // dispatchLocked hands freed slots to waiters, newest or oldest first.
 func (l *Limiter) dispatchLocked(now time.Time) {
+	if l.recovering {
+		return // nothing goes to an engine being recovered; the queue waits for it
+	}
 	c := l.capLocked(now)
 	for l.inFlight < c {
 		e := l.nextWaiterLocked(l.firstTokenRoomLocked(true))
@@ -257,9 +263,11 @@ func (l *Limiter) nextOldestLocked() *list.Element {
 	return nil
 }
 
-func recoveringRejection() *Rejection {
-	return &Rejection{Reason: ReasonRecovering, Message: "The engine is restarting; retry after the indicated delay.",
-		Wait: recoveringWait}
+// recoveringRejectionLocked turns a request away while the engine is
+// recovered, told to come back when the recovery is expected to end.
+func (l *Limiter) recoveringRejectionLocked(now time.Time) *Rejection {
+	return &Rejection{Reason: ReasonRecovering, Message: "The engine is being restarted; retry after the indicated delay.",
+		Wait: max(l.recoveringUntil.Sub(now), time.Second)}
 }
 
 func queueRejection(reason string, wait time.Duration) *Rejection {

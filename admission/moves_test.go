@@ -1,0 +1,278 @@
+package admission
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/enginesim"
+)
+
+// restartableEngine is a simulated engine behind one address that can be
+// hung and then "restarted": a fresh engine takes the address, as a
+// container restarted on the same port does. Its text is deterministic, so
+// the restarted engine continues a stream exactly.
+type restartableEngine struct {
+	cur  atomic.Pointer[enginesim.Engine]
+	url  string
+	seqs int
+}
+
+// newRestartableEngine runs seqs sequences at once (0: the default).
+func newRestartableEngine(t *testing.T, seqs int) *restartableEngine {
+	t.Helper()
+	re := &restartableEngine{seqs: seqs}
+	re.restart(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		re.cur.Load().Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	re.url = srv.URL
+	return re
+}
+
+func (re *restartableEngine) restart(t *testing.T) {
+	cfg := enginesim.DefaultConfig()
+	cfg.APIKey = engineKey
+	cfg.Scale = 4 // 2.5 ms a token: a 200-token stream lasts half a second
+	if re.seqs > 0 {
+		cfg.MaxNumSeqs = re.seqs
+	}
+	e := enginesim.New(cfg)
+	t.Cleanup(e.Close)
+	re.cur.Store(e)
+}
+
+// streamed is what a client read of one call.
+type streamed struct {
+	status    int
+	text      string
+	ids       map[string]bool
+	dones     int
+	errorCode string // an error event's code
+	body      string // a non-stream answer
+	err       error
+}
+
+func readCall(ctx context.Context, c *http.Client, base, path, body string, hdr ...string) streamed {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return streamed{err: err}
+	}
+	defer resp.Body.Close()
+	s := streamed{status: resp.StatusCode, ids: map[string]bool{}}
+	if !isSSE(resp.Header) {
+		var b strings.Builder
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			b.WriteString(sc.Text())
+		}
+		s.body, s.err = b.String(), sc.Err()
+		var a struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(s.body), &a) == nil && len(a.Choices) > 0 {
+			s.text = a.Choices[0].Text
+		}
+		return s
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			s.dones++
+			continue
+		}
+		var c struct {
+			ID    string `json:"id"`
+			Error *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+			Choices []struct {
+				Text  string `json:"text"`
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			s.err = err
+			return s
+		}
+		if c.Error != nil {
+			s.errorCode = c.Error.Code
+			continue
+		}
+		s.ids[c.ID] = true
+		for _, ch := range c.Choices {
+			s.text += ch.Text + ch.Delta.Content
+		}
+	}
+	s.err = sc.Err()
+	return s
+}
+
+const (
+	moveStream = `{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"Tell me a story.","max_tokens":200,"stream":true}`
+	moveChat   = `{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":200,"stream":true}`
+	moveUnary  = `{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"Tell me a story.","max_tokens":200}`
+	moveTwo    = `{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"Tell me a story.","max_tokens":200,"n":2,"stream":true}`
+)
+
+// uninterrupted is what a call reads from an engine that never hangs.
+func uninterrupted(t *testing.T, path, body string) streamed {
+	t.Helper()
+	re := newRestartableEngine(t, 0)
+	s := readCall(context.Background(), newClient(t), re.url, path, body, "Authorization", "Bearer "+engineKey)
+	if s.err != nil || s.status != http.StatusOK {
+		t.Fatalf("uninterrupted %s: %+v", path, s)
+	}
+	return s
+}
+
+// The calls in flight on an engine that hangs are moved, held or
+// continued, each in the state the verdict finds it in, with a pool peer
+// and without one: every client gets the answer the engine would have
+// given, and none is lost.
+func TestCallsCutByAHungEngineAreMovedNotLost(t *testing.T) {
+	t.Parallel()
+	wantStream, wantChat, wantUnary := uninterrupted(t, pathCompletions, moveStream),
+		uninterrupted(t, pathChat, moveChat), uninterrupted(t, pathCompletions, moveUnary)
+
+	type call struct {
+		name, path, body string
+		hdr              []string
+		want             streamed
+		// started: wait for this much text before the hang (a stream under
+		// way); else the call is in the engine with no byte sent.
+		started bool
+		// queued: sent after the hang, while vigil's queue holds it.
+		queued bool
+	}
+	calls := []call{
+		{name: "a stream under way", path: pathCompletions, body: moveStream, want: wantStream, started: true},
+		{name: "a chat stream under way", path: pathChat, body: moveChat, want: wantChat, started: true},
+		{name: "a keyed call with two listeners", path: pathChat, body: moveChat, hdr: []string{"Idempotency-Key", "k1"},
+			want: wantChat, started: true},
+		{name: "a unary call with no byte sent", path: pathCompletions, body: moveUnary, want: wantUnary},
+		{name: "a stream with no byte sent", path: pathCompletions, body: strings.Replace(moveStream, "story", "tale", 1),
+			want: uninterrupted(t, pathCompletions, strings.Replace(moveStream, "story", "tale", 1))},
+		{name: "a queued call", path: pathCompletions, body: moveUnary, want: wantUnary, queued: true},
+	}
+	for _, withPeer := range []bool{false, true} {
+		name := "no peer: held for the restarted engine"
+		if withPeer {
+			name = "a peer: moved to its vigil"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			// The engine runs 4 sequences: the fifth call sent waits in its
+			// own queue, a stream with no byte sent.
+			re := newRestartableEngine(t, 4)
+			cfg := testConfig()
+			cfg.MaxInFlight = 5
+			cfg.MaxQueueWait = 2 * time.Minute // longer than a first recovery is expected to take
+			var opts []Option
+			var peerEngine *enginesim.Engine
+			if withPeer {
+				pe := newRestartableEngine(t, 0)
+				peerEngine = pe.cur.Load()
+				pcfg := testConfig()
+				pcfg.MaxInFlight = 16 // room for every call moved: none is refused
+				peer := startProxy(t, pcfg, pe.url)
+				opts = append(opts, WithPeers(func() []Peer { return []Peer{{Node: "node2", URL: peer.url}} }), WithNode("node1"))
+			}
+			p := startProxy(t, cfg, re.url, opts...)
+			c := newClient(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+
+			got := make([]streamed, len(calls)+1)
+			var wg sync.WaitGroup
+			run := func(i int, cl call) {
+				defer wg.Done()
+				got[i] = readCall(ctx, c, p.url, cl.path, cl.body, cl.hdr...)
+			}
+			// In order: the streams under way, the unary call, the stream
+			// that waits in the engine's queue, the call in vigil's queue.
+			for i, cl := range calls {
+				if !cl.started {
+					// Every call before it is in the engine's batch, not
+					// only admitted by vigil.
+					eventually(t, 5*time.Second, "the calls before "+cl.name, func() bool {
+						return p.l.Stats().InFlight == i && re.cur.Load().Stats().Running == min(i, re.seqs)
+					})
+				}
+				wg.Add(1)
+				go run(i, cl)
+			}
+			eventually(t, 5*time.Second, "a call queued", func() bool { return p.l.Stats().QueueDepth == 1 })
+			// The keyed call's second listener: its client's retry attaches.
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[len(calls)] = readCall(ctx, c, p.url, calls[2].path, calls[2].body, calls[2].hdr...)
+			}()
+			eventually(t, 5*time.Second, "the retry attached", func() bool { return p.l.Stats().CoalescedAttached == 1 })
+			time.Sleep(60 * time.Millisecond) // some tokens out on every stream
+			re.cur.Load().Hang()
+			p.l.SetRecovering(true)
+			eventually(t, 5*time.Second, "the calls cut wait for an engine", func() bool {
+				_, held := p.l.RequestFate()
+				return withPeer || held == cfg.MaxInFlight
+			})
+			if d := p.l.Stats().QueueDepth; d != 1 {
+				t.Errorf("queue depth %d during the recovery, want the queued call still queued", d)
+			}
+			time.Sleep(50 * time.Millisecond)
+			re.restart(t)
+			p.l.SetRecovering(false)
+			wg.Wait()
+
+			for i, cl := range append(calls, calls[2]) {
+				g := got[i]
+				if g.err != nil || g.status != http.StatusOK || g.errorCode != "" {
+					t.Errorf("%s: %+v", cl.name, g)
+					continue
+				}
+				if g.text != cl.want.text {
+					t.Errorf("%s: text\n %q\nwant the uninterrupted\n %q", cl.name, g.text, cl.want.text)
+				}
+				if strings.Contains(cl.body, `"stream":true`) && (g.dones != 1 || len(g.ids) != 1) {
+					t.Errorf("%s: %d [DONE], ids %v; want one of each", cl.name, g.dones, g.ids)
+				}
+			}
+			fate, held := p.l.RequestFate()
+			if fate.LostTotal() != 0 || held != 0 {
+				t.Errorf("fate %+v, %d still held; want none lost or held", fate, held)
+			}
+			if withPeer {
+				if fate.MovedTo["node2"] != 5 || peerEngine.Stats().Completed == 0 {
+					t.Errorf("fate %+v; want the 5 calls in flight moved to node2", fate)
+				}
+				if fate.Continued != 3 {
+					t.Errorf("continued %d, want the 3 streams under way", fate.Continued)
+				}
+			} else if fate.Held != 5 || fate.Continued != 3 {
+				t.Errorf("held %d, continued %d; want 5 held, 3 streams continued", fate.Held, fate.Continued)
+			}
+		})
+	}
+}

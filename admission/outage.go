@@ -1,0 +1,210 @@
+package admission
+
+import (
+	"errors"
+	"maps"
+	"sort"
+	"sync"
+	"time"
+)
+
+// When the watchdog declares the engine hung or down and its recovery
+// begins (SetRecovering), nothing more goes to the engine: every call in
+// flight on it is cut (it would never answer), and its execution moves
+// instead of failing. A call none of whose answer was sent is sent again
+// with the body vigil holds: to a pool peer's limiter when one can take
+// it, else held until the restarted engine is ready. A stream under way
+// is continued (continuation.go). What cannot be moved ends with a
+// retryable error that says why. The outage ends when the recovery does.
+
+// errEngineLost is the cause an upstream call is cut with when the
+// engine is declared lost.
+var errEngineLost = errors.New("admission: the engine is being recovered")
+
+// outage is the engine's recovery as the limiter sees it, and what became
+// of the calls it cut.
+type outage struct {
+	mu    sync.Mutex
+	on    bool
+	began time.Time
+	ready chan struct{} // closed when the outage ends
+	// last is how long the last outage lasted: the estimate of the next
+	// (Retry-After, and which queued calls can wait for it).
+	last time.Duration
+	// held counts the calls waiting for the engine now.
+	held int
+	fate Fate
+}
+
+// defaultOutage is the expected length of a recovery before one was seen:
+// a drain, a restart and a model load.
+const defaultOutage = 90 * time.Second
+
+// Fate is what became of the calls in flight when the engine was lost,
+// over the last outage (the recovery's page says it).
+type Fate struct {
+	// MovedTo counts calls answered by each pool peer they moved to.
+	MovedTo map[string]int `json:"moved_to,omitempty"`
+	// Held counts calls held for the restarted engine; Continued the
+	// streams continued (on the engine or a peer) after being cut.
+	Held      int `json:"held"`
+	Continued int `json:"continued"`
+	// Lost counts calls ended with an error, by why.
+	Lost map[string]int `json:"lost,omitempty"`
+}
+
+// Moved is the calls moved to peers.
+func (f Fate) Moved() int {
+	n := 0
+	for _, c := range f.MovedTo {
+		n += c
+	}
+	return n
+}
+
+// LostTotal is the calls lost.
+func (f Fate) LostTotal() int {
+	n := 0
+	for _, c := range f.Lost {
+		n += c
+	}
+	return n
+}
+
+// Peers names the peers calls moved to, most first.
+func (f Fate) Peers() []string {
+	names := make([]string, 0, len(f.MovedTo))
+	for n := range f.MovedTo {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if f.MovedTo[names[i]] != f.MovedTo[names[j]] {
+			return f.MovedTo[names[i]] > f.MovedTo[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	return names
+}
+
+func (f Fate) clone() Fate {
+	f.MovedTo, f.Lost = maps.Clone(f.MovedTo), maps.Clone(f.Lost)
+	return f
+}
+
+// begin starts an outage; false when one is already on.
+func (o *outage) begin(now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.on {
+		return false
+	}
+	o.on, o.began, o.ready, o.fate = true, now, make(chan struct{}), Fate{}
+	return true
+}
+
+// end ends the outage: held calls go to the engine again.
+func (o *outage) end(now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.on {
+		return
+	}
+	o.on = false
+	o.last = now.Sub(o.began)
+	close(o.ready)
+}
+
+// waitCh is closed when the outage ends; nil when none is on.
+func (o *outage) waitCh() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.on {
+		return nil
+	}
+	return o.ready
+}
+
+func (o *outage) active() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.on
+}
+
+// expected is how long the outage under way may still last (the last
+// one's length, less what has passed), at least a second.
+func (o *outage) expected(now time.Time) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := o.last
+	if d <= 0 {
+		d = defaultOutage
+	}
+	if o.on {
+		d -= now.Sub(o.began)
+	}
+	return max(d, time.Second)
+}
+
+// note records a call's fate.
+func (o *outage) note(f func(*Fate)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fate.MovedTo == nil {
+		o.fate.MovedTo, o.fate.Lost = map[string]int{}, map[string]int{}
+	}
+	f(&o.fate)
+}
+
+func (o *outage) hold(d int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.held += d
+}
+
+// snapshot is the fate of the last (or current) outage's calls and how
+// many are held now.
+func (o *outage) snapshot() (Fate, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.fate.clone(), o.held
+}
+
+// Peer is another vigil's limiter a call may move to.
+type Peer struct {
+	// Node names it in pages and metrics; URL is its admission proxy's
+	// base URL (http://host:port).
+	Node, URL string
+}
+
+// WithPeers sets where calls cut by a lost engine may move: peers returns
+// the pool members able to take work now, best first (nil: none).
+func WithPeers(peers func() []Peer) Option { return func(l *Limiter) { l.peers = peers } }
+
+// WithNode names this vigil to its peers (X-Vigil-Moved-From).
+func WithNode(name string) Option { return func(l *Limiter) { l.node = name } }
+
+// SetRecovering marks the engine as being recovered (hung or down: the
+// watchdog's recovery drains and restarts it). While on, nothing goes to
+// the engine: new requests get 503 with Retry-After the expected rest of
+// the recovery, queued ones stay queued when their timeout outlasts that
+// and get the same 503 otherwise, and the calls in flight on the engine
+// are moved (see outage). Clearing it sends held calls to the engine
+// again; it does not start a slow start by itself: the recovery calls
+// SlowStart once the engine is back.
+func (l *Limiter) SetRecovering(on bool) {
+	now := l.clock.Now()
+	if !on {
+		l.out.end(now)
+		l.core.SetRecovering(false, 0)
+		return
+	}
+	if !l.out.begin(now) {
+		return
+	}
+	l.core.SetRecovering(true, l.out.expected(now))
+	l.inflight.interruptAll(errEngineLost)
+}
+
+// RequestFate is what became of the calls cut by the last (or current)
+// engine outage, and how many are held for the engine now.
+func (l *Limiter) RequestFate() (Fate, int) { return l.out.snapshot() }

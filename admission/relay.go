@@ -1,0 +1,347 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/vigil-dev/vigil/admission/core"
+)
+
+// movedFromHeader marks a call one vigil moved to another (its value names
+// the first): the receiving vigil never moves it on, so a call cannot go
+// round a pool.
+const movedFromHeader = "X-Vigil-Moved-From"
+
+// relay is one call's way to an engine: the body vigil holds and the
+// headers to send it with, so it can be sent again, elsewhere, when the
+// engine it ran on is lost (see outage).
+type relay struct {
+	method, uri string // as the client sent them (path and query)
+	path        string
+	body        []byte
+	// engine is the header for this vigil's engine (the engine's key
+	// injected); peer the one for a peer's limiter (the client's own key,
+	// the peer injects its engine's).
+	engine, peer http.Header
+	moves        int
+	// movedIn: the call came from another vigil; it moves no further.
+	movedIn   bool
+	peerTried bool
+	held      bool // counted once as held for the restarted engine
+}
+
+// newRelay reads what a call needs to be sent, now and again.
+func (l *Limiter) newRelay(r *http.Request, body []byte) *relay {
+	h := r.Header.Clone()
+	removeHop(h)
+	h.Del("Accept-Encoding") // identity, so usage can be read on the way
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := h.Get("X-Forwarded-For"); prior != "" {
+			ip = prior + ", " + ip
+		}
+		h.Set("X-Forwarded-For", ip)
+	}
+	rl := &relay{method: r.Method, uri: r.URL.RequestURI(), path: r.URL.Path, body: body,
+		movedIn: h.Get(movedFromHeader) != ""}
+	from := h.Get(movedFromHeader)
+	h.Del(movedFromHeader)
+	rl.peer = h.Clone()
+	if from == "" {
+		from = l.node
+	}
+	rl.peer.Set(movedFromHeader, from)
+	if l.cfg.InjectAPIKey && l.engineKey != "" {
+		h.Set("Authorization", "Bearer "+l.engineKey.Value())
+	}
+	rl.engine = h
+	return rl
+}
+
+// dest is where one send goes: the engine (peer nil) or a peer's limiter.
+type dest struct{ peer *Peer }
+
+// request builds the send of body to d.
+func (l *Limiter) relayRequest(ctx context.Context, rl *relay, d dest, body []byte) *http.Request {
+	var target string
+	h := rl.engine
+	if d.peer != nil {
+		target = strings.TrimSuffix(d.peer.URL, "/") + rl.uri
+		h = rl.peer
+	} else {
+		u := *l.upstream
+		u.Path = strings.TrimSuffix(l.upstream.Path, "/") + rl.path
+		u.RawPath = ""
+		target = u.String()
+		if i := strings.IndexByte(rl.uri, '?'); i >= 0 {
+			target += rl.uri[i:]
+		}
+	}
+	req, _ := http.NewRequestWithContext(ctx, rl.method, target, bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		req.Body = http.NoBody
+	}
+	req.Header = h.Clone()
+	req.Host = ""
+	return req
+}
+
+// sendResult is how one send of a call ended.
+type sendResult int
+
+const (
+	sentDone    sendResult = iota // the answer ended, complete or failed for good
+	sentCut                       // the engine was lost under it
+	sentRefused                   // the peer would not take it
+)
+
+// send sends body to d once and tees the answer into ex. cont: the call's
+// stream had begun, so the answer must be a stream to splice in after it.
+func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool, tk *core.Listener, o *core.Outcome) (res sendResult, complete bool, failure *rejection) {
+	actx, cut := context.WithCancelCause(ex.ctx)
+	defer cut(nil)
+	m := meter{sent: l.clock.Now()}
+	movable := l.cfg.MaxMoves > 0
+	if d.peer == nil {
+		var cutter context.CancelCauseFunc
+		if movable {
+			cutter = cut
+		}
+		m.call = l.inflight.start(promptOf(tk), cutter)
+		defer l.inflight.done(m.call)
+		if movable && l.out.active() {
+			cut(errEngineLost) // lost before it went: do not send it into a hung engine
+		}
+	}
+	lost := func() bool {
+		return ex.ctx.Err() == nil && d.peer == nil && movable &&
+			(context.Cause(actx) == errEngineLost || l.out.active())
+	}
+	resp, err := l.transport.RoundTrip(l.relayRequest(actx, rl, d, body))
+	switch {
+	case err != nil && lost():
+		return sentCut, false, nil
+	case err != nil && d.peer != nil && ex.ctx.Err() == nil:
+		l.log.WithError(err).WithField("peer", d.peer.Node).Debug("admission: peer could not take a moved call")
+		return sentRefused, false, nil
+	case err != nil:
+		if ex.ctx.Err() == nil {
+			o.Dropped = true
+			l.c.upstreamErrors.Add(1)
+			l.log.WithError(err).Debug("admission: upstream call failed")
+		}
+		return sentDone, false, badGateway()
+	}
+	defer resp.Body.Close()
+	if d.peer != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return sentRefused, false, nil
+	}
+	m.sse = isSSE(resp.Header)
+	if cont && (resp.StatusCode != http.StatusOK || !m.sse) {
+		l.lose(ex, rl, lossRefused)
+		return sentDone, true, nil
+	}
+	o.Dropped = resp.StatusCode >= 500
+	l.noteMoved(ex, rl, d, cont)
+	if !cont {
+		l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
+	}
+	origID := ""
+	if cont {
+		origID = ex.sofar().id
+	}
+	var pend eventBuffer
+	var sp spliceState
+	meterTk := tk
+	if cont || d.peer != nil {
+		meterTk = nil // the first token of a moved call says nothing of this engine's speed
+	}
+	_, readErr := l.pump(resp, &m, meterTk, func(p []byte) error {
+		if !m.sse {
+			l.co.append(ex, p)
+			return nil
+		}
+		whole := pend.add(p)
+		if cont {
+			whole = spliceAll(whole, origID, &sp)
+		}
+		if len(whole) > 0 {
+			l.co.append(ex, whole)
+		}
+		return nil
+	})
+	if readErr != nil {
+		if lost() {
+			return sentCut, false, nil
+		}
+		if ex.ctx.Err() == nil {
+			o.Dropped = true
+			l.c.upstreamErrors.Add(1)
+		}
+		return sentDone, false, nil
+	}
+	if rest := pend.rest(); len(rest) > 0 {
+		l.co.append(ex, rest)
+	}
+	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.Streamed = m.sse
+	if tk != nil {
+		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
+	}
+	return sentDone, true, nil
+}
+
+// eventBuffer holds back the part of a stream after its last whole event,
+// so listeners only ever get whole events and a stream cut mid-event can
+// be continued exactly.
+type eventBuffer struct{ pending []byte }
+
+// maxPartialEvent bounds what is held back: a longer "event" is not the
+// SSE this reads, and passes as it comes.
+const maxPartialEvent = 1 << 20
+
+// add takes p and returns the whole events it completes.
+func (b *eventBuffer) add(p []byte) []byte {
+	b.pending = append(b.pending, p...)
+	i := bytes.LastIndex(b.pending, []byte("\n\n"))
+	if i < 0 {
+		if len(b.pending) > maxPartialEvent {
+			return b.rest()
+		}
+		return nil
+	}
+	whole := append([]byte(nil), b.pending[:i+2]...)
+	b.pending = append(b.pending[:0], b.pending[i+2:]...)
+	return whole
+}
+
+// rest is what is held back, at the stream's end.
+func (b *eventBuffer) rest() []byte {
+	r := b.pending
+	b.pending = nil
+	return r
+}
+
+// spliceAll splices whole events (see splice).
+func spliceAll(whole []byte, origID string, s *spliceState) []byte {
+	var out []byte
+	for _, ev := range events(whole) {
+		out = append(out, splice(ev, origID, s)...)
+	}
+	return out
+}
+
+// noteMoved counts a cut call that another send took: moved to a peer;
+// a stream that had sent text, continued.
+func (l *Limiter) noteMoved(ex *execution, rl *relay, d dest, cont bool) {
+	if rl.moves == 0 {
+		return
+	}
+	if d.peer != nil {
+		l.c.moved.Add(1)
+		l.out.note(func(f *Fate) { f.MovedTo[d.peer.Node]++ })
+	}
+	if cont && ex.sofar().text != "" {
+		l.c.continued.Add(1)
+		l.out.note(func(f *Fate) { f.Continued++ })
+	}
+}
+
+// lose ends a cut call that cannot move with an error that says why: a
+// retryable 503 when none of its answer was sent, else an error event
+// at the end of its stream.
+func (l *Limiter) lose(ex *execution, rl *relay, why string) *rejection {
+	l.lostCount(why)
+	msg := "The engine was lost under this request and vigil could not move it: " + lossText[why] + "."
+	if ex.isStarted() {
+		l.co.append(ex, errorEvent("vigil_"+why, msg))
+		l.co.markBroken(ex)
+		return nil
+	}
+	return &rejection{status: http.StatusServiceUnavailable, reason: ReasonRecovering, typ: "server_error",
+		message: msg + " Retry after the indicated delay.", wait: l.out.expected(l.clock.Now())}
+}
+
+// lostCount counts a lost call by why.
+func (l *Limiter) lostCount(why string) {
+	l.lostMu.Lock()
+	l.lost[why]++
+	l.lostMu.Unlock()
+	l.out.note(func(f *Fate) { f.Lost[why]++ })
+}
+
+// move is what becomes of a call cut by a lost engine.
+type move struct {
+	kind moveKind
+	d    dest
+	body []byte
+	cont bool   // the stream had begun: splice the answer in after it
+	why  string // moveLost: a loss* code
+}
+
+type moveKind int
+
+const (
+	moveSend moveKind = iota // send body to d
+	moveEnd                  // the stream had its whole answer: only its end is missing
+	moveLost                 // it cannot move: why
+	moveStop                 // its clients left: nothing to do
+)
+
+// moveTo decides where a call cut by a lost engine goes next, and with
+// which body: a peer's limiter when one may take it, else the engine once
+// it is ready again (the call is held until then).
+func (l *Limiter) moveTo(ex *execution, rl *relay) move {
+	if ex.ctx.Err() != nil {
+		return move{kind: moveStop}
+	}
+	mv := move{kind: moveSend, body: rl.body, cont: ex.isStarted()}
+	if mv.cont {
+		if !ex.isSSE() {
+			return move{kind: moveLost, why: lossUnaryBegun}
+		}
+		if !ex.whole() {
+			return move{kind: moveLost, why: lossTooLong}
+		}
+		s := ex.sofar()
+		if s.finished && s.why == "" {
+			return move{kind: moveEnd}
+		}
+		b, why := continuation(rl.path, rl.body, s)
+		if why != "" {
+			return move{kind: moveLost, why: why}
+		}
+		mv.body = b
+	}
+	rl.moves++
+	if rl.moves > l.cfg.MaxMoves {
+		return move{kind: moveLost, why: lossMoves}
+	}
+	if !rl.movedIn && !rl.peerTried && l.peers != nil {
+		if ps := l.peers(); len(ps) > 0 {
+			rl.peerTried = true // one peer, once: then the call is held
+			mv.d = dest{peer: &ps[0]}
+			return mv
+		}
+	}
+	if !rl.held {
+		rl.held = true
+		l.c.held.Add(1)
+		l.out.note(func(f *Fate) { f.Held++ })
+	}
+	if ch := l.out.waitCh(); ch != nil {
+		l.out.hold(1)
+		defer l.out.hold(-1)
+		select {
+		case <-ch:
+		case <-ex.ctx.Done():
+			return move{kind: moveStop}
+		}
+	}
+	return mv
+}
