@@ -159,6 +159,10 @@ const (
 	lossRefused     = "continuation_refused"
 )
 
+// lossReasons lists every loss code, for the metric's labels.
+var lossReasons = []string{lossSeveral, lossLogprobs, lossEcho, lossToolCall, lossReasoning, lossTokenPrompt, lossPath,
+	lossNotJSON, lossEngineError, lossTooLong, lossUnaryBegun, lossMoves, lossRefused}
+
 var lossText = map[string]string{
 	lossSeveral:     "n > 1: several answers in one stream",
 	lossLogprobs:    "the stream carries logprobs",

@@ -276,3 +276,47 @@ func TestCallsCutByAHungEngineAreMovedNotLost(t *testing.T) {
 		})
 	}
 }
+
+// A stream that cannot be continued exactly ends with an error event the
+// SDKs raise, never a bare reset; with moving off (max_moves 0) the calls
+// stay on the hung engine, as without vigil.
+func TestCallsThatCannotMove(t *testing.T) {
+	t.Parallel()
+	t.Run("a stream with logprobs ends with an error event that says why", func(t *testing.T) {
+		t.Parallel()
+		re := newRestartableEngine(t, 0)
+		p := startProxy(t, testConfig(), re.url)
+		ch := make(chan streamed, 1)
+		go func() {
+			ch <- readCall(context.Background(), newClient(t), p.url, pathCompletions,
+				strings.Replace(moveStream, `"stream":true`, `"stream":true,"logprobs":1`, 1))
+		}()
+		eventually(t, 5*time.Second, "the stream under way", func() bool { return re.cur.Load().Stats().GenerationTokens > 5 })
+		re.cur.Load().Hang()
+		p.l.SetRecovering(true)
+		s := <-ch
+		if s.status != http.StatusOK || s.errorCode != "vigil_"+lossLogprobs || s.dones != 0 || s.err != nil {
+			t.Fatalf("got %+v, want the stream ended by an error event %q", s, "vigil_"+lossLogprobs)
+		}
+		if fate, _ := p.l.RequestFate(); fate.Lost[lossLogprobs] != 1 {
+			t.Fatalf("fate %+v, want one lost for logprobs", fate)
+		}
+	})
+	t.Run("max_moves 0: nothing is cut", func(t *testing.T) {
+		t.Parallel()
+		re := newRestartableEngine(t, 0)
+		cfg := testConfig()
+		cfg.MaxMoves = 0
+		p := startProxy(t, cfg, re.url)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go readCall(ctx, newClient(t), p.url, pathCompletions, moveUnary)
+		eventually(t, 5*time.Second, "the call in flight", func() bool { return p.l.Stats().InFlight == 1 })
+		re.cur.Load().Hang()
+		p.l.SetRecovering(true)
+		time.Sleep(50 * time.Millisecond)
+		if fate, held := p.l.RequestFate(); p.l.Stats().InFlight != 1 || held != 0 || fate.Held+fate.Moved()+fate.LostTotal() != 0 {
+			t.Fatalf("in flight %d, fate %+v; want the call left on the engine", p.l.Stats().InFlight, fate)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"maps"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +88,15 @@ type Stats struct {
 	// request to adopt.
 	Orphans     int   `json:"orphans"`
 	StoredBytes int64 `json:"stored_bytes"`
+	// Calls cut by a lost engine (SetRecovering), since start: Moved to
+	// a pool peer, Held for the restarted engine, streams Continued, and
+	// Lost (ended with an error that says why), by loss reason.
+	// HeldNow counts the calls held for the engine now.
+	Moved     uint64            `json:"moved"`
+	Held      uint64            `json:"held"`
+	Continued uint64            `json:"continued"`
+	Lost      map[string]uint64 `json:"lost,omitempty"`
+	HeldNow   int               `json:"held_now"`
 	// LearnedClientTimeouts are the client timeouts learned per path from
 	// clients that announce none and give up (see admission.client_timeouts).
 	LearnedClientTimeouts map[string]time.Duration `json:"learned_client_timeouts_ns,omitempty"`
@@ -117,6 +127,11 @@ func (l *Limiter) Stats() Stats {
 		s.Rejected[r] = c.Load()
 	}
 	s.StoredResults, s.StoredBytes, s.Running, s.Orphans = l.co.stats()
+	s.Moved, s.Held, s.Continued = l.c.moved.Load(), l.c.held.Load(), l.c.continued.Load()
+	l.lostMu.Lock()
+	s.Lost = maps.Clone(l.lost)
+	l.lostMu.Unlock()
+	_, s.HeldNow = l.out.snapshot()
 	cs := l.core.Stats()
 	s.Admitted, s.Queued, s.QueueAbandoned = cs.Admitted, cs.Queued, cs.Abandoned
 	s.QueueDepth, s.QueueHeld, s.OldestQueued = cs.QueueDepth, cs.QueueHeld, cs.OldestQueued
@@ -148,21 +163,24 @@ var (
 	descCoalesced  = desc("coalesced_total", "Attempts served by another attempt's execution: attached live or from the result store.", "how")
 	descAdopted    = desc("adopted_total", "Keyless attempts handed the orphaned work of an identical request whose client "+
 		"left before its answer began: its running execution or its stored answer.", "how")
-	descCancelled  = desc("cancelled_total", "Upstream calls cancelled: immediate (client left, no key) or deferred (cancel_after expired).", "how")
-	descUpErrors   = desc("upstream_errors_total", "Upstream calls refused, reset or broken off by the engine.")
-	descPassed     = desc("passed_through_total", "Uncapped requests (GET, HEAD, OPTIONS).")
-	descDepth      = desc("queue_depth", "Requests waiting for a slot.")
-	descOldest     = desc("oldest_queued_seconds", "Age of the oldest waiting request.")
-	descHeld       = desc("queue_held", "Queue places kept for keyed calls whose attempt ended, until their retry resumes them.")
-	descInFlight   = desc("in_flight", "Requests forwarded upstream and unfinished.")
-	descCap        = desc("cap", "In-flight cap in force (automatic or fixed, after slow start and saturation).")
-	descAutomatic  = desc("cap_automatic", "1 when the cap is derived automatically (max_in_flight 0).")
-	descFTLimit    = desc("first_token_limit", "Streams that may await their first token at once (0: no limit; automatic cap with ttft_target).")
-	descAwaiting   = desc("awaiting_first_token", "Streams forwarded upstream whose first token has not come yet.")
-	descRate       = desc("completion_rate", "Upstream calls finished per second over the last 10 s.")
-	descStored     = desc("stored_results", "Finished results kept for late retries.")
-	descStoredB    = desc("stored_bytes", "Bytes held by the result store.")
-	descOrphans    = desc("orphans", "Executions whose every client left, kept for a retry to attach or adopt.")
+	descCancelled = desc("cancelled_total", "Upstream calls cancelled: immediate (client left, no key) or deferred (cancel_after expired).", "how")
+	descUpErrors  = desc("upstream_errors_total", "Upstream calls refused, reset or broken off by the engine.")
+	descPassed    = desc("passed_through_total", "Uncapped requests (GET, HEAD, OPTIONS).")
+	descDepth     = desc("queue_depth", "Requests waiting for a slot.")
+	descOldest    = desc("oldest_queued_seconds", "Age of the oldest waiting request.")
+	descHeld      = desc("queue_held", "Queue places kept for keyed calls whose attempt ended, until their retry resumes them.")
+	descInFlight  = desc("in_flight", "Requests forwarded upstream and unfinished.")
+	descCap       = desc("cap", "In-flight cap in force (automatic or fixed, after slow start and saturation).")
+	descAutomatic = desc("cap_automatic", "1 when the cap is derived automatically (max_in_flight 0).")
+	descFTLimit   = desc("first_token_limit", "Streams that may await their first token at once (0: no limit; automatic cap with ttft_target).")
+	descAwaiting  = desc("awaiting_first_token", "Streams forwarded upstream whose first token has not come yet.")
+	descRate      = desc("completion_rate", "Upstream calls finished per second over the last 10 s.")
+	descStored    = desc("stored_results", "Finished results kept for late retries.")
+	descStoredB   = desc("stored_bytes", "Bytes held by the result store.")
+	descOrphans   = desc("orphans", "Executions whose every client left, kept for a retry to attach or adopt.")
+	descLostCalls = desc("engine_lost_calls_total", "Calls in flight on an engine declared hung or down, by what became of "+
+		"them: moved to a pool peer, held for the restarted engine, continued (streams), lost (ended with an error, by reason).", "fate", "reason")
+	descHeldNow    = desc("held_for_recovery", "Calls held for the engine being recovered, to be sent once it is ready.")
 	descKeyedRetry = desc("keyed_retries_total", "Keyed retries that had an execution to find, by whether they found it "+
 		"(attached or stored); a low found share means the load balancer does not route by Idempotency-Key.", "found")
 )
@@ -170,7 +188,8 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
 		descAbandoned, descRejected, descCoalesced, descAdopted, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
-		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descAwaiting, descRate, descStored, descStoredB, descOrphans, descKeyedRetry} {
+		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descAwaiting, descRate, descStored, descStoredB, descOrphans, descKeyedRetry,
+		descLostCalls, descHeldNow} {
 		ch <- d
 	}
 }
@@ -218,4 +237,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descStored, float64(s.StoredResults))
 	gauge(descStoredB, float64(s.StoredBytes))
 	gauge(descOrphans, float64(s.Orphans))
+	counter(descLostCalls, s.Moved, "moved", "")
+	counter(descLostCalls, s.Held, "held", "")
+	counter(descLostCalls, s.Continued, "continued", "")
+	for _, why := range lossReasons {
+		counter(descLostCalls, s.Lost[why], "lost", why)
+	}
+	gauge(descHeldNow, float64(s.HeldNow))
 }

@@ -1,0 +1,126 @@
+package admission
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func sse(events ...string) []byte {
+	var b strings.Builder
+	for _, e := range events {
+		b.WriteString("data: " + e + "\n\n")
+	}
+	return []byte(b.String())
+}
+
+// What a cut stream sent, read from its events.
+func TestReadSofar(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		buf    []byte
+		want   sofar
+		wantOK bool
+	}{
+		{"completion text in pieces", sse(`{"id":"cmpl-1","choices":[{"index":0,"text":" al"}]}`, `{"id":"cmpl-1","choices":[{"index":0,"text":"pha"}]}`),
+			sofar{id: "cmpl-1", text: " alpha", tokens: 2}, true},
+		{"chat: the role event carries no text", sse(`{"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`,
+			`{"id":"c1","choices":[{"index":0,"delta":{"content":" hi"}}]}`), sofar{id: "c1", text: " hi", tokens: 1}, true},
+		{"a finish reason: only the end is missing", sse(`{"id":"c1","choices":[{"index":0,"text":"x","finish_reason":"length"}]}`),
+			sofar{id: "c1", text: "x", tokens: 1, finished: true}, true},
+		{"two choices cannot be continued", sse(`{"id":"c1","choices":[{"index":1,"text":"x"}]}`), sofar{}, false},
+		{"a tool call half written cannot", sse(`{"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}`), sofar{}, false},
+		{"logprobs cannot", sse(`{"id":"c1","choices":[{"index":0,"text":"x","logprobs":{"tokens":["x"]}}]}`), sofar{}, false},
+		{"an error event cannot", sse(`{"error":{"message":"boom"}}`), sofar{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := readSofar(tc.buf)
+			if (got.why == "") != tc.wantOK {
+				t.Fatalf("why %q, want continuable %v", got.why, tc.wantOK)
+			}
+			if tc.wantOK && got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// The request that goes on where a stream stopped, or why there is none.
+func TestContinuation(t *testing.T) {
+	t.Parallel()
+	so := sofar{id: "x", text: " alpha bravo", tokens: 2}
+	for _, tc := range []struct {
+		name, path, body string
+		s                sofar
+		want             map[string]string // key: its JSON
+		why              string
+	}{
+		{"completions: the text appended to the prompt, max_tokens less what was sent", pathCompletions,
+			`{"model":"m","prompt":"Hi","max_tokens":10,"stream":true}`, so,
+			map[string]string{"prompt": `"Hi alpha bravo"`, "max_tokens": "8", "stream": "true"}, ""},
+		{"completions without max_tokens: vLLM's 16 less what was sent", pathCompletions,
+			`{"model":"m","prompt":["Hi"],"stream":true}`, so, map[string]string{"prompt": `"Hi alpha bravo"`, "max_tokens": "14"}, ""},
+		{"chat: an assistant message continued", pathChat,
+			`{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":5,"stream":true}`, so,
+			map[string]string{"messages": `[{"role":"user","content":"Hi"},{"content":" alpha bravo","role":"assistant"}]`,
+				"continue_final_message": "true", "add_generation_prompt": "false", "max_completion_tokens": "3"}, ""},
+		{"nothing sent yet: the request as it was", pathChat, `{"model":"m","messages":[{"role":"user","content":"Hi"}]}`,
+			sofar{id: "x"}, map[string]string{"messages": `[{"role":"user","content":"Hi"}]`}, ""},
+		{"a token-id prompt", pathCompletions, `{"prompt":[1,2,3],"stream":true}`, so, nil, lossTokenPrompt},
+		{"n = 2", pathChat, `{"messages":[],"n":2,"stream":true}`, so, nil, lossSeveral},
+		{"logprobs asked for", pathChat, `{"messages":[{"role":"user","content":"Hi"}],"logprobs":true}`, so, nil, lossLogprobs},
+		{"echo", pathCompletions, `{"prompt":"Hi","echo":true}`, so, nil, lossEcho},
+		{"another path", "/v1/responses", `{"input":"Hi"}`, so, nil, lossPath},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, why := continuation(tc.path, []byte(tc.body), tc.s)
+			if why != tc.why {
+				t.Fatalf("why %q, want %q", why, tc.why)
+			}
+			if why != "" {
+				return
+			}
+			var got map[string]json.RawMessage
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tc.want {
+				if string(got[k]) != v {
+					t.Errorf("%s = %s, want %s", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+// The continuation's events join the cut stream: its role event is
+// dropped, its id becomes the original's.
+func TestSplice(t *testing.T) {
+	t.Parallel()
+	var st spliceState
+	in := sse(`{"id":"new","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`,
+		`{"id":"new","choices":[{"index":0,"delta":{"content":" charlie"}}]}`,
+		`{"id":"new","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}`, `[DONE]`)
+	got := string(spliceAll(in, "orig", &st))
+	want := string(sse(`{"id":"orig","choices":[{"index":0,"delta":{"content":" charlie"}}]}`,
+		`{"id":"orig","choices":[{"index":0,"delta":{"content":""},"finish_reason":"stop"}]}`, `[DONE]`))
+	if got != want {
+		t.Fatalf("spliced\n%s\nwant\n%s", got, want)
+	}
+}
+
+// Whole events only: a piece of an event waits for its end.
+func TestEventBufferHoldsBackAPartialEvent(t *testing.T) {
+	t.Parallel()
+	var b eventBuffer
+	if got := b.add([]byte("data: {\"a\":1}\n\ndata: {\"b")); string(got) != "data: {\"a\":1}\n\n" {
+		t.Fatalf("first whole event: %q", got)
+	}
+	if got := b.add([]byte("\":2}\n")); got != nil {
+		t.Fatalf("an unfinished event came out: %q", got)
+	}
+	if got := b.add([]byte("\n")); string(got) != "data: {\"b\":2}\n\n" {
+		t.Fatalf("second event: %q", got)
+	}
+}
