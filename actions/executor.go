@@ -30,7 +30,13 @@ func (r *Recovery) decide(f facts) action {
 		r.setRecovering(*a.Recovering)
 	}
 	if a.Report != nil {
-		r.report(*a.Report)
+		s := *a.Report
+		if s.Name == watchdog.StepResolved && r.o.Calls != nil {
+			if fate, _ := r.o.Calls(); fate.Any() {
+				s.Calls = &fate
+			}
+		}
+		r.report(s)
 	}
 	return a
 }
@@ -264,7 +270,7 @@ func (r *Recovery) hold(ctx context.Context) (watchdog.StepName, error) {
 			// The requests the restart aborts: what is left on the host.
 			left := 0
 			if st, err := r.o.Drainer.State(ctx); err == nil && st.Known {
-				left = st.Self.Sessions + st.Self.Queued
+				left = max(0, st.Self.Sessions+st.Self.Queued-r.heldByLimiter())
 			}
 			r.update(func(j *Journal) { j.Dropped = left })
 		}

@@ -44,6 +44,12 @@ type RecoveryOptions struct {
 	Reporter watchdog.Reporter
 	// Limiter is told when recovery starts and ends; nil if there is none.
 	Limiter LimiterControl
+	// Calls reads what became of the calls the limiter cut from the
+	// engine, and how many it holds for the engine now (in its queue or
+	// cut and waiting): those are not lost, so the drain wait does not
+	// wait for them and the restart does not count them aborted. nil
+	// without a limiter.
+	Calls func() (watchdog.CallFate, int)
 	// PeerDrained reports another member of the pool drained by its vigil
 	// (from the peers' /status), for pools whose members sit behind
 	// different load balancers; nil skips the check.

@@ -79,7 +79,7 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 		case err != nil:
 			r.log.WithError(err).Warn("cannot read sessions during the drain wait")
 		case st.Known:
-			left, known = st.Self.Sessions+st.Self.Queued, true
+			left, known = max(0, st.Self.Sessions+st.Self.Queued-r.heldByLimiter()), true
 		}
 		if known && left == 0 {
 			break
@@ -106,6 +106,16 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 	// Nothing is aborted yet: the restart step reports the dropped count.
 	r.report(watchdog.Step{Name: watchdog.StepDrainWait, OK: true, Detail: detail})
 	return nil
+}
+
+// heldByLimiter is how many of the host's sessions are calls vigil's
+// limiter holds for the restarted engine: they are not lost.
+func (r *Recovery) heldByLimiter() int {
+	if r.o.Calls == nil {
+		return 0
+	}
+	_, held := r.o.Calls()
+	return held
 }
 
 // restart restarts the engine unless it already restarted itself since

@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -392,6 +393,9 @@ func (r renderer) step(s watchdog.Step) Message {
 		fmt.Fprintf(&b, "; aborted %s in-flight requests", humanize.Count(float64(s.Dropped)))
 	}
 	b.WriteString(".")
+	if s.Calls != nil {
+		b.WriteString(" " + callFateLine(*s.Calls))
+	}
 	if s.Name == watchdog.StepGuardRefused && s.Guard != watchdog.GuardNoRestarter {
 		if s.Until.IsZero() {
 			b.WriteString(" It has no set time to lift.")
@@ -463,4 +467,36 @@ func (r renderer) dropped(n, size int, now time.Time) Message {
 		Text: fmt.Sprintf(":warning: %s: %d pages were dropped while they could not be delivered (the outbox holds %d; evidence updates go first); the rest follow in order.",
 			r.node, n, size),
 	}
+}
+
+// callFateLine says in one line what became of the calls vigil's limiter
+// cut from the lost engine: "14 in-flight requests moved to node2, 3
+// held for the restarted engine, 3 streams continued, 1 lost: n_gt_1."
+func callFateLine(f watchdog.CallFate) string {
+	var parts []string
+	moved, peers := 0, make([]string, 0, len(f.MovedTo))
+	for _, p := range slices.Sorted(maps.Keys(f.MovedTo)) {
+		moved += f.MovedTo[p]
+		peers = append(peers, p)
+	}
+	if moved > 0 {
+		parts = append(parts, fmt.Sprintf("%s in-flight requests moved to %s", humanize.Count(float64(moved)), strings.Join(peers, ", ")))
+	}
+	if f.Held > 0 {
+		parts = append(parts, fmt.Sprintf("%s held for the restarted engine", humanize.Count(float64(f.Held))))
+	}
+	if f.Continued > 0 {
+		parts = append(parts, fmt.Sprintf("%s streams continued", humanize.Count(float64(f.Continued))))
+	}
+	lost, whys := 0, make([]string, 0, len(f.Lost))
+	for _, why := range slices.Sorted(maps.Keys(f.Lost)) {
+		lost += f.Lost[why]
+		whys = append(whys, fmt.Sprintf("%s (%d)", why, f.Lost[why]))
+	}
+	if lost > 0 {
+		parts = append(parts, fmt.Sprintf("%s lost: %s", humanize.Count(float64(lost)), strings.Join(whys, ", ")))
+	} else {
+		parts = append(parts, "none lost")
+	}
+	return strings.Join(parts, ", ") + "."
 }

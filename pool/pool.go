@@ -29,7 +29,9 @@ import (
 // recovery.drained is true while vigil holds this host drained at the load
 // balancer (the recovery guard's shared lock).
 type Doc struct {
-	Node    string `json:"node"`
+	Node string `json:"node"`
+	// Admission is the peer's admission.listen ("" : its limiter is off).
+	Admission string `json:"admission,omitempty"`
 	Verdict struct {
 		State    string `json:"state"`
 		Evidence struct {
@@ -53,6 +55,10 @@ type Member struct {
 	Running float64 `json:"running"`
 	// Drained: vigil holds this member drained at the load balancer.
 	Drained bool `json:"drained"`
+	// ProxyURL is its admission limiter's base URL, where calls cut from
+	// a lost engine may move ("" : no limiter, or not reachable from
+	// here: it listens on loopback on another host).
+	ProxyURL string `json:"proxy_url,omitempty"`
 	// Err is why the member could not be read; "" when it was.
 	Err string `json:"error,omitempty"`
 }
@@ -125,7 +131,39 @@ func fetchOne(ctx context.Context, peer string, timeout time.Duration) Member {
 	m.Waiting = doc.Verdict.Evidence.Waiting
 	m.Running = doc.Verdict.Evidence.Running
 	m.Drained = doc.Recovery.Drained
+	m.ProxyURL = proxyURL(peer, doc.Admission)
 	return m
+}
+
+// proxyURL is where a peer's limiter listening on listen is reached,
+// given the /status URL it was read from: its own address when it names
+// one, else the status URL's host. A limiter on loopback is reachable
+// only from the same host.
+func proxyURL(statusURL, listen string) string {
+	if listen == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(listen)
+	u, uerr := url.Parse(statusURL)
+	if err != nil || uerr != nil || port == "" {
+		return ""
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case host == "" || (ip != nil && ip.IsUnspecified()):
+		host = u.Hostname()
+	case isLoopback(host) && !isLoopback(u.Hostname()):
+		return ""
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // describe turns a transport error into a short reason for a page.

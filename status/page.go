@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -96,6 +97,10 @@ type pageDoc struct {
 		Recovering         bool              `json:"recovering"`
 		SlowStart          bool              `json:"slow_start"`
 		CompletionRate     float64           `json:"completion_rate"`
+		HeldNow            int               `json:"held_now"`
+		Moved              float64           `json:"moved"`
+		Continued          float64           `json:"continued"`
+		Lost               map[string]uint64 `json:"lost"`
 	} `json:"limiter"`
 	Overrides []struct {
 		Key    string    `json:"key"`
@@ -134,6 +139,9 @@ type pageData struct {
 	Heartbeats []kv
 	Rejections []kv
 	OldestWait float64
+	// LostCalls says the calls cut by a lost engine that could not move,
+	// with why ("none").
+	LostCalls string
 	// PoolKnown: the document has a pool (listed peers or etcd members),
 	// even if no other member is in it right now.
 	PoolKnown bool
@@ -219,6 +227,7 @@ func renderPage(snap Snapshot) ([]byte, error) {
 		}
 		slices.SortFunc(d.Rejections, func(a, b kv) int { return strings.Compare(a.Key, b.Key) })
 		d.OldestWait = d.Limiter.OldestQueuedNS / 1e9
+		d.LostCalls = lostWords(d.Limiter.Lost)
 	}
 	var buf bytes.Buffer
 	if err := pageTmpl.Execute(&buf, d); err != nil {
@@ -336,6 +345,9 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 <tr><th>in flight / cap</th><td class="n">{{.InFlight}} / {{.Cap}} ({{if .Automatic}}automatic{{else}}fixed{{end}}{{if .SlowStart}}, slow start{{end}}{{if .Saturated}}, engine saturated{{end}}{{if .Recovering}}, recovering{{end}})</td></tr>
 {{if .FirstTokenLimit}}<tr><th>streams awaiting first token / limit</th><td class="n">{{.AwaitingFirstToken}} / {{.FirstTokenLimit}}</td></tr>
 {{end}}<tr><th>queue</th><td class="n">{{.QueueDepth}} waiting{{if .QueueDepth}}, oldest {{secs $.OldestWait}}{{end}}</td></tr>
+{{if or .Recovering .HeldNow}}<tr><th>held for the recovery</th><td class="n{{if .HeldNow}} warn{{end}}">{{.HeldNow}} calls cut from the engine, sent again once it serves</td></tr>
+{{end}}{{if or .Moved .Continued .Lost}}<tr><th>calls cut by a lost engine</th><td class="n">{{num .Moved}} moved to peers, {{num .Continued}} streams continued, {{$.LostCalls}} lost</td></tr>
+{{end}}
 <tr><th>completions</th><td class="n">{{num .CompletionRate}}/s</td></tr>
 <tr><th>calls / executions</th><td class="n">{{num .Calls}} / {{num .Executions}}</td></tr>
 <tr><th>admitted</th><td class="n">{{num .Admitted}}</td></tr>
@@ -361,3 +373,20 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 </body>
 </html>
 `
+
+// lostWords says how many calls were lost and why: "none", or
+// "3 (2 n_gt_1, 1 logprobs)".
+func lostWords(lost map[string]uint64) string {
+	var total uint64
+	var parts []string
+	for _, why := range slices.Sorted(maps.Keys(lost)) {
+		if n := lost[why]; n > 0 {
+			total += n
+			parts = append(parts, fmt.Sprintf("%d %s", n, why))
+		}
+	}
+	if total == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
+}

@@ -37,6 +37,9 @@ type Snapshot struct {
 	DryRun bool `json:"dry_run,omitempty"`
 	// Engine is the engine's URL as pages show it (no credentials).
 	Engine string `json:"engine,omitempty"`
+	// Admission is admission.listen while the limiter is on: the pool's
+	// peers move calls cut from their lost engines there.
+	Admission string `json:"admission,omitempty"`
 	// Started is when this vigil started, for its uptime.
 	Started time.Time `json:"started,omitzero"`
 	// Plan is what vigil does about a hung or down engine, as configured.

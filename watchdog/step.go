@@ -53,8 +53,28 @@ type Step struct {
 	// rotation. The pager words its pages from this, never from Detail.
 	Serving bool `json:"serving,omitempty"`
 	// Dropped is how many in-flight requests a restart aborted.
-	Dropped int  `json:"dropped,omitempty"`
-	DryRun  bool `json:"dry_run,omitempty"`
+	Dropped int `json:"dropped,omitempty"`
+	// Calls is what became of the calls the admission limiter cut from
+	// the engine (StepResolved; nil without a limiter or when none was
+	// cut).
+	Calls  *CallFate `json:"calls,omitempty"`
+	DryRun bool      `json:"dry_run,omitempty"`
+}
+
+// CallFate is what became of the calls in flight through vigil's limiter
+// when the engine was lost (admission.Fate, field for field): moved to
+// pool peers, held for the restarted engine, streams continued, lost by
+// reason.
+type CallFate struct {
+	MovedTo   map[string]int `json:"moved_to,omitempty"`
+	Held      int            `json:"held"`
+	Continued int            `json:"continued"`
+	Lost      map[string]int `json:"lost,omitempty"`
+}
+
+// Any reports whether any call was cut.
+func (f CallFate) Any() bool {
+	return len(f.MovedTo) > 0 || f.Held > 0 || f.Continued > 0 || len(f.Lost) > 0
 }
 
 // Reporter is told every step as it happens (the pager implements it).

@@ -246,7 +246,8 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 		d.limiter, err = admission.New(cfg.Admission, upstream, cfg.Engine.APIKey,
 			admission.WithLogger(log.WithField("part", "admission")),
 			admission.WithRegisterer(d.registry),
-			admission.WithEngineMetrics(engine.Metrics.Waiting, engine.Metrics.Running))
+			admission.WithEngineMetrics(engine.Metrics.Waiting, engine.Metrics.Running),
+			admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers))
 		if err != nil {
 			return nil, err
 		}
@@ -278,6 +279,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	}
 	if d.limiter != nil {
 		ro.Limiter = d.limiter
+		ro.Calls = d.callFate
 	}
 	if err := d.wirePool(cfg, &ro); err != nil {
 		return nil, err
@@ -639,3 +641,11 @@ var errNoLimiter = errors.New("the admission limiter is off (admission.enabled: 
 
 // limiterLoad is the limiter's side of the load, for the watchdog.
 func (d *daemon) limiterLoad() watchdog.LimiterLoad { return watchdog.LimiterLoad(d.limiter.Load()) }
+
+// callFate is what became of the calls the limiter cut from the lost
+// engine, and how many it holds for the engine now (cut and waiting, or
+// queued).
+func (d *daemon) callFate() (watchdog.CallFate, int) {
+	f, held := d.limiter.RequestFate()
+	return watchdog.CallFate(f), held + d.limiter.Stats().QueueDepth
+}

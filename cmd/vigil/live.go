@@ -96,6 +96,7 @@ func (d *daemon) snapshot() status.Snapshot {
 	}
 	if d.limiter != nil {
 		s.Limiter = d.limiter.Stats()
+		s.Admission = cfg.Admission.Listen
 	}
 	if hasPool(cfg) {
 		// An empty list, not null: the page tells "no member found" from

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
+	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // poolCache holds the last view of the peers. /status serves the cache,
@@ -44,6 +48,23 @@ func (d *daemon) poolView() []pool.Member {
 	d.pool.mu.Lock()
 	defer d.pool.mu.Unlock()
 	return append([]pool.Member(nil), d.pool.members...)
+}
+
+// movePeers are the pool members a call cut from this vigil's lost engine
+// may move to: read lately, serving (healthy), in rotation, with a
+// limiter reachable from here; the least loaded first.
+func (d *daemon) movePeers() []admission.Peer {
+	var ps []admission.Peer
+	members := d.poolView()
+	slices.SortStableFunc(members, func(a, b pool.Member) int {
+		return cmp.Compare(a.Waiting+a.Running, b.Waiting+b.Running)
+	})
+	for _, m := range members {
+		if m.Reachable() && !m.Drained && m.ProxyURL != "" && m.State == string(watchdog.StateHealthy) {
+			ps = append(ps, admission.Peer{Node: m.Node, URL: m.ProxyURL})
+		}
+	}
+	return ps
 }
 
 // poolLine is the one-line pool view for pages ("" without peers).
