@@ -32,7 +32,7 @@ type Doc struct {
 	Node string `json:"node"`
 	// Admission is the peer's admission.listen ("" : its limiter is off).
 	Admission string `json:"admission,omitempty"`
-	Verdict struct {
+	Verdict   struct {
 		State    string `json:"state"`
 		Evidence struct {
 			Waiting float64 `json:"waiting"`
