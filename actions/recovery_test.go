@@ -94,6 +94,37 @@ func TestRecoveryDrainWaitEndsWhenTheSessionsLeave(t *testing.T) {
 	})
 }
 
+// The calls vigil's limiter holds for the restarted engine are sessions
+// HAProxy still counts, but not lost: the drain wait does not wait for
+// them, the restart does not call them aborted, and the resolved page
+// says what became of the calls cut from the engine.
+func TestRecoveryLeavesOutTheCallsTheLimiterHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fate := watchdog.CallFate{MovedTo: map[string]int{}, Held: 3, Continued: 1, Lost: map[string]int{}}
+		h := newHarness(t, func(o *RecoveryOptions) {
+			o.Calls = func() (watchdog.CallFate, int) { return fate, 3 }
+		})
+		h.w.sessions = 3
+		start := time.Now()
+		inc, v := hungIncident()
+		h.rec.Recover(context.Background(), inc, v)
+		h.rec.Wait()
+		wait, _ := h.rep.find(watchdog.StepDrainWait)
+		restart, _ := h.rep.find(watchdog.StepRestart)
+		resolved, _ := h.rep.find(watchdog.StepResolved)
+		if !strings.Contains(wait.Detail, "no sessions left after 0s") || restart.Dropped != 0 {
+			t.Errorf("drain wait %q, restart dropped %d; want no wait for the held calls and none aborted", wait.Detail, restart.Dropped)
+		}
+		if resolved.Calls == nil || resolved.Calls.Held != 3 || resolved.Calls.Continued != 1 {
+			t.Errorf("resolved step carries %+v, want the limiter's tally", resolved.Calls)
+		}
+		// No drain timeout: 90s until ready + 2m ramp.
+		if got := time.Since(start); got != 90*time.Second+2*time.Minute {
+			t.Errorf("recovery took %s", got)
+		}
+	})
+}
+
 // TestRecoveryResumesFromEveryStep kills vigil at each point of the
 // sequence and starts a new one on the same journal: the engine is
 // restarted exactly once and the host always ends back in rotation.
