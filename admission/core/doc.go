@@ -16,8 +16,8 @@
 // it did (success, dropped by the engine, or cancelled; its tokens);
 // FirstToken reports a streamed answer's time to first token on the way.
 // The cap comes from a Limit: the automatic cap (NewAuto, the default) or
-// a fixed one (NewFixed; max_in_flight > 0, or an override), and what the
-// Listener reports is what the Limit learns from. This is
+// a fixed one (NewFixed; max_in_flight > 0, or an override); what the
+// Listener reports is what a Learner among them learns from. This is
 // go-concurrency-limits' shape (Acquire, a Listener's OnSuccess, OnIgnore
 // and OnDropped, a pluggable limit algorithm), with the queue, quotas and
 // budget an LLM engine's clients need.

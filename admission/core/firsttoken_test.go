@@ -199,11 +199,7 @@ type gateLimit struct {
 }
 
 func (g *gateLimit) FirstTokenLimit() int { return g.firstTokens }
-func (g *gateLimit) OnDemand(firstToken bool) {
-	if firstToken {
-		g.gateDemand++
-	}
-}
+func (g *gateLimit) OnFirstTokenDemand()  { g.gateDemand++ }
 
 // With one stream at a time awaiting its first token, a second stream
 // waits for the first one's first token (not for its end), while a plain
