@@ -19,13 +19,13 @@ import (
 
 // Clock is the limiter's time source (see core.Clock): queue ages, rate
 // windows, the deferred-cancellation and queue-wait timers all read it, so
-// a test can drive them without sleeping.
+// the limiter can keep a time-scaled engine's time (bench/).
 type Clock = core.Clock
 
 // Option adjusts a Limiter built by New.
 type Option func(*Limiter)
 
-// WithClock replaces the wall clock (tests).
+// WithClock replaces the wall clock (a time-scaled engine's, bench/).
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
 // WithLogger sets where the limiter logs; the default discards.

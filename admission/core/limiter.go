@@ -86,7 +86,7 @@ var ErrClientGone = errors.New("client went away")
 // Option adjusts a Limiter built by New.
 type Option func(*Limiter)
 
-// WithClock replaces the wall clock (tests).
+// WithClock replaces the wall clock (a time-scaled engine's, bench/).
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
 // WithLogger sets where the core logs its control changes; the default
