@@ -433,7 +433,7 @@ func TestStaleIdleConnection(t *testing.T) {
 			tr, _ := engineClient(t, nil)
 			fetch(t, tr, "GET", url, nil)
 			testinfra.WaitFor(t, time.Second, "the engine to close the idle connection", closed)
-			time.Sleep(20 * time.Millisecond) // room for the FIN to reach the client
+			time.Sleep(100 * time.Millisecond) // room for the FIN to reach the client
 
 			body := &trackedBody{Reader: strings.NewReader("once")}
 			req := newEngineRequest(t, t.Context(), "POST", url, body)
