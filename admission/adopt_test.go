@@ -246,26 +246,27 @@ func TestAnSDKsRetryFindsItsExecutionAfterAShortCancelAfter(t *testing.T) {
 		{"a keyless one, adopted by its retry", []string{"X-Stainless-Retry-Count", "0"}, 1200 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, eng := newGate(t)
-			cfg := testConfig()
-			cfg.CancelAfter = 300 * time.Millisecond
-			clk := newFakeClock()
-			p := startProxy(t, cfg, eng.srv.URL, WithClock(clk))
-			c := newClient(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-			defer cancel()
-			call(ctx, c, p.url, completionBody, tc.hdr...)
-			eventually(t, 2*time.Second, "the client's departure seen", func() bool {
-				s := p.l.Stats()
-				return s.Orphans == 1
+			inBubble(t, func(t *testing.T) {
+				_, eng := newGate(t)
+				cfg := testConfig()
+				cfg.CancelAfter = 300 * time.Millisecond
+				p := startProxy(t, cfg, eng.srv.URL)
+				c := newClient(t)
+				ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+				defer cancel()
+				call(ctx, c, p.url, completionBody, tc.hdr...)
+				eventually(t, 2*time.Second, "the client's departure seen", func() bool {
+					s := p.l.Stats()
+					return s.Orphans == 1
+				})
+				advance(tc.advance)
+				eventually(t, time.Second, "cancelled or kept", func() bool {
+					return tc.kept || p.l.Stats().CancelledDeferred == 1
+				})
+				if s := p.l.Stats(); (s.CancelledDeferred == 0) != tc.kept {
+					t.Errorf("cancelled after %v: %d, want kept %v", tc.advance, s.CancelledDeferred, tc.kept)
+				}
 			})
-			clk.Advance(tc.advance)
-			eventually(t, time.Second, "cancelled or kept", func() bool {
-				return tc.kept || p.l.Stats().CancelledDeferred == 1
-			})
-			if s := p.l.Stats(); (s.CancelledDeferred == 0) != tc.kept {
-				t.Errorf("cancelled after %v: %d, want kept %v", tc.advance, s.CancelledDeferred, tc.kept)
-			}
 		})
 	}
 }

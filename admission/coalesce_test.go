@@ -211,50 +211,51 @@ func TestDeferredCancellation(t *testing.T) {
 }
 
 func TestFinishedResultsServeLateRetries(t *testing.T) {
-	clk := newFakeClock()
-	var status atomic.Int64
-	status.Store(http.StatusOK)
-	eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
-		if s := int(status.Load()); s != http.StatusOK {
-			w.WriteHeader(s)
-			_, _ = io.WriteString(w, `{"error":{"message":"boom"}}`)
-			return
+	inBubble(t, func(t *testing.T) {
+		var status atomic.Int64
+		status.Store(http.StatusOK)
+		eng := newFakeEngine(t, func(w http.ResponseWriter, r *http.Request) {
+			if s := int(status.Load()); s != http.StatusOK {
+				w.WriteHeader(s)
+				_, _ = io.WriteString(w, `{"error":{"message":"boom"}}`)
+				return
+			}
+			okJSON(w, r)
+		})
+		cfg := testConfig()
+		cfg.ResultTTL = time.Minute
+		p := startProxy(t, cfg, eng.srv.URL)
+		c := newClient(t)
+		first := call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "k")
+		// The answer is out; the execution winds down just after.
+		eventually(t, time.Second, "execution finished", func() bool { return p.l.Stats().Running == 0 })
+
+		advance(30 * time.Second)
+		again := call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "k", "X-Stainless-Retry-Count", "1")
+		if again.status != 200 || again.body != first.body {
+			t.Errorf("retry within result_ttl: %d %q, want the stored %q", again.status, again.body, first.body)
 		}
-		okJSON(w, r)
+		if eng.calls.Load() != 1 || p.l.Stats().CoalescedStored != 1 {
+			t.Errorf("executions %d stored hits %d, want 1 and 1", eng.calls.Load(), p.l.Stats().CoalescedStored)
+		}
+		other := call(context.Background(), c, p.url, `{"prompt":"another body"}`, "Idempotency-Key", "k")
+		if other.status != 200 || eng.calls.Load() != 2 {
+			t.Errorf("the same key with another body did not run as another call (executions %d)", eng.calls.Load())
+		}
+
+		eventually(t, time.Second, "execution finished", func() bool { return p.l.Stats().Running == 0 })
+		advance(31 * time.Second)
+		call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "k")
+		if n := eng.calls.Load(); n != 3 {
+			t.Errorf("retry after result_ttl: %d executions, want 3", n)
+		}
+
+		status.Store(http.StatusInternalServerError)
+		call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "fails")
+		eventually(t, time.Second, "execution finished", func() bool { return p.l.Stats().Running == 0 })
+		status.Store(http.StatusOK)
+		if a := call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "fails"); a.status != 200 || eng.calls.Load() != 5 {
+			t.Errorf("a 500 was served from the store (status %d, executions %d)", a.status, eng.calls.Load())
+		}
 	})
-	cfg := testConfig()
-	cfg.ResultTTL = time.Minute
-	p := startProxy(t, cfg, eng.srv.URL, WithClock(clk))
-	c := newClient(t)
-	first := call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "k")
-	// The answer is out; the execution winds down just after.
-	eventually(t, time.Second, "execution finished", func() bool { return p.l.Stats().Running == 0 })
-
-	clk.Advance(30 * time.Second)
-	again := call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "k", "X-Stainless-Retry-Count", "1")
-	if again.status != 200 || again.body != first.body {
-		t.Errorf("retry within result_ttl: %d %q, want the stored %q", again.status, again.body, first.body)
-	}
-	if eng.calls.Load() != 1 || p.l.Stats().CoalescedStored != 1 {
-		t.Errorf("executions %d stored hits %d, want 1 and 1", eng.calls.Load(), p.l.Stats().CoalescedStored)
-	}
-	other := call(context.Background(), c, p.url, `{"prompt":"another body"}`, "Idempotency-Key", "k")
-	if other.status != 200 || eng.calls.Load() != 2 {
-		t.Errorf("the same key with another body did not run as another call (executions %d)", eng.calls.Load())
-	}
-
-	eventually(t, time.Second, "execution finished", func() bool { return p.l.Stats().Running == 0 })
-	clk.Advance(31 * time.Second)
-	call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "k")
-	if n := eng.calls.Load(); n != 3 {
-		t.Errorf("retry after result_ttl: %d executions, want 3", n)
-	}
-
-	status.Store(http.StatusInternalServerError)
-	call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "fails")
-	eventually(t, time.Second, "execution finished", func() bool { return p.l.Stats().Running == 0 })
-	status.Store(http.StatusOK)
-	if a := call(context.Background(), c, p.url, completionBody, "Idempotency-Key", "fails"); a.status != 200 || eng.calls.Load() != 5 {
-		t.Errorf("a 500 was served from the store (status %d, executions %d)", a.status, eng.calls.Load())
-	}
 }

@@ -13,10 +13,10 @@ const streamBody = `{"model":"m","prompt":"tell me","max_tokens":8,"stream":true
 
 // overloaded is a proxy with a fixed cap of 1, held by a call the engine
 // never answers, and three plain first attempts queued behind it; then
-// five seconds pass (a hand-driven clock) with nothing admitted: the queue
+// five seconds pass (the clock of the test's bubble) with nothing admitted: the queue
 // drains at 0.2 a second, so a new first attempt (served newest first)
 // waits behind a backlog of 3 that needs 20 s.
-func overloaded(t *testing.T, streamQueueWait time.Duration) (proxy, *fakeClock, *http.Client) {
+func overloaded(t *testing.T, streamQueueWait time.Duration) (proxy, *http.Client) {
 	t.Helper()
 	release := make(chan struct{})
 	eng := newFakeEngine(t, blockUntil(release))
@@ -25,8 +25,7 @@ func overloaded(t *testing.T, streamQueueWait time.Duration) (proxy, *fakeClock,
 	cfg.MaxInFlight = 1
 	cfg.MaxQueueWait = time.Minute
 	cfg.StreamQueueWait = streamQueueWait
-	clk := newFakeClock()
-	p := startProxy(t, cfg, eng.srv.URL, WithClock(clk))
+	p := startProxy(t, cfg, eng.srv.URL)
 	c := newClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -37,8 +36,8 @@ func overloaded(t *testing.T, streamQueueWait time.Duration) (proxy, *fakeClock,
 		wg.Go(func() { call(ctx, c, p.url, completionBody) })
 	}
 	eventually(t, 2*time.Second, "three calls queued", func() bool { return p.l.Stats().QueueDepth == 3 })
-	clk.Advance(5 * time.Second)
-	return p, clk, c
+	advance(5 * time.Second)
+	return p, c
 }
 
 // TestAStreamTheQueueCannotReachInTimeIsTurnedAwayAtOnce: a streamed
@@ -48,22 +47,24 @@ func overloaded(t *testing.T, streamQueueWait time.Duration) (proxy, *fakeClock,
 // waiting to be told the same later. A plain call under the same load
 // still queues.
 func TestAStreamTheQueueCannotReachInTimeIsTurnedAwayAtOnce(t *testing.T) {
-	p, _, c := overloaded(t, 500*time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	a := call(ctx, c, p.url, streamBody)
-	checkRejection(t, a, http.StatusServiceUnavailable, ReasonStreamDeadline, true)
-	if s := p.l.Stats(); s.QueueDepth != 3 || s.Rejected[ReasonStreamDeadline] != 1 {
-		t.Errorf("queue depth %d, stream rejections %d; want 3 (the stream never queued) and 1",
-			s.QueueDepth, s.Rejected[ReasonStreamDeadline])
-	}
+	inBubble(t, func(t *testing.T) {
+		p, c := overloaded(t, 500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		a := call(ctx, c, p.url, streamBody)
+		checkRejection(t, a, http.StatusServiceUnavailable, ReasonStreamDeadline, true)
+		if s := p.l.Stats(); s.QueueDepth != 3 || s.Rejected[ReasonStreamDeadline] != 1 {
+			t.Errorf("queue depth %d, stream rejections %d; want 3 (the stream never queued) and 1",
+				s.QueueDepth, s.Rejected[ReasonStreamDeadline])
+		}
 
-	unary, stop := context.WithCancel(context.Background())
-	done := make(chan answer, 1)
-	go func() { done <- call(unary, c, p.url, completionBody) }()
-	eventually(t, 2*time.Second, "the plain call queued", func() bool { return p.l.Stats().QueueDepth == 4 })
-	stop()
-	<-done
+		unary, stop := context.WithCancel(context.Background())
+		done := make(chan answer, 1)
+		go func() { done <- call(unary, c, p.url, completionBody) }()
+		eventually(t, 2*time.Second, "the plain call queued", func() bool { return p.l.Stats().QueueDepth == 4 })
+		stop()
+		<-done
+	})
 }
 
 // TestAnAnnouncedTimeoutOverridesTheStreamBound: with X-Stainless-Timeout
@@ -79,26 +80,28 @@ func TestAnAnnouncedTimeoutOverridesTheStreamBound(t *testing.T) {
 		{"2", false},
 	} {
 		t.Run("X-Stainless-Timeout "+tc.timeout, func(t *testing.T) {
-			p, _, c := overloaded(t, 500*time.Millisecond)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan answer, 1)
-			go func() { done <- call(ctx, c, p.url, streamBody, "X-Stainless-Timeout", tc.timeout) }()
-			if !tc.queued {
-				select {
-				case a := <-done:
-					checkRejection(t, a, http.StatusServiceUnavailable, ReasonStreamDeadline, true)
-				case <-time.After(2 * time.Second):
-					t.Fatal("the stream was not answered at once")
+			inBubble(t, func(t *testing.T) {
+				p, c := overloaded(t, 500*time.Millisecond)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan answer, 1)
+				go func() { done <- call(ctx, c, p.url, streamBody, "X-Stainless-Timeout", tc.timeout) }()
+				if !tc.queued {
+					select {
+					case a := <-done:
+						checkRejection(t, a, http.StatusServiceUnavailable, ReasonStreamDeadline, true)
+					case <-time.After(2 * time.Second):
+						t.Fatal("the stream was not answered at once")
+					}
+					return
 				}
-				return
-			}
-			eventually(t, 2*time.Second, "the stream queued", func() bool { return p.l.Stats().QueueDepth == 4 })
-			if s := p.l.Stats(); s.Rejected[ReasonStreamDeadline] != 0 {
-				t.Errorf("%d stream rejections, want 0", s.Rejected[ReasonStreamDeadline])
-			}
-			cancel()
-			<-done
+				eventually(t, 2*time.Second, "the stream queued", func() bool { return p.l.Stats().QueueDepth == 4 })
+				if s := p.l.Stats(); s.Rejected[ReasonStreamDeadline] != 0 {
+					t.Errorf("%d stream rejections, want 0", s.Rejected[ReasonStreamDeadline])
+				}
+				cancel()
+				<-done
+			})
 		})
 	}
 }
@@ -107,36 +110,37 @@ func TestAnAnnouncedTimeoutOverridesTheStreamBound(t *testing.T) {
 // drains in time (4 a second: the next slot in 250 ms) the stream queues, and its wait ends at
 // stream_queue_wait, not at max_queue_wait (a minute here).
 func TestAQueuedStreamWaitsNoLongerThanItsFirstTokenIsWorth(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	eng := newFakeEngine(t, blockUntil(release))
-	cfg := testConfig()
-	cfg.MaxInFlight = 4
-	cfg.MaxQueueWait = time.Minute
-	cfg.StreamQueueWait = 500 * time.Millisecond
-	clk := newFakeClock()
-	p := startProxy(t, cfg, eng.srv.URL, WithClock(clk))
-	c := newClient(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for range 4 { // admitted within the second: a drain of 4 a second
-		go call(ctx, c, p.url, completionBody)
-	}
-	eventually(t, 2*time.Second, "the slots taken", func() bool { return p.l.Stats().InFlight == 4 })
-	done := make(chan answer, 1)
-	go func() { done <- call(context.Background(), c, p.url, streamBody) }()
-	eventually(t, 2*time.Second, "the stream queued", func() bool { return p.l.Stats().QueueDepth == 1 })
-	clk.Advance(499 * time.Millisecond)
-	if p.l.Stats().QueueDepth != 1 {
-		t.Fatal("the stream left the queue before its bound")
-	}
-	clk.Advance(time.Millisecond)
-	select {
-	case a := <-done:
-		checkRejection(t, a, http.StatusServiceUnavailable, ReasonQueueTimeout, true)
-	case <-time.After(2 * time.Second):
-		t.Fatal("the stream still waits past stream_queue_wait")
-	}
+	inBubble(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		eng := newFakeEngine(t, blockUntil(release))
+		cfg := testConfig()
+		cfg.MaxInFlight = 4
+		cfg.MaxQueueWait = time.Minute
+		cfg.StreamQueueWait = 500 * time.Millisecond
+		p := startProxy(t, cfg, eng.srv.URL)
+		c := newClient(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		for range 4 { // admitted within the second: a drain of 4 a second
+			go call(ctx, c, p.url, completionBody)
+		}
+		eventually(t, 2*time.Second, "the slots taken", func() bool { return p.l.Stats().InFlight == 4 })
+		done := make(chan answer, 1)
+		go func() { done <- call(context.Background(), c, p.url, streamBody) }()
+		eventually(t, 2*time.Second, "the stream queued", func() bool { return p.l.Stats().QueueDepth == 1 })
+		advance(499 * time.Millisecond)
+		if p.l.Stats().QueueDepth != 1 {
+			t.Fatal("the stream left the queue before its bound")
+		}
+		advance(time.Millisecond)
+		select {
+		case a := <-done:
+			checkRejection(t, a, http.StatusServiceUnavailable, ReasonQueueTimeout, true)
+		case <-time.After(2 * time.Second):
+			t.Fatal("the stream still waits past stream_queue_wait")
+		}
+	})
 }
 
 // TestAClientTimeoutLearnedFromKeyedRetriesAppliesToUnannouncedCalls:

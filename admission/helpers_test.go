@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,11 +16,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/fakeclock"
 )
 
 const engineKey = "engine-secret-key"
@@ -63,8 +65,11 @@ func startProxy(t testing.TB, cfg configs.Admission, upstream string, opts ...Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	var ln net.Listener
+	if pn := bubbleNet(t); pn != nil {
+		ln = pn.listen()
+		l.transport.DialContext = pn.dial
+	} else if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -97,7 +102,7 @@ type fakeEngine struct {
 
 func newFakeEngine(t testing.TB, handle func(w http.ResponseWriter, r *http.Request)) *fakeEngine {
 	f := &fakeEngine{handle: handle}
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.calls.Add(1)
 		n := f.cur.Add(1)
 		for {
@@ -115,6 +120,11 @@ func newFakeEngine(t testing.TB, handle func(w http.ResponseWriter, r *http.Requ
 			f.cancelled.Add(1)
 		}
 	}))
+	if pn := bubbleNet(t); pn != nil {
+		f.srv.Listener.Close()
+		f.srv.Listener = pn.listen()
+	}
+	f.srv.Start()
 	t.Cleanup(f.srv.Close)
 	return f
 }
@@ -140,6 +150,9 @@ func blockUntil(release <-chan struct{}) func(w http.ResponseWriter, r *http.Req
 
 func newClient(t testing.TB) *http.Client {
 	tr := &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}
+	if pn := bubbleNet(t); pn != nil {
+		tr.DialContext = pn.dial
+	}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
 }
@@ -217,9 +230,18 @@ func checkRejection(t testing.TB, a answer, status int, reason string, shouldRet
 	}
 }
 
-// eventually polls cond every 5 ms for up to d.
+// eventually polls cond every 5 ms for up to d. In a bubble (inBubble)
+// time stands still instead, as the limiter's clock did when tests drove
+// it by hand: every goroutine runs until blocked, then cond must hold.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if bubbleNet(t) != nil {
+		synctest.Wait()
+		if !cond() {
+			t.Fatalf("with every goroutine blocked: %s", what)
+		}
+		return
+	}
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -247,7 +269,103 @@ func goroutinesSettle(t testing.TB, base int) {
 	}
 }
 
-// fakeClock is a hand-driven Clock (internal/fakeclock).
-type fakeClock = fakeclock.Clock
+// inBubble runs f in a testing/synctest bubble, whose clock moves only
+// when every goroutine in it is blocked, on an in-memory network: the
+// engines, proxies and clients that f starts (newFakeEngine, startProxy,
+// newClient) talk over net.Pipe connections, on which goroutines block
+// durably (over a real socket the bubble's clock would never move).
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		bubbleNets.Store(t, &pipeNet{listeners: map[string]*pipeListener{}})
+		t.Cleanup(func() { bubbleNets.Delete(t) })
+		f(t)
+	})
+}
 
-func newFakeClock() *fakeClock { return fakeclock.New() }
+// advance lets d pass on the bubble's clock and returns once every
+// goroutine it woke is blocked again: the timers that came due have run.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// bubbleNets maps the *testing.T of each bubble to its network.
+var bubbleNets sync.Map
+
+// bubbleNet is t's in-memory network; nil outside inBubble.
+func bubbleNet(t testing.TB) *pipeNet {
+	n, _ := bubbleNets.Load(t)
+	pn, _ := n.(*pipeNet)
+	return pn
+}
+
+// pipeNet is an in-memory network of listeners by address.
+type pipeNet struct {
+	mu        sync.Mutex
+	listeners map[string]*pipeListener
+}
+
+var errRefused = errors.New("connection refused")
+
+// listen opens a listener at a new loopback-looking address.
+func (n *pipeNet) listen() *pipeListener {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := &pipeListener{addr: pipeAddr(fmt.Sprintf("127.0.0.1:%d", 10001+len(n.listeners))),
+		conns: make(chan net.Conn), done: make(chan struct{})}
+	n.listeners[string(l.addr)] = l
+	return l
+}
+
+// dial is a DialContext connecting to the listener at addr.
+func (n *pipeNet) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	n.mu.Lock()
+	l := n.listeners[addr]
+	n.mu.Unlock()
+	if l == nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, errRefused)
+	}
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+	case <-ctx.Done():
+	}
+	client.Close()
+	server.Close()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("dial %s: %w", addr, errRefused)
+}
+
+// pipeListener accepts the server ends of its network's pipes.
+type pipeListener struct {
+	addr  pipeAddr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return l.addr }
+
+type pipeAddr string
+
+func (pipeAddr) Network() string  { return "tcp" }
+func (a pipeAddr) String() string { return string(a) }

@@ -16,18 +16,17 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/upstream"
 )
 
 // Clock is the limiter's time source (see core.Clock): queue ages, rate
 // windows, the deferred-cancellation and queue-wait timers all read it, so
-// a test can drive them without sleeping.
+// the limiter can keep a time-scaled engine's time (bench/).
 type Clock = core.Clock
 
 // Option adjusts a Limiter built by New.
 type Option func(*Limiter)
 
-// WithClock replaces the wall clock (tests).
+// WithClock replaces the wall clock (a time-scaled engine's, bench/).
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
 // WithLogger sets where the limiter logs; the default discards.
@@ -46,7 +45,7 @@ type Limiter struct {
 	clock     Clock
 	log       *logrus.Entry
 	reg       prometheus.Registerer
-	transport roundTripper
+	transport *http.Transport
 	co        *coalescer
 
 	// The engine's queue gauges, read for the automatic cap.
@@ -131,7 +130,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	l.co = newCoalescer(cfg, l.clock, func() { l.c.cancelledDeferred.Add(1) },
 		func() { l.c.cancelledImmediate.Add(1) })
 	l.base, l.stop = context.WithCancel(context.Background())
-	l.transport = newTransport(upstream)
+	l.transport = newTransport()
 	if l.reg != nil {
 		if err := l.reg.Register(&collector{l: l}); err != nil {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
@@ -156,28 +155,38 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// roundTripper is how the limiter calls the engine.
-type roundTripper interface {
-	http.RoundTripper
-	CloseIdleConnections()
-}
+// Transport settings for the engine client (newTransport).
+const (
+	// engineDialTimeout bounds a connect to the engine.
+	engineDialTimeout = 5 * time.Second
+	// engineIdleTimeout is below the keep-alive of uvicorn (vLLM's HTTP
+	// server, 5 s by default), so an idle connection is dropped here
+	// before the engine closes it under a request.
+	engineIdleTimeout = 4 * time.Second
+	// engineMaxIdle is how many idle connections are kept: one per
+	// request in flight at the highest cap, so a burst after a lull does
+	// not dial.
+	engineMaxIdle = 1024
+)
 
-// newTransport picks the engine client: for a plain-http engine (the usual
-// case, on the same host) vigil's own, which makes no goroutine hand-offs
-// per request (see package upstream); for https, net/http's Transport.
-func newTransport(u *url.URL) roundTripper {
-	if u.Scheme == "http" {
-		return &upstream.Transport{}
-	}
+// newTransport is the engine client, for http and https alike. It replays
+// a request only by net/http's rule: after a reused connection failed
+// before any of the request was written, or when the request is
+// idempotent (GET, HEAD, OPTIONS, TRACE, or an Idempotency-Key or
+// X-Idempotency-Key header) and its body can be replayed; so a completion
+// without a key that the engine may have read never runs twice. Its
+// context ending closes the connection, so the engine sees the client
+// leave and aborts.
+func newTransport() *http.Transport {
 	return &http.Transport{
 		Proxy: nil, // the engine is local; never route it through an environment proxy
 		DialContext: (&net.Dialer{
-			Timeout:   5 * time.Second,
+			Timeout:   engineDialTimeout,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
-		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     4 * time.Second, // below the engine's keep-alive (uvicorn: 5 s)
+		MaxIdleConns:        engineMaxIdle,
+		MaxIdleConnsPerHost: engineMaxIdle,
+		IdleConnTimeout:     engineIdleTimeout,
 		// Identity bodies: usage is read from the answer as it passes.
 		DisableCompression: true,
 	}

@@ -314,34 +314,35 @@ func TestReadsPassThroughUncappedAndEverythingElseIsCapped(t *testing.T) {
 }
 
 func TestRecoveryRejectsThenRampsTheCap(t *testing.T) {
-	clk := newFakeClock()
-	eng := newFakeEngine(t, okJSON)
-	cfg := testConfig()
-	cfg.MaxInFlight = 100
-	cfg.SlowStart = 100 * time.Second
-	p := startProxy(t, cfg, eng.srv.URL, WithClock(clk))
-	c := newClient(t)
+	inBubble(t, func(t *testing.T) {
+		eng := newFakeEngine(t, okJSON)
+		cfg := testConfig()
+		cfg.MaxInFlight = 100
+		cfg.SlowStart = 100 * time.Second
+		p := startProxy(t, cfg, eng.srv.URL)
+		c := newClient(t)
 
-	p.l.SetRecovering(true)
-	a := call(context.Background(), c, p.url, completionBody)
-	checkRejection(t, a, http.StatusServiceUnavailable, ReasonRecovering, true)
-	if eng.calls.Load() != 0 {
-		t.Error("a request reached the engine while it was recovering")
-	}
-	p.l.SetRecovering(false)
-	p.l.SlowStart() // the recovery's call once the engine serves again
-	for _, step := range []struct {
-		after time.Duration
-		want  int
-	}{{0, 10}, {50 * time.Second, 55}, {49 * time.Second, 99}, {2 * time.Second, 100}} {
-		clk.Advance(step.after)
-		if got := p.l.Stats().Cap; got != step.want {
-			t.Errorf("slow start: cap %d, want %d", got, step.want)
+		p.l.SetRecovering(true)
+		a := call(context.Background(), c, p.url, completionBody)
+		checkRejection(t, a, http.StatusServiceUnavailable, ReasonRecovering, true)
+		if eng.calls.Load() != 0 {
+			t.Error("a request reached the engine while it was recovering")
 		}
-	}
-	if a := call(context.Background(), c, p.url, completionBody); a.status != http.StatusOK {
-		t.Errorf("after recovery: status %d", a.status)
-	}
+		p.l.SetRecovering(false)
+		p.l.SlowStart() // the recovery's call once the engine serves again
+		for _, step := range []struct {
+			after time.Duration
+			want  int
+		}{{0, 10}, {50 * time.Second, 55}, {49 * time.Second, 99}, {2 * time.Second, 100}} {
+			advance(step.after)
+			if got := p.l.Stats().Cap; got != step.want {
+				t.Errorf("slow start: cap %d, want %d", got, step.want)
+			}
+		}
+		if a := call(context.Background(), c, p.url, completionBody); a.status != http.StatusOK {
+			t.Errorf("after recovery: status %d", a.status)
+		}
+	})
 }
 
 func TestControlSurface(t *testing.T) {
@@ -489,17 +490,18 @@ func TestEveryExitFreesTheSlot(t *testing.T) {
 }
 
 func TestAFailedRecoveryLeavesTheCapAsItWas(t *testing.T) {
-	clk := newFakeClock()
-	eng := newFakeEngine(t, okJSON)
-	cfg := testConfig()
-	cfg.MaxInFlight = 100
-	cfg.SlowStart = 100 * time.Second
-	p := startProxy(t, cfg, eng.srv.URL, WithClock(clk))
-	p.l.SetRecovering(true)
-	p.l.SetRecovering(false) // the restart failed: no slow start
-	if got := p.l.Stats().Cap; got != 100 {
-		t.Fatalf("cap after a failed recovery = %d, want 100", got)
-	}
+	inBubble(t, func(t *testing.T) {
+		eng := newFakeEngine(t, okJSON)
+		cfg := testConfig()
+		cfg.MaxInFlight = 100
+		cfg.SlowStart = 100 * time.Second
+		p := startProxy(t, cfg, eng.srv.URL)
+		p.l.SetRecovering(true)
+		p.l.SetRecovering(false) // the restart failed: no slow start
+		if got := p.l.Stats().Cap; got != 100 {
+			t.Fatalf("cap after a failed recovery = %d, want 100", got)
+		}
+	})
 }
 
 func TestAKeyedCallKeepsItsQueuePlaceAcrossAttempts(t *testing.T) {

@@ -13,10 +13,8 @@ import (
 // (net/http's server starts and stops a background reader for each) stay
 // on that thread; with more, each one wakes another thread (futex, then the
 // scheduler), which on a loopback path costs more than the request's own
-// work: bench/overhead measured vigil's added p50 at 167 vs 206 µs (plain)
-// and 146 vs 186 µs (streamed) with 1 thread vs 2, the same throughput at 8
-// clients. One thread also keeps vigil off the cores the engine's own
-// CPU-bound threads (its scheduler, tokenizer) need.
+// work (bench/README.md, overhead). One thread also keeps vigil off the
+// cores the engine's own CPU-bound threads (its scheduler, tokenizer) need.
 const Procs = 1
 
 // SetProcs sets GOMAXPROCS to Procs unless the environment sets it, and

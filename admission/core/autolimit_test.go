@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -561,37 +562,38 @@ func TestAutoLimitGrowsByTheTurnover(t *testing.T) {
 // counts at its ends (1 and 10) would have read it as ten times slower
 // per request than it was, and cut the cap for it.
 func TestAnswersAreJudgedByWhatRanBesideThem(t *testing.T) {
-	clk := newFakeClock()
-	cfg := testConfig()
-	cfg.MaxInFlight = 0
-	l := New(cfg, WithClock(clk))
-	auto := l.auto.(*autoLimit)
-	auto.limit = autoMax
-	enter := func() *Listener {
-		tk, rj, err := l.Acquire(t.Context(), Request{Tokens: 1, Timeout: 120 * time.Second})
-		if err != nil || rj != nil {
-			t.Fatalf("enter: %v %v", err, rj)
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig()
+		cfg.MaxInFlight = 0
+		l := New(cfg)
+		auto := l.auto.(*autoLimit)
+		auto.limit = autoMax
+		enter := func() *Listener {
+			tk, rj, err := l.Acquire(t.Context(), Request{Tokens: 1, Timeout: 120 * time.Second})
+			if err != nil || rj != nil {
+				t.Fatalf("enter: %v %v", err, rj)
+			}
+			return tk
 		}
-		return tk
-	}
-	first := enter()
-	others := make([]*Listener, 99)
-	for i := range others {
-		others[i] = enter()
-	}
-	clk.Advance(90 * time.Second)
-	for _, tk := range others[:90] {
-		tk.Release(Outcome{Success: true})
-	}
-	clk.Advance(10 * time.Second)
-	auto.dl = nil // only the first answer's sample below
-	first.Release(Outcome{Success: true})
-	if len(auto.dl) != 1 {
-		t.Fatalf("%d deadline samples, want 1", len(auto.dl))
-	}
-	if n := auto.dl[0].n; n != 91 {
-		t.Errorf("the answer ran beside %d by the limiter's count, want 91 (100 for 90 s, 10 for 10 s)", n)
-	}
+		first := enter()
+		others := make([]*Listener, 99)
+		for i := range others {
+			others[i] = enter()
+		}
+		advance(90 * time.Second)
+		for _, tk := range others[:90] {
+			tk.Release(Outcome{Success: true})
+		}
+		advance(10 * time.Second)
+		auto.dl = nil // only the first answer's sample below
+		first.Release(Outcome{Success: true})
+		if len(auto.dl) != 1 {
+			t.Fatalf("%d deadline samples, want 1", len(auto.dl))
+		}
+		if n := auto.dl[0].n; n != 91 {
+			t.Errorf("the answer ran beside %d by the limiter's count, want 91 (100 for 90 s, 10 for 10 s)", n)
+		}
+	})
 }
 
 // sizedEngine is a toy continuous-batching engine for the knee: it runs

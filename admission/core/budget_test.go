@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -38,38 +39,39 @@ func TestTheRetryBudgetShedsOnlyWhileTheEngineIsBehind(t *testing.T) {
 			Request{Retry: true, NeverExecuted: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig()
-			cfg.MaxInFlight, cfg.RetryRatio, cfg.RetryWindow, cfg.MaxQueueWait = 1, 0, time.Minute, time.Minute
-			clk := newFakeClock()
-			l := New(cfg, WithClock(clk))
-			spendRetryFloor(t, l) // 5 completions in the window: 0.5 a second
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if tc.queued > 0 {
-				blocker := mustAcquire(t, l, Request{})
-				defer blocker.Ignore()
-				for i := range tc.queued {
-					acquireAsync(ctx, l, Request{})
-					untilQueued(t, l, i+1)
+			synctest.Test(t, func(t *testing.T) {
+				cfg := testConfig()
+				cfg.MaxInFlight, cfg.RetryRatio, cfg.RetryWindow, cfg.MaxQueueWait = 1, 0, time.Minute, time.Minute
+				l := New(cfg)
+				spendRetryFloor(t, l) // 5 completions in the window: 0.5 a second
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tc.queued > 0 {
+					blocker := mustAcquire(t, l, Request{})
+					defer blocker.Ignore()
+					for i := range tc.queued {
+						acquireAsync(ctx, l, Request{})
+						untilQueued(t, l, i+1)
+					}
 				}
-			}
-			ch := acquireAsync(ctx, l, tc.r)
-			var a acquired
-			if tc.queued == 0 {
-				a = get(t, ch)
-			} else {
-				select {
-				case a = <-ch:
-				case <-time.After(200 * time.Millisecond): // queued: neither admitted nor refused
+				ch := acquireAsync(ctx, l, tc.r)
+				var a acquired
+				if tc.queued == 0 {
+					a = get(t, ch)
+				} else {
+					select {
+					case a = <-ch:
+					case <-time.After(200 * time.Millisecond): // queued: neither admitted nor refused
+					}
 				}
-			}
-			refused := a.rj != nil && a.rj.Reason == ReasonRetryBudget
-			if refused != tc.refused {
-				t.Errorf("refused by the retry budget: %v (%+v), want %v", refused, a.rj, tc.refused)
-			}
-			if !tc.refused && a.rj != nil {
-				t.Errorf("rejected: %+v", a.rj)
-			}
+				refused := a.rj != nil && a.rj.Reason == ReasonRetryBudget
+				if refused != tc.refused {
+					t.Errorf("refused by the retry budget: %v (%+v), want %v", refused, a.rj, tc.refused)
+				}
+				if !tc.refused && a.rj != nil {
+					t.Errorf("rejected: %+v", a.rj)
+				}
+			})
 		})
 	}
 }
@@ -92,45 +94,46 @@ func TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime(t *testing.T) {
 		{"no timeout known, no answer measured: newest first", 0, 0, 0, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig()
-			cfg.MaxInFlight, cfg.Order, cfg.MaxQueueWait = 1, "newest_first", time.Minute
-			clk := newFakeClock()
-			l := New(cfg, WithClock(clk))
-			for range tc.warm {
-				lis := mustAcquire(t, l, Request{})
-				clk.Advance(tc.service / 40)
-				lis.Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
-			}
-			l.mu.Lock()
-			l.engineService = tc.service // the answers' typical time, as measured
-			l.mu.Unlock()
-			blocker := mustAcquire(t, l, Request{})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			var chans []<-chan acquired
-			for i := range 3 {
-				chans = append(chans, acquireAsync(ctx, l, Request{Timeout: tc.timeout}))
-				untilQueued(t, l, i+1)
-				clk.Advance(100 * time.Millisecond)
-			}
-			blocker.Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
-			served := -1
-			for i, ch := range chans {
-				select {
-				case a := <-ch:
-					if a.lis != nil {
-						served = i
-						a.lis.Ignore()
+			synctest.Test(t, func(t *testing.T) {
+				cfg := testConfig()
+				cfg.MaxInFlight, cfg.Order, cfg.MaxQueueWait = 1, "newest_first", time.Minute
+				l := New(cfg)
+				for range tc.warm {
+					lis := mustAcquire(t, l, Request{})
+					advance(tc.service / 40)
+					lis.Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
+				}
+				l.mu.Lock()
+				l.engineService = tc.service // the answers' typical time, as measured
+				l.mu.Unlock()
+				blocker := mustAcquire(t, l, Request{})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				var chans []<-chan acquired
+				for i := range 3 {
+					chans = append(chans, acquireAsync(ctx, l, Request{Timeout: tc.timeout}))
+					untilQueued(t, l, i+1)
+					advance(100 * time.Millisecond)
+				}
+				blocker.Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
+				served := -1
+				for i, ch := range chans {
+					select {
+					case a := <-ch:
+						if a.lis != nil {
+							served = i
+							a.lis.Ignore()
+						}
+					case <-time.After(50 * time.Millisecond):
 					}
-				case <-time.After(50 * time.Millisecond):
+					if served >= 0 {
+						break
+					}
 				}
-				if served >= 0 {
-					break
+				if served != tc.want {
+					t.Errorf("waiter %d served first, want %d", served, tc.want)
 				}
-			}
-			if served != tc.want {
-				t.Errorf("waiter %d served first, want %d", served, tc.want)
-			}
+			})
 		})
 	}
 }

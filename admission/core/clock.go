@@ -3,8 +3,9 @@ package core
 import "time"
 
 // Clock is the limiter's time source: queue ages, rate windows, the
-// deferred-cancellation and queue-wait timers all read it, so a test can
-// drive them without sleeping.
+// deferred-cancellation and queue-wait timers all read it, so the limiter
+// can keep a time-scaled engine's time (bench/). Tests need none of it:
+// a testing/synctest bubble fakes the wall clock itself.
 type Clock interface {
 	Now() time.Time
 	// AfterFunc runs f in its own goroutine once d has passed. The returned

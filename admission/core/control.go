@@ -71,7 +71,9 @@ func (l *Limiter) SlowStart() {
 	if l.cfg.SlowStart > 0 {
 		l.slowFrom = now
 	}
-	l.auto.Restart(now)
+	if p, ok := l.auto.(Prober); ok {
+		p.Restart(now)
+	}
 	l.log.WithFields(logrus.Fields{"slow_start_seconds": l.cfg.SlowStart.Seconds(), "cap": l.capLocked(now)}).
 		Info("admission: slow start")
 }
@@ -119,7 +121,11 @@ func (l *Limiter) ObserveEngine(g EngineLoad) {
 	defer l.mu.Unlock()
 	l.engineWaiting, l.engineRunning = g.Waiting, g.Running
 	lim := l.limitLocked()
-	if now := l.clock.Now(); lim.OnEngine(g, now) {
+	er, ok := lim.(EngineReader)
+	if !ok {
+		return
+	}
+	if now := l.clock.Now(); er.OnEngine(g, now) {
 		l.log.WithFields(logrus.Fields{"cap": lim.Limit(), "engine_waiting": g.Waiting, "engine_running": g.Running}).
 			Debug("admission: cap changed")
 		l.dispatchLocked(now)
@@ -170,7 +176,7 @@ func (l *Limiter) Stats() Stats {
 	s.InFlight = l.inFlight
 	s.Cap = l.capLocked(now)
 	s.Automatic = l.fixed == 0
-	s.FirstTokenLimit, s.AwaitingFirstToken = l.limitLocked().FirstTokenLimit(), l.awaitingFirst
+	s.FirstTokenLimit, s.AwaitingFirstToken = l.firstTokenLimitLocked(), l.awaitingFirst
 	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
 	s.CompletionRate = l.completions.sum(now) / completionSpan.Seconds()
 	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning

@@ -138,12 +138,10 @@ func (l *Limiter) timeoutLocked(r Request) time.Duration {
 // engine's own time to first token (engineTTFT) is spent, at least a tenth
 // of the target; else defaultStreamWait.
 //
-// The client sees the queue wait plus the engine's TTFT. Bounding the
-// wait by the whole target let a stream wait 2 s in the queue and then
-// take the engine's second: on bench/goodput's longprompt workload, with
-// the target at the 0.69 s objective, the automatic cap kept the engine's
-// TTFT near it and the queue doubled it (0.76 streams/s within the
-// objective, against 1.13 for the no-queue gateway at cap 8).
+// The client sees the queue wait plus the engine's TTFT, so the wait gets
+// only what the target leaves: bounded by the whole target, the queue
+// doubled a TTFT the automatic cap held near the objective
+// (docs/design.md, queue bounds).
 func (l *Limiter) streamQueueWait() time.Duration {
 	switch {
 	case l.cfg.StreamQueueWait > 0:
@@ -180,13 +178,9 @@ func (l *Limiter) drainRateLocked(now time.Time) float64 {
 // for a first attempt (it is served next: the first attempts already
 // waiting are older, and a newer arrival that overtakes it before a slot
 // frees ends its wait at its bound, 503 then), every live waiter for a
-// retry; a retry resuming a held place (ph) counts from there.
-//
-// Counting the older first attempts for a newest_first arrival, as this
-// did at first, turned away the very streams newest_first serves on time:
-// on bench/goodput's longprompt workload the fixed cap 8 fell from 0.91
-// to 0.36 streams a second within the objective (1,154 stream_deadline
-// rejections of 1,679 calls).
+// retry; a retry resuming a held place (ph) counts from there. Counting
+// the older first attempts for a newest_first arrival would turn away the
+// very streams newest_first serves on time (docs/design.md, queue bounds).
 func (l *Limiter) positionLocked(r Request, ph *waiter) int {
 	if ph != nil && ph.queued {
 		return l.aheadLocked(ph)

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -199,48 +200,46 @@ type gateLimit struct {
 }
 
 func (g *gateLimit) FirstTokenLimit() int { return g.firstTokens }
-func (g *gateLimit) OnDemand(firstToken bool) {
-	if firstToken {
-		g.gateDemand++
-	}
-}
+func (g *gateLimit) OnFirstTokenDemand()  { g.gateDemand++ }
 
 // With one stream at a time awaiting its first token, a second stream
 // waits for the first one's first token (not for its end), while a plain
 // call behind it goes at once: only streams pass the first-token limit.
 func TestStreamsWaitForTheFirstTokenLimit(t *testing.T) {
-	cfg := testConfig()
-	cfg.MaxInFlight = 0
-	lim := &gateLimit{fixedCap: fixedCap{n: 8}, firstTokens: 1}
-	l := New(cfg, WithLimit(lim), WithClock(newFakeClock()))
-	first := mustAcquire(t, l, Request{Stream: true})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	second := acquireAsync(ctx, l, Request{Stream: true})
-	untilQueued(t, l, 1)
-	if lim.gateDemand != 1 {
-		t.Errorf("gate demand %d, want 1: the stream found the first-token limit full", lim.gateDemand)
-	}
-	plain := mustAcquire(t, l, Request{})
-	if s := l.Stats(); s.InFlight != 2 || s.QueueDepth != 1 || s.AwaitingFirstToken != 1 || s.FirstTokenLimit != 1 {
-		t.Fatalf("in flight %d, queued %d, awaiting a first token %d (limit %d); want 2, 1 (the second stream), 1, 1",
-			s.InFlight, s.QueueDepth, s.AwaitingFirstToken, s.FirstTokenLimit)
-	}
-	first.FirstToken(300 * time.Millisecond)
-	a := get(t, second)
-	if a.lis == nil {
-		t.Fatalf("the second stream was not admitted after the first one's first token: %v %v", a.rj, a.err)
-	}
-	if s := l.Stats(); s.InFlight != 3 || s.AwaitingFirstToken != 1 {
-		t.Errorf("in flight %d, awaiting %d; want 3 and 1", s.InFlight, s.AwaitingFirstToken)
-	}
-	// A slot that ends before its first token frees the limit too.
-	a.lis.Release(Outcome{Dropped: true, Streamed: true})
-	third := mustAcquire(t, l, Request{Stream: true})
-	third.Ignore()
-	first.Release(Outcome{Success: true, Streamed: true})
-	plain.Release(Outcome{Success: true})
-	if s := l.Stats(); s.InFlight != 0 || s.AwaitingFirstToken != 0 {
-		t.Errorf("in flight %d, awaiting %d at the end; want 0 and 0", s.InFlight, s.AwaitingFirstToken)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig()
+		cfg.MaxInFlight = 0
+		lim := &gateLimit{fixedCap: fixedCap{n: 8}, firstTokens: 1}
+		l := New(cfg, WithLimit(lim))
+		first := mustAcquire(t, l, Request{Stream: true})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		second := acquireAsync(ctx, l, Request{Stream: true})
+		untilQueued(t, l, 1)
+		if lim.gateDemand != 1 {
+			t.Errorf("gate demand %d, want 1: the stream found the first-token limit full", lim.gateDemand)
+		}
+		plain := mustAcquire(t, l, Request{})
+		if s := l.Stats(); s.InFlight != 2 || s.QueueDepth != 1 || s.AwaitingFirstToken != 1 || s.FirstTokenLimit != 1 {
+			t.Fatalf("in flight %d, queued %d, awaiting a first token %d (limit %d); want 2, 1 (the second stream), 1, 1",
+				s.InFlight, s.QueueDepth, s.AwaitingFirstToken, s.FirstTokenLimit)
+		}
+		first.FirstToken(300 * time.Millisecond)
+		a := get(t, second)
+		if a.lis == nil {
+			t.Fatalf("the second stream was not admitted after the first one's first token: %v %v", a.rj, a.err)
+		}
+		if s := l.Stats(); s.InFlight != 3 || s.AwaitingFirstToken != 1 {
+			t.Errorf("in flight %d, awaiting %d; want 3 and 1", s.InFlight, s.AwaitingFirstToken)
+		}
+		// A slot that ends before its first token frees the limit too.
+		a.lis.Release(Outcome{Dropped: true, Streamed: true})
+		third := mustAcquire(t, l, Request{Stream: true})
+		third.Ignore()
+		first.Release(Outcome{Success: true, Streamed: true})
+		plain.Release(Outcome{Success: true})
+		if s := l.Stats(); s.InFlight != 0 || s.AwaitingFirstToken != 0 {
+			t.Errorf("in flight %d, awaiting %d at the end; want 0 and 0", s.InFlight, s.AwaitingFirstToken)
+		}
+	})
 }

@@ -1,10 +1,10 @@
 package core
 
 import (
+	"testing/synctest"
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/fakeclock"
 )
 
 // pollEvery is how often package admission reads the engine's gauges
@@ -23,10 +23,13 @@ func testConfig() configs.Admission {
 	return c
 }
 
-// fakeClock is a hand-driven Clock (internal/fakeclock).
-type fakeClock = fakeclock.Clock
-
-func newFakeClock() *fakeClock { return fakeclock.New() }
+// advance lets d pass on the clock of the test's bubble (testing/synctest)
+// and returns once every goroutine it woke is blocked again: the timers
+// that came due have run.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
 
 // observeEngine feeds a reading of the queue gauges alone, as most tests
 // of the automatic cap need.

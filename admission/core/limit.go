@@ -2,36 +2,72 @@ package core
 
 import "time"
 
-// Limit is the algorithm that sets the in-flight cap: the automatic cap
-// (NewAuto, the default) or a fixed one (NewFixed). The core feeds it what
-// it sees of the engine and asks it for the cap; every call is made under
-// the core's lock, with the time it happened, so an implementation needs
-// no lock or clock of its own. The On* methods report whether the cap
-// changed, so freed room is handed to the queue at once.
+// Limit is what every in-flight cap has: a value, and the watchdog's
+// verdict that the engine is saturated. The automatic cap (NewAuto, the
+// default) and a fixed one (NewFixed) are Limits; what else a Limit does
+// it says by the small interfaces below, and the core calls each part
+// only on a Limit that has it. Every call is made under the core's lock,
+// with the time it happened, so an implementation needs no lock or clock
+// of its own. Calls that report a bool report whether the cap changed, so
+// freed room is handed to the queue at once.
 type Limit interface {
 	// Limit is the cap now, before slow start.
 	Limit() int
-	// FirstTokenLimit is how many streams may await their first token at
-	// once (admitted, no byte of the answer yet); 0: no such limit.
-	FirstTokenLimit() int
-	// OnDemand: a request found the cap full (the cap is being used), or
-	// with firstToken, a stream found the first-token limit full.
-	OnDemand(firstToken bool)
-	// OnFirstToken: a streamed answer's first byte came ttft after its
-	// request was sent upstream.
-	OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool
-	// OnSample: an answer ended, successfully or dropped by the engine.
-	OnSample(s Sample, now time.Time) bool
-	// OnEngine: one reading of the engine's load (its queue gauges, KV
-	// usage and prefill counters).
-	OnEngine(g EngineLoad, now time.Time) bool
 	// SetSaturated is the watchdog's verdict that the engine progresses
 	// under a deep queue of its own (see Limiter.SetSaturated).
 	SetSaturated(on bool, now time.Time)
+}
+
+// EngineReader is a Limit that follows the engine's load: one reading of
+// its queue gauges, KV usage and prefill counters at a time.
+type EngineReader interface {
+	OnEngine(g EngineLoad, now time.Time) bool
+}
+
+// Learner is a Limit that learns from the answers.
+type Learner interface {
+	// OnSample: an answer ended, successfully or dropped by the engine.
+	OnSample(s Sample, now time.Time) bool
+	// OnFirstToken: a streamed answer's first byte came ttft after its
+	// request was sent upstream.
+	OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool
+}
+
+// Prober is a Limit that probes for the engine's capacity: it grows only
+// while the cap is used, and probes again after the engine restarts.
+type Prober interface {
+	// OnDemand: a request found the cap full.
+	OnDemand()
 	// Restart: the engine came back from a restart; its capacity may
 	// differ from the old one's.
 	Restart(now time.Time)
 }
+
+// FirstTokenLimiter is a Limit that also bounds the streams awaiting their
+// first token at once (admitted, no byte of the answer yet).
+type FirstTokenLimiter interface {
+	// FirstTokenLimit is that bound now; 0: none.
+	FirstTokenLimit() int
+	// OnFirstTokenDemand: a stream found the bound full while the cap had
+	// room.
+	OnFirstTokenDemand()
+}
+
+// The parts each cap has; the core finds them by type assertion, so one
+// missing here would silently go unused.
+var (
+	_ interface {
+		Limit
+		EngineReader
+		Learner
+		Prober
+		FirstTokenLimiter
+	} = (*autoLimit)(nil)
+	_ interface {
+		Limit
+		EngineReader
+	} = (*fixedCap)(nil)
+)
 
 // Sample is one answer that ended: a success or a drop (an upstream
 // failure). Answers cancelled or refused by the engine are no sample.
@@ -63,19 +99,10 @@ func NewAuto(ttftTarget time.Duration, seats int, now time.Time) Limit {
 	return newAutoLimit(ttftTarget, seats, now)
 }
 
-func (a *autoLimit) Limit() int           { return a.cap() }
-func (a *autoLimit) FirstTokenLimit() int { return a.gate.bound() }
+func (a *autoLimit) Limit() int { return a.cap() }
 
-func (a *autoLimit) OnDemand(firstToken bool) {
-	if firstToken {
-		a.gate.markDemand()
-		return
-	}
-	a.markDemand()
-}
-
-func (a *autoLimit) OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool {
-	return a.observeTTFT(admitted, ttft, now)
+func (a *autoLimit) OnEngine(g EngineLoad, now time.Time) bool {
+	return a.observeLoad(g, now)
 }
 
 func (a *autoLimit) OnSample(s Sample, now time.Time) bool {
@@ -85,9 +112,17 @@ func (a *autoLimit) OnSample(s Sample, now time.Time) bool {
 	return a.observeDone(s.Admitted, now, s.Deadline, s.Streamed, s.InFlight, s.Size)
 }
 
-func (a *autoLimit) OnEngine(g EngineLoad, now time.Time) bool {
-	return a.observeLoad(g, now)
+// OnFirstToken feeds the cap's TTFT evidence and the first-token limit.
+func (a *autoLimit) OnFirstToken(admitted time.Time, ttft time.Duration, now time.Time) bool {
+	return a.observeTTFT(admitted, ttft, now)
 }
+
+func (a *autoLimit) OnDemand() { a.markDemand() }
+
+// FirstTokenLimit is the first-token limit's bound (see firstTokenGate).
+func (a *autoLimit) FirstTokenLimit() int { return a.gate.bound() }
+
+func (a *autoLimit) OnFirstTokenDemand() { a.gate.markDemand() }
 
 // SetSaturated stops growth while it holds, and cuts the cap by a quarter
 // once when it starts (neither on a prefill backlog: see tighten).
@@ -143,9 +178,4 @@ func (f *fixedCap) OnEngine(g EngineLoad, now time.Time) bool {
 	return f.Limit() != was
 }
 
-func (f *fixedCap) FirstTokenLimit() int                                  { return 0 }
-func (f *fixedCap) OnDemand(bool)                                         {}
-func (f *fixedCap) OnFirstToken(time.Time, time.Duration, time.Time) bool { return false }
-func (f *fixedCap) OnSample(Sample, time.Time) bool                       { return false }
-func (f *fixedCap) SetSaturated(on bool, _ time.Time)                     { f.saturated = on }
-func (f *fixedCap) Restart(time.Time)                                     {}
+func (f *fixedCap) SetSaturated(on bool, _ time.Time) { f.saturated = on }

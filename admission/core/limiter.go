@@ -83,7 +83,7 @@ var ErrClientGone = errors.New("client went away")
 // Option adjusts a Limiter built by New.
 type Option func(*Limiter)
 
-// WithClock replaces the wall clock (tests).
+// WithClock replaces the wall clock (a time-scaled engine's, bench/).
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
 // WithLogger sets where the core logs its control changes; the default
@@ -142,7 +142,7 @@ type Limiter struct {
 	// the first.
 	engineService time.Duration
 	// awaitingFirst counts the streams in flight whose first token has not
-	// come yet (see Limit.FirstTokenLimit).
+	// come yet (see FirstTokenLimiter).
 	awaitingFirst int
 
 	admitted, queued, abandoned atomic.Uint64
@@ -198,6 +198,28 @@ func (l *Limiter) limitLocked() Limit {
 	return l.auto
 }
 
+// demandLocked tells the Limit in force that a request found it full:
+// the cap, or with firstToken the first-token limit (the cap had room).
+func (l *Limiter) demandLocked(firstToken bool) {
+	if firstToken {
+		if f, ok := l.limitLocked().(FirstTokenLimiter); ok {
+			f.OnFirstTokenDemand()
+		}
+		return
+	}
+	if p, ok := l.limitLocked().(Prober); ok {
+		p.OnDemand()
+	}
+}
+
+// firstTokenLimitLocked is the first-token limit in force; 0: none.
+func (l *Limiter) firstTokenLimitLocked() int {
+	if f, ok := l.limitLocked().(FirstTokenLimiter); ok {
+		return f.FirstTokenLimit()
+	}
+	return 0
+}
+
 // capLocked is the cap in force now: fixed or automatic, ramped by slow
 // start.
 func (l *Limiter) capLocked(now time.Time) int {
@@ -237,7 +259,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		l.mu.Unlock()
 		return lis, nil, nil
 	}
-	l.limitLocked().OnDemand(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
+	l.demandLocked(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
 	maxWait := l.maxWaitLocked(r, timeout)
 	if r.Stream {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
@@ -339,7 +361,7 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	l.admitted.Add(1)
 	l.admissions.add(now, 1)
 	if l.inFlight >= c {
-		l.limitLocked().OnDemand(false)
+		l.demandLocked(false)
 	}
 	lis.admitted, lis.inFlightAt, lis.areaAt = now, l.inFlight, l.inFlightArea
 	lis.startAwaitingLocked()
@@ -349,7 +371,7 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 // firstTokenRoomLocked: a stream may go upstream without passing the
 // first-token limit (anything else always may).
 func (l *Limiter) firstTokenRoomLocked(stream bool) bool {
-	n := l.limitLocked().FirstTokenLimit()
+	n := l.firstTokenLimitLocked()
 	return !stream || n == 0 || l.awaitingFirst < n
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
@@ -26,15 +27,13 @@ func acquireAsync(ctx context.Context, l *Limiter, r Request) <-chan acquired {
 	return ch
 }
 
-// untilQueued waits (briefly, in real time) until n requests wait.
+// untilQueued waits until every goroutine of the test's bubble
+// (testing/synctest) is blocked, then checks that n requests wait.
 func untilQueued(t *testing.T, l *Limiter, n int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for l.Stats().QueueDepth != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue depth %d, want %d", l.Stats().QueueDepth, n)
-		}
-		time.Sleep(time.Millisecond)
+	synctest.Wait()
+	if d := l.Stats().QueueDepth; d != n {
+		t.Fatalf("queue depth %d, want %d", d, n)
 	}
 }
 
@@ -64,16 +63,16 @@ func TestAcquireDecides(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  func(*configs.Admission)
-		run  func(t *testing.T, l *Limiter, clk *fakeClock)
+		run  func(t *testing.T, l *Limiter)
 	}{
-		{"a free slot admits at once", nil, func(t *testing.T, l *Limiter, _ *fakeClock) {
+		{"a free slot admits at once", nil, func(t *testing.T, l *Limiter) {
 			mustAcquire(t, l, Request{Tokens: 1})
 			if s := l.Stats(); s.InFlight != 1 || s.Admitted != 1 || s.Queued != 0 {
 				t.Errorf("in flight %d, admitted %d, queued %d; want 1, 1, 0", s.InFlight, s.Admitted, s.Queued)
 			}
 		}},
 		{"a full cap without a queue rejects at once, as capacity", func(c *configs.Admission) { c.MaxInFlight, c.MaxQueue = 1, 0 },
-			func(t *testing.T, l *Limiter, _ *fakeClock) {
+			func(t *testing.T, l *Limiter) {
 				mustAcquire(t, l, Request{})
 				_, rj, err := l.Acquire(context.Background(), Request{})
 				if err != nil || rj == nil || rj.Reason != ReasonQueueFull || rj.RateLimited() || rj.Wait <= 0 {
@@ -81,7 +80,7 @@ func TestAcquireDecides(t *testing.T) {
 				}
 			}},
 		{"a released slot goes to the waiter", func(c *configs.Admission) { c.MaxInFlight = 1 },
-			func(t *testing.T, l *Limiter, _ *fakeClock) {
+			func(t *testing.T, l *Limiter) {
 				first := mustAcquire(t, l, Request{})
 				ch := acquireAsync(context.Background(), l, Request{})
 				untilQueued(t, l, 1)
@@ -94,15 +93,15 @@ func TestAcquireDecides(t *testing.T) {
 				}
 			}},
 		{"a wait is cut to half the client's timeout", func(c *configs.Admission) { c.MaxInFlight = 1 },
-			func(t *testing.T, l *Limiter, clk *fakeClock) {
+			func(t *testing.T, l *Limiter) {
 				mustAcquire(t, l, Request{})
 				ch := acquireAsync(context.Background(), l, Request{Timeout: 2 * time.Second})
 				untilQueued(t, l, 1)
-				clk.Advance(999 * time.Millisecond)
+				advance(999 * time.Millisecond)
 				if l.Stats().QueueDepth != 1 {
 					t.Fatal("the wait ended before half the client's timeout")
 				}
-				clk.Advance(time.Millisecond)
+				advance(time.Millisecond)
 				if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
 					t.Fatalf("got %+v, want queue_timeout at 1 s", a)
 				}
@@ -110,7 +109,7 @@ func TestAcquireDecides(t *testing.T) {
 		{"a client that leaves the queue is gone, and refunded", func(c *configs.Admission) {
 			c.MaxInFlight = 1
 			c.Tenants.Default.MaxInFlight = 2
-		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+		}, func(t *testing.T, l *Limiter) {
 			mustAcquire(t, l, Request{Tenant: "a"})
 			ctx, cancel := context.WithCancel(context.Background())
 			ch := acquireAsync(ctx, l, Request{Tenant: "a"})
@@ -131,13 +130,13 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatalf("got %+v, want the recovery's rejection", a)
 			}
 		}},
-		{"recovery turns new requests away for the rest of its expected length", nil, func(t *testing.T, l *Limiter, c *fakeClock) {
+		{"recovery turns new requests away for the rest of its expected length", nil, func(t *testing.T, l *Limiter) {
 			l.SetRecovering(true, 30*time.Second)
 			_, rj, _ := l.Acquire(context.Background(), Request{})
 			if rj == nil || rj.Reason != ReasonRecovering || rj.Wait != 30*time.Second || rj.RateLimited() {
 				t.Fatalf("got %+v, want recovering, 30 s", rj)
 			}
-			c.Advance(20 * time.Second)
+			time.Sleep(20 * time.Second)
 			if _, rj, _ = l.Acquire(context.Background(), Request{}); rj == nil || rj.Wait != 10*time.Second {
 				t.Fatalf("got %+v, want recovering, 10 s", rj)
 			}
@@ -145,7 +144,7 @@ func TestAcquireDecides(t *testing.T) {
 		{"a queued request that can wait out the recovery stays queued and is served after it", func(c *configs.Admission) {
 			c.MaxInFlight = 1
 			c.MaxQueueWait = 5 * time.Minute
-		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+		}, func(t *testing.T, l *Limiter) {
 			first := mustAcquire(t, l, Request{})
 			ch := acquireAsync(context.Background(), l, Request{})
 			untilQueued(t, l, 1)
@@ -161,7 +160,7 @@ func TestAcquireDecides(t *testing.T) {
 		}},
 		{"a tenant over its rpm is rate-limited; an ignored slot is refunded", func(c *configs.Admission) {
 			c.Tenants.Default.RPM = 1
-		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+		}, func(t *testing.T, l *Limiter) {
 			lis := mustAcquire(t, l, Request{Tenant: "a"})
 			_, rj, _ := l.Acquire(context.Background(), Request{Tenant: "a"})
 			if rj == nil || rj.Reason != ReasonTenantRPM || !rj.RateLimited() || rj.Wait <= 0 {
@@ -177,7 +176,7 @@ func TestAcquireDecides(t *testing.T) {
 		}},
 		{"a request over the key's whole tpm can never fit", func(c *configs.Admission) {
 			c.Tenants.Default.TPM = 100
-		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+		}, func(t *testing.T, l *Limiter) {
 			_, rj, _ := l.Acquire(context.Background(), Request{Tenant: "a", Tokens: 101})
 			if rj == nil || rj.Reason != ReasonTenantTPM || !rj.Final {
 				t.Fatalf("got %+v, want a final tenant_tpm", rj)
@@ -185,7 +184,7 @@ func TestAcquireDecides(t *testing.T) {
 		}},
 		{"retries that would run a call again are budgeted; others are not", func(c *configs.Admission) {
 			c.RetryRatio = 0
-		}, func(t *testing.T, l *Limiter, _ *fakeClock) {
+		}, func(t *testing.T, l *Limiter) {
 			for range RetryFloor {
 				mustAcquire(t, l, Request{Retry: true}).Release(Outcome{Success: true})
 			}
@@ -196,12 +195,12 @@ func TestAcquireDecides(t *testing.T) {
 			mustAcquire(t, l, Request{Retry: true, NeverExecuted: true})
 		}},
 		{"a dropped answer cuts the automatic cap", func(c *configs.Admission) { c.MaxInFlight = 0 },
-			func(t *testing.T, l *Limiter, clk *fakeClock) {
+			func(t *testing.T, l *Limiter) {
 				var ls []*Listener
 				for range windowMinSamples {
 					ls = append(ls, mustAcquire(t, l, Request{}))
 				}
-				clk.Advance(windowMax)
+				advance(windowMax)
 				for _, lis := range ls {
 					lis.Release(Outcome{Dropped: true})
 				}
@@ -210,7 +209,7 @@ func TestAcquireDecides(t *testing.T) {
 				}
 			}},
 		{"a fixed cap admits three quarters of itself while saturated", func(c *configs.Admission) { c.MaxInFlight = 8 },
-			func(t *testing.T, l *Limiter, _ *fakeClock) {
+			func(t *testing.T, l *Limiter) {
 				l.SetSaturated(true)
 				if c := l.Stats().Cap; c != 6 {
 					t.Errorf("cap %d, want 6", c)
@@ -226,12 +225,13 @@ func TestAcquireDecides(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig()
-			if tc.cfg != nil {
-				tc.cfg(&cfg)
-			}
-			clk := newFakeClock()
-			tc.run(t, New(cfg, WithClock(clk)), clk)
+			synctest.Test(t, func(t *testing.T) {
+				cfg := testConfig()
+				if tc.cfg != nil {
+					tc.cfg(&cfg)
+				}
+				tc.run(t, New(cfg))
+			})
 		})
 	}
 }

@@ -100,8 +100,8 @@ func (lis *Listener) Release(o Outcome) {
 	if o.Success && !o.Streamed {
 		l.engineService = ewma(l.engineService, now.Sub(lis.admitted))
 	}
-	if o.Dropped || o.Success {
-		l.limitLocked().OnSample(Sample{Admitted: lis.admitted, Dropped: o.Dropped, Deadline: lis.deadline,
+	if lr, ok := l.limitLocked().(Learner); ok && (o.Dropped || o.Success) {
+		lr.OnSample(Sample{Admitted: lis.admitted, Dropped: o.Dropped, Deadline: lis.deadline,
 			Streamed: o.Streamed, InFlight: n, Size: lis.size(o)}, now)
 	}
 	l.dispatchLocked(now)
@@ -133,7 +133,7 @@ func (lis *Listener) FirstToken(ttft time.Duration) {
 		defer l.dispatchLocked(now) // room under the first-token limit
 	}
 	l.engineTTFT = ewma(l.engineTTFT, ttft)
-	if l.limitLocked().OnFirstToken(lis.admitted, ttft, now) {
+	if lr, ok := l.limitLocked().(Learner); ok && lr.OnFirstToken(lis.admitted, ttft, now) {
 		l.dispatchLocked(now)
 	}
 }

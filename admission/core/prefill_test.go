@@ -2,6 +2,7 @@ package core
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -122,19 +123,20 @@ func TestAFixedCapUnderASaturatedVerdict(t *testing.T) {
 		{"200-token prompts waiting: 3/4 of the cap", 200, 48},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig()
-			cfg.MaxInFlight = 64
-			clk := newFakeClock()
-			l := New(cfg, WithClock(clk))
-			l.SetSaturated(true)
-			for i := range 8 {
-				clk.Advance(250 * time.Millisecond)
-				l.ObserveEngine(EngineLoad{Waiting: 12, Running: 50, KVUsage: 0.4,
-					PromptTokens: float64((i + 1) * tc.prompt), FirstTokens: float64(i + 1)})
-			}
-			if got := l.Stats().Cap; got != tc.wantCap {
-				t.Errorf("cap %d while saturated, want %d", got, tc.wantCap)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				cfg := testConfig()
+				cfg.MaxInFlight = 64
+				l := New(cfg)
+				l.SetSaturated(true)
+				for i := range 8 {
+					advance(250 * time.Millisecond)
+					l.ObserveEngine(EngineLoad{Waiting: 12, Running: 50, KVUsage: 0.4,
+						PromptTokens: float64((i + 1) * tc.prompt), FirstTokens: float64(i + 1)})
+				}
+				if got := l.Stats().Cap; got != tc.wantCap {
+					t.Errorf("cap %d while saturated, want %d", got, tc.wantCap)
+				}
+			})
 		})
 	}
 }
