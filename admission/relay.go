@@ -335,8 +335,10 @@ func (l *Limiter) moveTo(ex *execution, rl *relay) move {
 		l.out.note(func(f *Fate) { f.Held++ })
 	}
 	if ch := l.out.waitCh(); ch != nil {
+		// A held body counts against the queue's memory (max_queue_bytes).
 		l.out.hold(1)
-		defer l.out.hold(-1)
+		l.core.HoldBytes(int64(len(mv.body)))
+		defer func() { l.out.hold(-1); l.core.HoldBytes(-int64(len(mv.body))) }()
 		select {
 		case <-ch:
 		case <-ex.ctx.Done():

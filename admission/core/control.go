@@ -60,6 +60,15 @@ func (l *Limiter) SetRecovering(on bool, expected time.Duration) {
 	l.log.WithField("recovering", on).Info("admission: engine recovery changed")
 }
 
+// HoldBytes counts n bytes of request bodies held outside the queue (calls
+// cut from a lost engine, waiting for it) against max_queue_bytes; a
+// negative n gives them back.
+func (l *Limiter) HoldBytes(n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.queuedBytes += n
+}
+
 // SlowStart ramps the cap from 10% back to full over the configured
 // slow_start, for an engine that just came back. The automatic cap also
 // forgets its evidence (a restarted engine may differ) and probes again from

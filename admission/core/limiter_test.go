@@ -158,6 +158,21 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatalf("got %+v, want a slot once the engine is back", a)
 			}
 		}},
+		{"bodies held for a lost engine count against max_queue_bytes", func(c *configs.Admission) {
+			c.MaxInFlight = 1
+			c.MaxQueueBytes = 100
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			l.HoldBytes(80)
+			if _, rj, _ := l.Acquire(context.Background(), Request{Bytes: 30}); rj == nil || rj.Reason != ReasonQueueFull {
+				t.Fatalf("got %+v, want queue_full: 80 of 100 bytes are held", rj)
+			}
+			l.HoldBytes(-80)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			acquireAsync(ctx, l, Request{Bytes: 30})
+			untilQueued(t, l, 1)
+		}},
 		{"a tenant over its rpm is rate-limited; an ignored slot is refunded", func(c *configs.Admission) {
 			c.Tenants.Default.RPM = 1
 		}, func(t *testing.T, l *Limiter) {
