@@ -302,6 +302,19 @@ func TestCallsThatCannotMove(t *testing.T) {
 			t.Fatalf("fate %+v, want one lost for logprobs", fate)
 		}
 	})
+	t.Run("a stored answer is still given while the engine is recovered", func(t *testing.T) {
+		t.Parallel()
+		re := newRestartableEngine(t, 0)
+		p := startProxy(t, testConfig(), re.url)
+		c := newClient(t)
+		first := readCall(context.Background(), c, p.url, pathCompletions, moveUnary, "Idempotency-Key", "k2")
+		re.cur.Load().Hang()
+		p.l.SetRecovering(true)
+		again := readCall(context.Background(), c, p.url, pathCompletions, moveUnary, "Idempotency-Key", "k2")
+		if first.status != http.StatusOK || again.status != http.StatusOK || again.text != first.text || p.l.Stats().CoalescedStored != 1 {
+			t.Fatalf("first %+v, retry during the recovery %+v; want the stored answer", first, again)
+		}
+	})
 	t.Run("max_moves 0: nothing is cut", func(t *testing.T) {
 		t.Parallel()
 		re := newRestartableEngine(t, 0)
