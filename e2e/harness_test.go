@@ -423,15 +423,22 @@ type vigil struct {
 // test ends and prints its output if the test failed.
 func startVigil(t *testing.T, cfg vigilConfig) *vigil {
 	t.Helper()
+	return startVigilYAML(t, cfg, cfg.yaml())
+}
+
+// startVigilYAML is startVigil on a config of its own (cfg.yaml() with
+// more sections).
+func startVigilYAML(t *testing.T, cfg vigilConfig, yml string) *vigil {
+	t.Helper()
 	v := &vigil{bin: vigilBinary(t), cfgPath: filepath.Join(t.TempDir(), "vigil.yaml"), cfg: cfg,
 		statusURL: "http://" + cfg.StatusListen, logs: &testinfra.Buffer{}}
-	if err := os.WriteFile(v.cfgPath, []byte(cfg.yaml()), 0o600); err != nil {
+	if err := os.WriteFile(v.cfgPath, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		v.stop()
 		if t.Failed() {
-			t.Logf("vigil's output (config %s):\n%s", v.cfgPath, v.logs.String())
+			t.Logf("%s's vigil output (config %s):\n%s", cfg.Node, v.cfgPath, v.logs.String())
 		}
 	})
 	v.start(t)

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -198,24 +197,6 @@ func newMovesRig(t *testing.T, name string, nodes ...string) *movesRig {
 		r.h.WaitStatus(t, n, "UP", 20*time.Second)
 	}
 	return r
-}
-
-// startVigilYAML is startVigil on a config file of its own.
-func startVigilYAML(t *testing.T, cfg vigilConfig, yml string) *vigil {
-	t.Helper()
-	v := &vigil{bin: vigilBinary(t), cfgPath: filepath.Join(t.TempDir(), "vigil.yaml"), cfg: cfg,
-		statusURL: "http://" + cfg.StatusListen, logs: &testinfra.Buffer{}}
-	if err := os.WriteFile(v.cfgPath, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		v.stop()
-		if t.Failed() {
-			t.Logf("%s's vigil output (config %s):\n%s", cfg.Node, v.cfgPath, v.logs.String())
-		}
-	})
-	v.start(t)
-	return v
 }
 
 // uninterruptedTexts asks the engine at api for every call's answer.

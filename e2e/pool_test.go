@@ -123,9 +123,7 @@ func (r *poolRig) vigilConfig(t *testing.T, node string) vigilConfig {
 // appended inside that section (e.g. "  min_serving: 1\n").
 func (r *poolRig) startVigil(t *testing.T, cfg vigilConfig, extra string) *vigil {
 	t.Helper()
-	v := &vigil{bin: vigilBinary(t), cfgPath: filepath.Join(t.TempDir(), "vigil.yaml"), cfg: cfg,
-		statusURL: "http://" + cfg.StatusListen, logs: &testinfra.Buffer{}}
-	yml := cfg.yaml() + fmt.Sprintf(`pool:
+	return startVigilYAML(t, cfg, cfg.yaml()+fmt.Sprintf(`pool:
   timeout: 1s
   coordination: etcd
   etcd:
@@ -133,18 +131,7 @@ func (r *poolRig) startVigil(t *testing.T, cfg vigilConfig, extra string) *vigil
     key_prefix: %s
     lease_ttl: %s
     timeout: 1s
-%s`, r.etcd.Endpoint, poolPrefix, poolLease, extra)
-	if err := os.WriteFile(v.cfgPath, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		v.stop()
-		if t.Failed() {
-			t.Logf("%s's vigil output (config %s):\n%s", cfg.Node, v.cfgPath, v.logs.String())
-		}
-	})
-	v.start(t)
-	return v
+%s`, r.etcd.Endpoint, poolPrefix, poolLease, extra))
 }
 
 // peer is one member of /status's pool view.
