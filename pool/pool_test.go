@@ -136,3 +136,21 @@ func TestAnotherDrained(t *testing.T) {
 		})
 	}
 }
+
+// Where a peer's limiter is reached, from its admission.listen and the
+// /status URL it was read from.
+func TestProxyURL(t *testing.T) {
+	for _, tc := range []struct{ status, listen, want string }{
+		{"http://10.0.0.8:9108/status", "0.0.0.0:8001", "http://10.0.0.8:8001"},
+		{"http://10.0.0.8:9108/status", ":8001", "http://10.0.0.8:8001"},
+		{"http://10.0.0.8:9108/status", "10.0.1.8:8001", "http://10.0.1.8:8001"},
+		{"http://10.0.0.8:9108/status", "127.0.0.1:8001", ""}, // loopback on another host: unreachable
+		{"http://127.0.0.1:9108/status", "127.0.0.1:8001", "http://127.0.0.1:8001"},
+		{"http://[fd00::8]:9108/status", "[::]:8001", "http://[fd00::8]:8001"},
+		{"http://10.0.0.8:9108/status", "", ""}, // its limiter is off
+	} {
+		if got := proxyURL(tc.status, tc.listen); got != tc.want {
+			t.Errorf("proxyURL(%q, %q) = %q, want %q", tc.status, tc.listen, got, tc.want)
+		}
+	}
+}

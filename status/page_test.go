@@ -149,6 +149,15 @@ func TestRenderPage(t *testing.T) {
 					HangAfter: 15 * time.Second, HangAfterWhy: "hang_after 15s (auto, the floor): longest prefill in flight 2,400 tokens at 41,000 tok/s; x3 margin"}}},
 			[]string{"limiter sheds</th><td class=\"n\">63.0% of 400 calls (last 4 cycles), 2 queued",
 				"hang_after</th><td>hang_after 15s (auto, the floor): longest prefill in flight 2,400 tokens"}, nil},
+		{"calls held for a recovery, and what became of those cut", func() Snapshot {
+			s := hungSnapshot()
+			st := s.Limiter.(admission.Stats)
+			st.HeldNow, st.Moved, st.Continued = 4, 14, 3
+			st.Lost = map[string]uint64{"n_gt_1": 1}
+			s.Limiter = st
+			return s
+		}(), []string{"held for the recovery</th><td class=\"n warn\">4 calls cut from the engine, sent again once it serves",
+			"calls cut by a lost engine</th><td class=\"n\">14 moved to peers, 3 streams continued, 1 (1 n_gt_1) lost"}, nil},
 		{"a pool with no other member found", Snapshot{Node: "n", At: t0, Pool: []struct{}{}},
 			[]string{"No other member found: none listed in pool.peers, none registered in etcd."},
 			[]string{"No peers configured"}},
