@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
 )
 
 // supervisor runs the long-lived parts of `vigil run` and stops them all
@@ -14,19 +16,24 @@ import (
 // watchdog, or the reverse. A part fails when it returns an error, panics,
 // or (if it must run until the end) returns at all before its context
 // ends. The first failure cancels the shared context; Err reports it.
+//
+// An errgroup does the waiting and the first-error cancel; the supervisor
+// adds what errgroup leaves to its caller: a name on every failure, a
+// panic turned into a failure, and "returned before the end" counted as
+// one.
 type supervisor struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	log    *logrus.Entry
-	wg     sync.WaitGroup
-
-	mu  sync.Mutex
-	err error
+	group *errgroup.Group
+	ctx   context.Context // the group's: ends at the parent's end or the first failure
+	// cancel ends every part as the parent's end would (no failure).
+	cancel  context.CancelCauseFunc
+	log     *logrus.Entry
+	logOnce sync.Once
 }
 
 func newSupervisor(parent context.Context, log *logrus.Entry) *supervisor {
-	ctx, cancel := context.WithCancelCause(parent)
-	return &supervisor{ctx: ctx, cancel: cancel, log: log}
+	stoppable, cancel := context.WithCancelCause(parent)
+	group, ctx := errgroup.WithContext(stoppable)
+	return &supervisor{group: group, ctx: ctx, cancel: cancel, log: log}
 }
 
 // Context ends at the parent's end or at the first failure.
@@ -36,24 +43,32 @@ func (s *supervisor) Context() context.Context { return s.ctx }
 // before then is a failure, even without an error.
 const untilStopped = true
 
+// partFailure is a part's failure, named; the group's context ends with
+// it as its cause, which tells a failure from the parent's end.
+type partFailure struct{ error }
+
+func (f partFailure) Unwrap() error { return f.error }
+
 // Go runs fn under supervision and returns a channel closed when it has
 // returned. name says which part failed, e.g. "status.listen 127.0.0.1:9108".
 func (s *supervisor) Go(name string, mustRun bool, fn func(ctx context.Context) error) <-chan struct{} {
 	done := make(chan struct{})
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.group.Go(func() error {
 		defer close(done)
 		err := s.call(name, fn)
 		switch {
 		case s.ctx.Err() != nil && err == nil:
-			// Stopped because everything is stopping.
+			return nil // stopped because everything is stopping
 		case err != nil:
-			s.fail(fmt.Errorf("%s: %w", name, err))
+			err = fmt.Errorf("%s: %w", name, err)
 		case mustRun:
-			s.fail(fmt.Errorf("%s: stopped on its own", name))
+			err = fmt.Errorf("%s: stopped on its own", name)
+		default:
+			return nil // a one-shot part is done
 		}
-	}()
+		s.logOnce.Do(func() { s.log.WithError(err).Error("a part of vigil failed; stopping every part") })
+		return partFailure{err}
+	})
 	return done
 }
 
@@ -69,25 +84,14 @@ func (s *supervisor) call(name string, fn func(ctx context.Context) error) (err 
 	return fn(s.ctx)
 }
 
-func (s *supervisor) fail(err error) {
-	s.mu.Lock()
-	first := s.err == nil
-	if first {
-		s.err = err
-	}
-	s.mu.Unlock()
-	if first {
-		s.log.WithError(err).Error("a part of vigil failed; stopping every part")
-	}
-	s.cancel(err)
-}
-
 // Err is the first failure, or nil if nothing failed (the parent ended).
 func (s *supervisor) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
+	var f partFailure
+	if errors.As(context.Cause(s.ctx), &f) {
+		return f.error
+	}
+	return nil
 }
 
 // Wait waits for every part to return.
-func (s *supervisor) Wait() { s.wg.Wait() }
+func (s *supervisor) Wait() { _ = s.group.Wait() }
