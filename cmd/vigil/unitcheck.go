@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/coreos/go-systemd/v22/unit"
 
 	"github.com/vigil-dev/vigil/configs"
 )
@@ -58,14 +59,14 @@ func unitWarnings(cfg *configs.Config, root string) []string {
 
 	switch cfg.Restart.Kind {
 	case "systemd":
-		unit := cfg.Restart.Systemd.Unit
-		if path.Ext(unit) == "" {
-			unit += ".service"
+		engineUnit := cfg.Restart.Systemd.Unit
+		if path.Ext(engineUnit) == "" {
+			engineUnit += ".service"
 		}
-		if !polkitAllows(root, unit) {
+		if !polkitAllows(root, engineUnit) {
 			warnf("restart.kind systemd: %s runs vigil as user %s, and no polkit rule in /etc/polkit-1/rules.d lets it "+
 				"restart %s, so \"systemctl restart\" will be refused; install "+
-				"/usr/share/doc/vigil/examples/50-vigil-restart-engine.rules with the unit name set to %s", u.file, u.user, unit, unit)
+				"/usr/share/doc/vigil/examples/50-vigil-restart-engine.rules with the unit name set to %s", u.file, u.user, engineUnit, engineUnit)
 		}
 		if !slices.Contains(u.environment, "SYSTEMD_OFFLINE=0") {
 			warnf("restart.kind systemd: the drop-in /etc/systemd/system/vigil.service.d/restart-systemd.conf is missing " +
@@ -173,31 +174,28 @@ func readUnit(root, name string) (unitSettings, bool) {
 	return u, true
 }
 
-// apply reads one unit file's [Service] section. An empty assignment
-// resets a list, as in systemd.
+// apply reads one unit file's [Service] section, parsed by go-systemd's
+// unit package. An empty assignment resets a list, as in systemd. A file
+// the parser rejects is skipped whole where systemd would skip only the
+// bad line: the checks then say less, never something wrong.
 func (u *unitSettings) apply(file string) {
 	f, err := os.Open(file)
 	if err != nil {
 		return
 	}
 	defer f.Close()
-	section := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == ';' {
+	opts, err := unit.DeserializeOptions(f)
+	if err != nil {
+		return
+	}
+	for _, o := range opts {
+		if o.Section != "Service" {
 			continue
 		}
-		if strings.HasPrefix(line, "[") {
-			section = line
-			continue
-		}
-		key, val, ok := strings.Cut(line, "=")
-		if !ok || section != "[Service]" {
-			continue
-		}
-		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
-		switch key {
+		// A value continued over lines keeps its backslash-newlines;
+		// systemd reads each as a space.
+		val := strings.TrimSpace(strings.ReplaceAll(o.Value, "\\\n", " "))
+		switch o.Name {
 		case "User":
 			u.user = val
 		case "Environment":
