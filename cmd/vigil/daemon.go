@@ -29,6 +29,7 @@ import (
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -225,7 +226,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	po := alerts.OptionsFromConfig(*cfg)
 	po.Store, po.Log, po.Registerer = d.store, log.WithField("part", "alerts"), d.registry
 	po.Pool = d.poolLine
-	po.Outlook = func() *watchdog.Refusal { return d.recovery.Outlook() } // nil-safe; built below
+	po.Outlook = func() *recovery.Refusal { return d.recovery.Outlook() } // nil-safe; built below
 	if d.pager, err = alerts.NewPager(notifier, po); err != nil {
 		return nil, err
 	}
@@ -549,7 +550,7 @@ func (t tee) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	t.pager.Observe(v, inc)
 }
 
-func (t tee) RecoveryStep(s watchdog.Step) {
+func (t tee) RecoveryStep(s recovery.Step) {
 	t.digest.RecoveryStep(s)
 	t.pager.RecoveryStep(s)
 }

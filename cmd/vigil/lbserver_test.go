@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -64,7 +65,7 @@ func TestRunAnswersDrainFromTheStartWhenTheJournalSaysDrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := actions.Journal{Incident: "inc-held", Verdict: watchdog.StateHung, Step: watchdog.StepHeld, Drained: true, Hold: true}
+	j := actions.Journal{Incident: "inc-held", Verdict: watchdog.StateHung, Step: recovery.StepHeld, Drained: true, Hold: true}
 	if err := st.Save(actions.JournalSection, j); err != nil {
 		t.Fatal(err)
 	}

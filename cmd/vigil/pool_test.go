@@ -11,6 +11,7 @@ import (
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -25,10 +26,10 @@ type poolMember struct {
 
 type stepLog struct {
 	mu    sync.Mutex
-	steps []watchdog.Step
+	steps []recovery.Step
 }
 
-func (l *stepLog) RecoveryStep(s watchdog.Step) {
+func (l *stepLog) RecoveryStep(s recovery.Step) {
 	l.mu.Lock()
 	l.steps = append(l.steps, s)
 	l.mu.Unlock()

@@ -1,13 +1,6 @@
-package watchdog
+package recovery
 
 import "time"
-
-// The recovery's vocabulary lives here, beside the verdict it answers,
-// because the watchdog owns the ports between the three parts of the
-// daemon: it asks the Recoverer (package actions) to repair, and the
-// Recoverer reports each Step to a Reporter (the pager, package alerts).
-// With the types here, alerts needs nothing from actions, and so nothing
-// of the Docker client actions drives.
 
 // StepName names one step of the recovery sequence (docs/design.md section 5).
 type StepName string
