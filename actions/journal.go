@@ -67,7 +67,7 @@ type Journal struct {
 	// Turn is the pool's turn held for this recovery (pool coordination),
 	// journaled once granted so the next vigil takes it back or lets it
 	// expire.
-	Turn *Turn `json:"turn,omitempty"`
+	Turn *recovery.Turn `json:"turn,omitempty"`
 
 	// History is when vigil restarted the engine, across incidents.
 	History []time.Time `json:"restart_history"`

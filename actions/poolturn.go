@@ -15,31 +15,6 @@ import (
 // rotation, so at most max_concurrent_recoveries members are out at once,
 // whatever number of load balancers the pool has.
 
-// Turn is a held turn as journaled: enough for the next vigil to take it
-// back (the etcd key and its lease).
-type Turn struct {
-	Key   string `json:"key"`
-	Lease int64  `json:"lease"`
-}
-
-// TurnHold is a granted turn.
-type TurnHold interface {
-	Turn() Turn
-	// Release gives the turn back. Failing, the turn still ends when its
-	// lease expires.
-	Release(ctx context.Context) error
-}
-
-// Coordinator grants the pool's turns (pool/coord over etcd).
-type Coordinator interface {
-	// Acquire waits for a turn until ctx ends; waiting is told who holds
-	// the turns when this member queues. Any error means no turn.
-	Acquire(ctx context.Context, incident string, waiting func(holders string)) (TurnHold, error)
-	// Resume takes back a journaled turn; an error means it is gone
-	// (expired with its lease) or etcd cannot say.
-	Resume(ctx context.Context, t Turn) (TurnHold, error)
-}
-
 // poolGate is the pool's part of the guards: the capacity floor, then the
 // pool's turn with a coordinator, else the load balancer's pool lock. stop
 // is set when vigil is stopping: nothing to refuse, nothing to page.
@@ -131,7 +106,7 @@ func (r *Recovery) resumeTurn(ctx context.Context) {
 
 // takeTurn holds h, journals it so a restarted vigil takes it back, and
 // reports it as what (the key appended).
-func (r *Recovery) takeTurn(h TurnHold, what string) {
+func (r *Recovery) takeTurn(h recovery.TurnHold, what string) {
 	t := h.Turn()
 	r.mu.Lock()
 	r.turn = h

@@ -19,19 +19,19 @@ type fakeCoord struct {
 	w       *world
 	held    map[string]bool
 	n       int
-	err     error  // Acquire and Resume fail with it (etcd unreachable)
-	blocked bool   // Acquire waits until ctx ends (others hold every turn)
-	expired bool   // Resume finds the lease gone
-	resumed []Turn // what Resume was asked for
-	holders string // what a blocked Acquire says holds the turn
+	err     error           // Acquire and Resume fail with it (etcd unreachable)
+	blocked bool            // Acquire waits until ctx ends (others hold every turn)
+	expired bool            // Resume finds the lease gone
+	resumed []recovery.Turn // what Resume was asked for
+	holders string          // what a blocked Acquire says holds the turn
 }
 
 type fakeHold struct {
 	c *fakeCoord
-	t Turn
+	t recovery.Turn
 }
 
-func (h fakeHold) Turn() Turn { return h.t }
+func (h fakeHold) Turn() recovery.Turn { return h.t }
 func (h fakeHold) Release(context.Context) error {
 	h.c.w.mu.Lock()
 	defer h.c.w.mu.Unlock()
@@ -40,7 +40,7 @@ func (h fakeHold) Release(context.Context) error {
 	return nil
 }
 
-func (c *fakeCoord) Acquire(ctx context.Context, incident string, waiting func(string)) (TurnHold, error) {
+func (c *fakeCoord) Acquire(ctx context.Context, incident string, waiting func(string)) (recovery.TurnHold, error) {
 	c.w.mu.Lock()
 	if c.w.call("turn acquire") {
 		c.w.mu.Unlock()
@@ -59,12 +59,12 @@ func (c *fakeCoord) Acquire(ctx context.Context, incident string, waiting func(s
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
 	c.n++
-	t := Turn{Key: fmt.Sprintf("/vigil/recovery/%d", c.n), Lease: int64(c.n)}
+	t := recovery.Turn{Key: fmt.Sprintf("/vigil/recovery/%d", c.n), Lease: int64(c.n)}
 	c.held[t.Key] = true
 	return fakeHold{c, t}, nil
 }
 
-func (c *fakeCoord) Resume(_ context.Context, t Turn) (TurnHold, error) {
+func (c *fakeCoord) Resume(_ context.Context, t recovery.Turn) (recovery.TurnHold, error) {
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
 	c.w.call("turn resume")

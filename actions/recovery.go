@@ -55,7 +55,7 @@ type RecoveryOptions struct {
 	// lock alone when the coordinator cannot answer. Floor refuses a drain
 	// that would leave fewer than min_serving members serving; nil skips
 	// it. See poolturn.go.
-	Coordinator             Coordinator
+	Coordinator             recovery.Coordinator
 	TurnWait                time.Duration
 	DrainWithoutCoordinator bool
 	Floor                   func(ctx context.Context) error
@@ -99,8 +99,8 @@ type Recovery struct {
 	mu         sync.Mutex
 	j          Journal
 	running    bool
-	dryHistory []time.Time // would-be restarts in dry run, for the guards
-	turn       TurnHold    // the pool's turn, while held
+	dryHistory []time.Time       // would-be restarts in dry run, for the guards
+	turn       recovery.TurnHold // the pool's turn, while held
 	wg         sync.WaitGroup
 }
 

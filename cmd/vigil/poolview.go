@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -104,7 +103,7 @@ func (d *daemon) wirePool(cfg *configs.Config, ro *actions.RecoveryOptions) erro
 	if d.turns, err = openCoord(cfg); err != nil {
 		return err
 	}
-	ro.Coordinator = etcdTurns{d.turns}
+	ro.Coordinator = coord.Turns(d.turns)
 	ro.DrainWithoutCoordinator = p.DrainWithoutCoordinator
 	return nil
 }
@@ -125,35 +124,3 @@ func openCoord(cfg *configs.Config) (*coord.Semaphore, error) {
 	}
 	return s, nil
 }
-
-// etcdTurns is the recovery's Coordinator over a coord.Semaphore.
-type etcdTurns struct{ s *coord.Semaphore }
-
-func (e etcdTurns) Acquire(ctx context.Context, incident string, waiting func(string)) (actions.TurnHold, error) {
-	h, err := e.s.Acquire(ctx, incident, func(hs []coord.Holder) {
-		if waiting != nil {
-			names := make([]string, len(hs))
-			for i, h := range hs {
-				names[i] = h.String()
-			}
-			waiting(strings.Join(names, ", "))
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	return etcdTurn{h}, nil
-}
-
-func (e etcdTurns) Resume(ctx context.Context, t actions.Turn) (actions.TurnHold, error) {
-	h, err := e.s.Resume(ctx, t.Key, t.Lease)
-	if err != nil {
-		return nil, err
-	}
-	return etcdTurn{h}, nil
-}
-
-type etcdTurn struct{ h *coord.Hold }
-
-func (t etcdTurn) Turn() actions.Turn                { return actions.Turn{Key: t.h.Key, Lease: t.h.Lease} }
-func (t etcdTurn) Release(ctx context.Context) error { return t.h.Release(ctx) }
