@@ -25,6 +25,7 @@ import (
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/cronlog"
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
@@ -319,8 +320,8 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 	}
 
 	// Scheduled jobs: the daily digest.
-	d.cron = cron.New(cron.WithChain(cron.Recover(overrides.CronLogger(log)), cron.SkipIfStillRunning(overrides.CronLogger(log))),
-		cron.WithLogger(overrides.CronLogger(log)))
+	d.cron = cron.New(cron.WithChain(cron.Recover(cronlog.New(log)), cron.SkipIfStillRunning(cronlog.New(log))),
+		cron.WithLogger(cronlog.New(log)))
 	if cfg.Alerts.Digest != "" {
 		if _, err := d.cron.AddFunc(cfg.Alerts.Digest, d.sendDigest); err != nil {
 			return nil, fmt.Errorf("alerts.digest: %w", err)

@@ -1,4 +1,6 @@
-package overrides
+// Package cronlog is robfig/cron's Logger over logrus, for every cron
+// schedule in vigil (the overrides' expiry, the daily digest).
+package cronlog
 
 import (
 	"fmt"
@@ -7,11 +9,11 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// CronLogger adapts a logrus entry to cron's Logger, so cron's messages
+// New adapts a logrus entry to cron's Logger, so cron's messages
 // (a recovered panic, a skipped overlapping run) land in vigil's log with
 // structured fields. cron's routine Info chatter (wake, run, next) goes to
 // debug.
-func CronLogger(l *logrus.Entry) cron.Logger { return cronLogger{l} }
+func New(l *logrus.Entry) cron.Logger { return cronLogger{l} }
 
 type cronLogger struct{ l *logrus.Entry }
 
