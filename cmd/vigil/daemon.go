@@ -27,10 +27,10 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/cronlog"
 	"github.com/vigil-dev/vigil/overrides"
-	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/routing"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -152,9 +152,9 @@ type daemon struct {
 	status    *status.Server
 	cron      *cron.Cron
 	pool      poolCache
-	members   poolMembers      // the etcd directory (pool.coordination etcd)
-	affinity  *pool.Affinity   // nil without a coalescing limiter
-	turns     *coord.Semaphore // nil without pool.coordination etcd
+	members   poolMembers       // the etcd directory (pool.coordination etcd)
+	affinity  *routing.Affinity // nil without a coalescing limiter
+	turns     *coord.Semaphore  // nil without pool.coordination etcd
 	readyOnce sync.Once
 	lastSent  uint64
 	onCycleFn func(watchdog.Verdict) // daemonOptions.OnCycle
@@ -253,7 +253,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o da
 			return nil, err
 		}
 		if cfg.Admission.Coalesce {
-			d.affinity = pool.NewAffinity(pool.AffinityOptions{})
+			d.affinity = routing.NewAffinity(routing.AffinityOptions{})
 			d.registry.MustRegister(d.affinity.Collectors()...)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
+	"github.com/vigil-dev/vigil/routing"
 	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -207,7 +208,7 @@ func diagnoseConfig(file, engineURL, keyFile string, stderr io.Writer) (*configs
 
 // localRouting reads the routing section of the local vigil's /status; nil
 // when that vigil reports none (no coalescing limiter).
-func localRouting(ctx context.Context, listen string) (*pool.AffinityReport, error) {
+func localRouting(ctx context.Context, listen string) (*routing.AffinityReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	raw, err := status.NewClient(listen).Status(ctx)
@@ -215,7 +216,7 @@ func localRouting(ctx context.Context, listen string) (*pool.AffinityReport, err
 		return nil, err
 	}
 	var doc struct {
-		Routing *pool.AffinityReport `json:"routing"`
+		Routing *routing.AffinityReport `json:"routing"`
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		return nil, fmt.Errorf("not a vigil status document: %v", err)
