@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // callsBack is a reporter that asks the recovery about itself on every
@@ -16,7 +16,7 @@ type callsBack struct {
 	rec **Recovery
 }
 
-func (c *callsBack) RecoveryStep(s watchdog.Step) {
+func (c *callsBack) RecoveryStep(s recovery.Step) {
 	r := *c.rec
 	r.Outlook()
 	r.Snapshot()
@@ -51,7 +51,7 @@ func TestAReporterMayAskTheRecoveryAboutItselfOnEveryStep(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("the recovery is stuck after the steps %v: a lock is held while it reports", cb.names())
 			}
-			if last := cb.last(); last.Name != watchdog.StepResolved {
+			if last := cb.last(); last.Name != recovery.StepResolved {
 				t.Fatalf("last step %+v, want resolved; steps %v", last, cb.names())
 			}
 		})

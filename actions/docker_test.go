@@ -13,8 +13,8 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
-	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // engineContainer runs a busybox container that appends a line to
@@ -121,7 +121,7 @@ func TestDockerRealResumeNeverRestartsTwice(t *testing.T) {
 	if n := starts(t, d, "engine-resume"); n != 2 {
 		t.Fatalf("after resume: %d starts, want still 2 (no second restart)", n)
 	}
-	if last := rep.last(); last.Name != watchdog.StepResolved {
+	if last := rep.last(); last.Name != recovery.StepResolved {
 		t.Fatalf("steps %v", rep.names())
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/vigil-dev/vigil/internal/humanize"
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // dryRun reports every step the attempt would take and changes nothing.
@@ -19,17 +19,17 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 	if eng.Known {
 		restart += " (started at " + humanize.StampUTC(eng.StartedAt) + ")"
 	}
-	var plan []watchdog.Step
+	var plan []recovery.Step
 	if _, none := r.o.Drainer.(NoDrain); !none {
-		plan = append(plan, watchdog.Step{Name: watchdog.StepDrain, Detail: drain},
-			watchdog.Step{Name: watchdog.StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)})
+		plan = append(plan, recovery.Step{Name: recovery.StepDrain, Detail: drain},
+			recovery.Step{Name: recovery.StepDrainWait, Detail: fmt.Sprintf("would wait up to %s for sessions to leave", lbs.DrainTimeoutHung)})
 	}
-	plan = append(plan, watchdog.Step{Name: watchdog.StepRestart, Detail: restart},
-		watchdog.Step{Name: watchdog.StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)})
+	plan = append(plan, recovery.Step{Name: recovery.StepRestart, Detail: restart},
+		recovery.Step{Name: recovery.StepWaitReady, Detail: fmt.Sprintf("would wait up to %s for /v1/models and a completed probe", r.o.Restart.ReadyTimeout)})
 	if restore := r.dryRestore(); restore != "" {
-		plan = append(plan, watchdog.Step{Name: watchdog.StepRestore, Detail: restore})
+		plan = append(plan, recovery.Step{Name: recovery.StepRestore, Detail: restore})
 	}
-	plan = append(plan, watchdog.Step{Name: watchdog.StepResolved, Detail: "dry run complete: nothing was changed"})
+	plan = append(plan, recovery.Step{Name: recovery.StepResolved, Detail: "dry run complete: nothing was changed"})
 	for _, s := range plan {
 		s.OK = true
 		r.report(s)
@@ -37,7 +37,7 @@ func (r *Recovery) dryRun(eng EngineStatus, lb LBState) {
 	now := r.o.Now()
 	r.mu.Lock()
 	r.dryHistory = append(r.dryHistory, now)
-	r.j.Step, r.j.StepAt = watchdog.StepResolved, now
+	r.j.Step, r.j.StepAt = recovery.StepResolved, now
 	r.mu.Unlock()
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // decide asks the planner about f and carries out its bookkeeping: the
@@ -31,7 +31,7 @@ func (r *Recovery) decide(f facts) action {
 	}
 	if a.Report != nil {
 		s := *a.Report
-		if s.Name == watchdog.StepResolved && r.o.Calls != nil {
+		if s.Name == recovery.StepResolved && r.o.Calls != nil {
 			if fate, _ := r.o.Calls(); fate.Any() {
 				s.Calls = &fate
 			}
@@ -43,8 +43,8 @@ func (r *Recovery) decide(f facts) action {
 
 // attempt runs one recovery attempt from the guards.
 func (r *Recovery) attempt(ctx context.Context) {
-	if err := r.journal(watchdog.StepGuards, nil); err != nil {
-		r.fail(watchdog.StepGuards, err)
+	if err := r.journal(recovery.StepGuards, nil); err != nil {
+		r.fail(recovery.StepGuards, err)
 		return
 	}
 	eng, err := r.o.Restarter.Status(ctx)
@@ -102,7 +102,7 @@ func (r *Recovery) resume(ctx context.Context) {
 	r.setRecovering(true)
 	r.resumeTurn(ctx)
 	defer r.releaseTurn(ctx)
-	if j.Step == watchdog.StepFailed {
+	if j.Step == recovery.StepFailed {
 		if next, ok := r.park(ctx, errors.New(j.LastError), false); ok {
 			r.run(ctx, next, false)
 		}
@@ -113,9 +113,9 @@ func (r *Recovery) resume(ctx context.Context) {
 
 // run executes the steps from step on. resumed says step was begun by a
 // vigil that stopped before finishing it.
-func (r *Recovery) run(ctx context.Context, step watchdog.StepName, resumed bool) {
+func (r *Recovery) run(ctx context.Context, step recovery.StepName, resumed bool) {
 	for {
-		if step == watchdog.StepResolved {
+		if step == recovery.StepResolved {
 			r.decide(facts{Event: evResolved})
 			return
 		}
@@ -138,7 +138,7 @@ func (r *Recovery) run(ctx context.Context, step watchdog.StepName, resumed bool
 			}
 			return
 		case actRefuse:
-			r.m.failures.WithLabelValues(string(watchdog.StepDrain)).Inc()
+			r.m.failures.WithLabelValues(string(recovery.StepDrain)).Inc()
 			r.refuse(a.Refusal, a.Outcome)
 			return
 		case actFail:
@@ -156,28 +156,28 @@ func (r *Recovery) run(ctx context.Context, step watchdog.StepName, resumed bool
 
 // runStep runs one step and names the step after it; known is false for a
 // step vigil does not know (a journal from another version).
-func (r *Recovery) runStep(ctx context.Context, step watchdog.StepName, resumed bool) (next watchdog.StepName, err error, known bool) {
+func (r *Recovery) runStep(ctx context.Context, step recovery.StepName, resumed bool) (next recovery.StepName, err error, known bool) {
 	switch step {
-	case watchdog.StepDrain:
-		return watchdog.StepDrainWait, r.drain(ctx), true
-	case watchdog.StepHeld:
+	case recovery.StepDrain:
+		return recovery.StepDrainWait, r.drain(ctx), true
+	case recovery.StepHeld:
 		next, err = r.hold(ctx)
 		return next, err, true
-	case watchdog.StepDrainWait:
-		return watchdog.StepRestart, r.drainWait(ctx), true
-	case watchdog.StepRestart:
+	case recovery.StepDrainWait:
+		return recovery.StepRestart, r.drainWait(ctx), true
+	case recovery.StepRestart:
 		next, err = r.restart(ctx, resumed)
 		return next, err, true
-	case watchdog.StepWaitReady:
-		return watchdog.StepRestore, r.waitReady(ctx), true
-	case watchdog.StepRestore:
-		return watchdog.StepResolved, r.restore(ctx), true
+	case recovery.StepWaitReady:
+		return recovery.StepRestore, r.waitReady(ctx), true
+	case recovery.StepRestore:
+		return recovery.StepResolved, r.restore(ctx), true
 	}
 	return "", nil, false
 }
 
 // fail ends an attempt that left nothing drained.
-func (r *Recovery) fail(step watchdog.StepName, err error) {
+func (r *Recovery) fail(step recovery.StepName, err error) {
 	r.m.failures.WithLabelValues(string(step)).Inc()
 	r.mu.Lock()
 	n := r.j.Failures + 1
@@ -190,19 +190,19 @@ func (r *Recovery) fail(step watchdog.StepName, err error) {
 // restore; otherwise it retries the step (a restart after a failed wait
 // only when the time guards allow). It returns the step to run next, or
 // false when ctx ends.
-func (r *Recovery) park(ctx context.Context, cause error, report bool) (watchdog.StepName, bool) {
+func (r *Recovery) park(ctx context.Context, cause error, report bool) (recovery.StepName, bool) {
 	r.mu.Lock()
 	failed := r.j.FailedStep
 	r.mu.Unlock()
-	what := map[watchdog.StepName]string{watchdog.StepRestart: "cannot restart " + r.o.Restarter.String(), watchdog.StepWaitReady: "engine did not become ready",
-		watchdog.StepRestore: "cannot restore " + r.o.Drainer.String()}[failed]
+	what := map[recovery.StepName]string{recovery.StepRestart: "cannot restart " + r.o.Restarter.String(), recovery.StepWaitReady: "engine did not become ready",
+		recovery.StepRestore: "cannot restore " + r.o.Drainer.String()}[failed]
 	if what == "" {
 		what = string(failed) + " failed"
 	}
 	for {
 		wait := r.backoff()
 		if report {
-			r.report(watchdog.Step{Name: watchdog.StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
+			r.report(recovery.Step{Name: recovery.StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
 				"%s; staying drained; retrying after %s, and restoring as soon as the engine is ready", what, wait.Round(time.Second))})
 			report = false
 		}
@@ -212,7 +212,7 @@ func (r *Recovery) park(ctx context.Context, cause error, report bool) (watchdog
 		}
 		f := facts{Event: evParked, Ready: r.o.Ready(ctx) == nil}
 		f.Stopping = !f.Ready && ctx.Err() != nil
-		if !f.Ready && !f.Stopping && failed == watchdog.StepWaitReady {
+		if !f.Ready && !f.Stopping && failed == recovery.StepWaitReady {
 			f.Engine, f.Refusal = r.restartRefusal(ctx)
 		}
 		a := r.decide(f)
@@ -223,7 +223,7 @@ func (r *Recovery) park(ctx context.Context, cause error, report bool) (watchdog
 			r.refuse(a.Refusal, a.Outcome)
 			continue
 		}
-		if a.Step == watchdog.StepRestore {
+		if a.Step == recovery.StepRestore {
 			r.log.WithField("failed_step", failed).Info("engine is ready while drained; restoring")
 		}
 		return a.Step, true
@@ -235,8 +235,8 @@ func (r *Recovery) park(ctx context.Context, cause error, report bool) (watchdog
 // happens, e.g. the cooldown giving way to a spent budget), then checks
 // the engine every retry interval: ready again by itself → restore; the
 // guards allow a restart → restart.
-func (r *Recovery) hold(ctx context.Context) (watchdog.StepName, error) {
-	if err := r.journal(watchdog.StepHeld, func(j *Journal) { j.Hold = true }); err != nil {
+func (r *Recovery) hold(ctx context.Context) (recovery.StepName, error) {
+	if err := r.journal(recovery.StepHeld, func(j *Journal) { j.Hold = true }); err != nil {
 		return "", err
 	}
 	r.mu.Lock()
@@ -264,9 +264,9 @@ func (r *Recovery) hold(ctx context.Context) (watchdog.StepName, error) {
 			ref = a.Refusal
 			r.refuse(ref, a.Outcome)
 			continue
-		case a.Step == watchdog.StepRestore:
+		case a.Step == recovery.StepRestore:
 			r.log.Info("engine is ready again by itself while held drained; restoring")
-		case a.Step == watchdog.StepRestart:
+		case a.Step == recovery.StepRestart:
 			// The requests the restart aborts: what is left on the host.
 			left := 0
 			if st, err := r.o.Drainer.State(ctx); err == nil && st.Known {
@@ -281,7 +281,7 @@ func (r *Recovery) hold(ctx context.Context) (watchdog.StepName, error) {
 // refuse records a guard refusal with what it means for the clients and
 // pages it when that changes what happens (planRefused); the same refusal
 // again is only logged.
-func (r *Recovery) refuse(ref *watchdog.Refusal, o outcome) {
+func (r *Recovery) refuse(ref *recovery.Refusal, o outcome) {
 	r.m.refusals.WithLabelValues(string(ref.Guard)).Inc()
 	a := r.decide(facts{Event: evRefused, Refusal: ref, Outcome: o, Backoff: r.backoff()})
 	if a.Report == nil {

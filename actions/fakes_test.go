@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -47,7 +48,7 @@ type world struct {
 	dead       bool                    // vigil died: later calls do nothing
 
 	calls       []string
-	journalAt   map[string]watchdog.StepName // call → journal step when it was made
+	journalAt   map[string]recovery.StepName // call → journal step when it was made
 	limiter     []string
 	readyChecks int
 }
@@ -59,7 +60,7 @@ func newWorld(store *state.Store) *world {
 		others:     []ServerStatus{{Backend: "vllm", Server: "node1", Status: "UP", Weight: 100, InitialWeight: 100}, {Backend: "vllm", Server: "node3", Status: "UP", Weight: 100, InitialWeight: 100}},
 		started:    time.Now().Add(-48 * time.Hour),
 		readyAfter: 90 * time.Second,
-		journalAt:  map[string]watchdog.StepName{},
+		journalAt:  map[string]recovery.StepName{},
 	}
 }
 
@@ -280,35 +281,35 @@ func (f fakeLimiter) SlowStart() {
 // steps records what the pager was told.
 type steps struct {
 	mu sync.Mutex
-	s  []watchdog.Step
+	s  []recovery.Step
 }
 
-func (r *steps) RecoveryStep(s watchdog.Step) {
+func (r *steps) RecoveryStep(s recovery.Step) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.s = append(r.s, s)
 }
 
-func (r *steps) names() []watchdog.StepName {
+func (r *steps) names() []recovery.StepName {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []watchdog.StepName
+	var out []recovery.StepName
 	for _, s := range r.s {
 		out = append(out, s.Name)
 	}
 	return out
 }
 
-func (r *steps) last() watchdog.Step {
+func (r *steps) last() recovery.Step {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.s) == 0 {
-		return watchdog.Step{}
+		return recovery.Step{}
 	}
 	return r.s[len(r.s)-1]
 }
 
-func (r *steps) find(n watchdog.StepName) (watchdog.Step, bool) {
+func (r *steps) find(n recovery.StepName) (recovery.Step, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range r.s {
@@ -316,7 +317,7 @@ func (r *steps) find(n watchdog.StepName) (watchdog.Step, bool) {
 			return s, true
 		}
 	}
-	return watchdog.Step{}, false
+	return recovery.Step{}, false
 }
 
 // harness builds a Recovery over a world.
@@ -447,8 +448,8 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r *steps) snapshot() []watchdog.Step {
+func (r *steps) snapshot() []recovery.Step {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]watchdog.Step(nil), r.s...)
+	return append([]recovery.Step(nil), r.s...)
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/humanize"
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // guardLimits are the configured limits the time guards enforce.
@@ -23,9 +23,9 @@ type guardLimits struct {
 // cooldown and budget, in that order. It
 // is a pure function of its inputs: engineStarted is when the engine last
 // started (zero if unknown), history the times vigil restarted it.
-func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits) *watchdog.Refusal {
+func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits) *recovery.Refusal {
 	if l.noRestarter {
-		return &watchdog.Refusal{Guard: watchdog.GuardNoRestarter, Reason: "the engine needs a restart and no restarter is configured " +
+		return &recovery.Refusal{Guard: recovery.GuardNoRestarter, Reason: "the engine needs a restart and no restarter is configured " +
 			"(restart.kind none): restart it by hand; vigil restores traffic once it is ready"}
 	}
 	last := lastOf(history)
@@ -35,13 +35,13 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 	}
 	if !started.IsZero() && l.grace > 0 && now.Before(started.Add(l.grace)) {
 		until := started.Add(l.grace)
-		return &watchdog.Refusal{Guard: watchdog.GuardStartupGrace, Until: until, Reason: fmt.Sprintf(
+		return &recovery.Refusal{Guard: recovery.GuardStartupGrace, Until: until, Reason: fmt.Sprintf(
 			"engine started %s ago (at %s); it may still be loading: startup grace of %s lifts at %s",
 			ago(now, started), humanize.StampUTC(started), l.grace, humanize.StampUTC(until))}
 	}
 	if !last.IsZero() && l.cooldown > 0 && now.Before(last.Add(l.cooldown)) {
 		until := last.Add(l.cooldown)
-		return &watchdog.Refusal{Guard: watchdog.GuardCooldown, Until: until, Reason: fmt.Sprintf(
+		return &recovery.Refusal{Guard: recovery.GuardCooldown, Until: until, Reason: fmt.Sprintf(
 			"vigil restarted the engine %s ago (at %s); cooldown of %s lifts at %s",
 			ago(now, last), humanize.StampUTC(last), l.cooldown, humanize.StampUTC(until))}
 	}
@@ -51,7 +51,7 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 			// The window drops below the budget when the oldest
 			// len-budget+1 restarts have left it.
 			until := in[len(in)-l.budget].Add(l.window)
-			return &watchdog.Refusal{Guard: watchdog.GuardBudget, Until: until, Reason: fmt.Sprintf(
+			return &recovery.Refusal{Guard: recovery.GuardBudget, Until: until, Reason: fmt.Sprintf(
 				"restart budget spent: %d restarts in the last %s (budget %d); the next is allowed at %s",
 				len(in), l.window, l.budget, humanize.StampUTC(until))}
 		}
@@ -66,12 +66,12 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 // undo. After vigil drained itself it refuses only when another server is
 // also out and sorts first by name: of two vigils that drained at the same
 // moment, the later name backs off.
-func poolLock(st LBState, selfOurs, afterDrain bool) *watchdog.Refusal {
+func poolLock(st LBState, selfOurs, afterDrain bool) *recovery.Refusal {
 	if !st.Known {
 		return nil
 	}
 	if !afterDrain && st.Self.Out() && !selfOurs {
-		return &watchdog.Refusal{Guard: watchdog.GuardPoolLock, Reason: fmt.Sprintf(
+		return &recovery.Refusal{Guard: recovery.GuardPoolLock, Reason: fmt.Sprintf(
 			"%s/%s is already %s at the load balancer and vigil did not do it; vigil will not restart it or put it back",
 			st.Self.Backend, st.Self.Server, outWord(st.Self))}
 	}
@@ -87,11 +87,11 @@ func poolLock(st LBState, selfOurs, afterDrain bool) *watchdog.Refusal {
 	}
 	sort.Strings(blockers)
 	if afterDrain {
-		return &watchdog.Refusal{Guard: watchdog.GuardPoolLock, Reason: fmt.Sprintf(
+		return &recovery.Refusal{Guard: recovery.GuardPoolLock, Reason: fmt.Sprintf(
 			"%s was drained at the same time and sorts first; %s backs off (put back in rotation) and retries later",
 			strings.Join(blockers, ", "), st.Self.Server)}
 	}
-	return &watchdog.Refusal{Guard: watchdog.GuardPoolLock, Reason: fmt.Sprintf(
+	return &recovery.Refusal{Guard: recovery.GuardPoolLock, Reason: fmt.Sprintf(
 		"another member of backend %s is out of rotation: %s; only one member of a pool is drained at a time",
 		st.Self.Backend, strings.Join(blockers, ", "))}
 }

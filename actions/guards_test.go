@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 func TestTimeGuards(t *testing.T) {
@@ -17,14 +17,14 @@ func TestTimeGuards(t *testing.T) {
 		engineStarted time.Time
 		history       []time.Time
 		limits        guardLimits
-		want          watchdog.Guard // "" = allowed
+		want          recovery.Guard // "" = allowed
 		until         time.Time
 		reasonHas     string
 	}{
 		{name: "with no restart history and an old engine every guard passes",
 			engineStarted: ago(48 * time.Hour)},
 		{name: "an engine that started five minutes ago is still in its startup grace",
-			engineStarted: ago(5 * time.Minute), want: watchdog.GuardStartupGrace, until: now.Add(5 * time.Minute), reasonHas: "may still be loading"},
+			engineStarted: ago(5 * time.Minute), want: recovery.GuardStartupGrace, until: now.Add(5 * time.Minute), reasonHas: "may still be loading"},
 		{name: "an engine that started an hour ago is past its grace",
 			engineStarted: ago(time.Hour)},
 		{name: "an unknown engine start time skips the grace check",
@@ -33,21 +33,21 @@ func TestTimeGuards(t *testing.T) {
 			engineStarted: ago(time.Second), limits: guardLimits{cooldown: 30 * time.Minute, budget: 3, window: 6 * time.Hour}},
 		{name: "an engine vigil restarted twenty minutes ago is in cooldown",
 			engineStarted: ago(20 * time.Minute), history: []time.Time{ago(20 * time.Minute)},
-			want: watchdog.GuardCooldown, until: now.Add(10 * time.Minute), reasonHas: "cooldown of 30m0s"},
+			want: recovery.GuardCooldown, until: now.Add(10 * time.Minute), reasonHas: "cooldown of 30m0s"},
 		{name: "a restart thirty-one minutes ago no longer holds the cooldown",
 			engineStarted: ago(31 * time.Minute), history: []time.Time{ago(31 * time.Minute)}},
 		{name: "vigil's own restart five minutes ago counts as a start for the grace even if the engine's start is unknown",
-			history: []time.Time{ago(5 * time.Minute)}, want: watchdog.GuardStartupGrace, until: now.Add(5 * time.Minute)},
+			history: []time.Time{ago(5 * time.Minute)}, want: recovery.GuardStartupGrace, until: now.Add(5 * time.Minute)},
 		{name: "three restarts in six hours spend the budget until the oldest leaves the window",
 			engineStarted: ago(time.Hour), history: []time.Time{ago(5 * time.Hour), ago(3 * time.Hour), ago(time.Hour)},
-			want: watchdog.GuardBudget, until: now.Add(time.Hour), reasonHas: "3 restarts in the last 6h0m0s"},
+			want: recovery.GuardBudget, until: now.Add(time.Hour), reasonHas: "3 restarts in the last 6h0m0s"},
 		{name: "the oldest restart leaving the window frees the budget",
 			engineStarted: ago(time.Hour), history: []time.Time{ago(6*time.Hour + time.Minute), ago(3 * time.Hour), ago(time.Hour)}},
 		{name: "two restarts in the window leave one in the budget",
 			engineStarted: ago(2 * time.Hour), history: []time.Time{ago(4 * time.Hour), ago(2 * time.Hour)}},
 		{name: "four restarts with a budget of three lift when two have left the window",
 			engineStarted: ago(time.Hour), history: []time.Time{ago(5 * time.Hour), ago(4 * time.Hour), ago(3 * time.Hour), ago(time.Hour)},
-			want: watchdog.GuardBudget, until: now.Add(2 * time.Hour)},
+			want: recovery.GuardBudget, until: now.Add(2 * time.Hour)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -120,7 +120,7 @@ func TestPoolLock(t *testing.T) {
 			if (got != nil) != c.refused {
 				t.Fatalf("poolLock = %+v, want refused=%v", got, c.refused)
 			}
-			if got != nil && (got.Guard != watchdog.GuardPoolLock || !strings.Contains(got.Reason, c.reasonHas)) {
+			if got != nil && (got.Guard != recovery.GuardPoolLock || !strings.Contains(got.Reason, c.reasonHas)) {
 				t.Fatalf("refusal %+v, want pool_lock with %q", got, c.reasonHas)
 			}
 		})

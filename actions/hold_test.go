@@ -12,8 +12,8 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
-	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // A guard that refuses the restart of a hung engine used to leave the host
@@ -24,7 +24,7 @@ import (
 func TestRefusedRestartStillProtectsClients(t *testing.T) {
 	type check struct {
 		drained  bool             // host out of rotation while refused
-		guards   []watchdog.Guard // guard_refused steps reported, in order
+		guards   []recovery.Guard // guard_refused steps reported, in order
 		words    []string         // in the first refusal's detail
 		restarts int              // by the end
 		steps    string           // reported steps by the end ("" : not checked)
@@ -41,7 +41,7 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 			name:    "a hang during the cooldown: drained, held, restarted once the cooldown lifts",
 			history: func(now time.Time) []time.Time { return []time.Time{now.Add(-20 * time.Minute)} },
 			during:  5 * time.Minute,
-			want: check{drained: true, guards: []watchdog.Guard{watchdog.GuardCooldown}, words: []string{"cooldown of 30m0s", "out of rotation"}, restarts: 1,
+			want: check{drained: true, guards: []recovery.Guard{recovery.GuardCooldown}, words: []string{"cooldown of 30m0s", "out of rotation"}, restarts: 1,
 				steps: "drain,guard_refused,restarting,restart,wait_ready,restore,resolved"},
 		},
 		{
@@ -51,7 +51,7 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 			},
 			during: 50 * time.Minute,
 			after:  func(h *harness) { h.w.selfRestart() },
-			want: check{drained: true, guards: []watchdog.Guard{watchdog.GuardBudget}, words: []string{"restart budget spent", "out of rotation"}, restarts: 0,
+			want: check{drained: true, guards: []recovery.Guard{recovery.GuardBudget}, words: []string{"restart budget spent", "out of rotation"}, restarts: 0,
 				// The engine's own restart starts its startup grace: a
 				// different guard, paged, the host still held.
 				steps: "drain,guard_refused,guard_refused,restore,resolved"},
@@ -62,14 +62,14 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 				return []time.Time{now.Add(-5 * time.Hour), now.Add(-4 * time.Hour), now.Add(-20 * time.Minute)}
 			},
 			during: 50 * time.Minute,
-			want:   check{drained: true, guards: []watchdog.Guard{watchdog.GuardCooldown, watchdog.GuardBudget}, words: []string{"cooldown", "out of rotation"}, restarts: 1},
+			want:   check{drained: true, guards: []recovery.Guard{recovery.GuardCooldown, recovery.GuardBudget}, words: []string{"cooldown", "out of rotation"}, restarts: 1},
 		},
 		{
 			name:    "the pool guard forbids the drain: paged as still taking traffic, nothing changed",
 			history: func(now time.Time) []time.Time { return []time.Time{now.Add(-20 * time.Minute)} },
 			setup:   func(h *harness) { h.w.others[0].Drained = true },
 			during:  5 * time.Minute,
-			want:    check{guards: []watchdog.Guard{watchdog.GuardCooldown}, words: []string{"cannot drain it either", "node1 (drained", "still takes traffic"}},
+			want:    check{guards: []recovery.Guard{recovery.GuardCooldown}, words: []string{"cannot drain it either", "node1 (drained", "still takes traffic"}},
 		},
 		{
 			name:    "no load balancer: paged as still taking traffic, no drain words",
@@ -79,14 +79,14 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 				h.opts.LoadBalancer.Kind = "none"
 			},
 			during: 5 * time.Minute,
-			want:   check{guards: []watchdog.Guard{watchdog.GuardCooldown}, words: []string{"load_balancer.kind none", "still takes traffic"}},
+			want:   check{guards: []recovery.Guard{recovery.GuardCooldown}, words: []string{"load_balancer.kind none", "still takes traffic"}},
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHarness(t, nil)
-				h.store.Save(JournalSection, Journal{Incident: "old", Step: watchdog.StepResolved, History: c.history(time.Now())})
+				h.store.Save(JournalSection, Journal{Incident: "old", Step: recovery.StepResolved, History: c.history(time.Now())})
 				if c.setup != nil {
 					c.setup(h)
 				}
@@ -100,13 +100,13 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 				if self.Drained != c.want.drained || restarts != 0 {
 					t.Fatalf("while refused: drained %v (want %v), restarts %d (want 0); steps %v", self.Drained, c.want.drained, restarts, h.rep.names())
 				}
-				var refusals []watchdog.Step
+				var refusals []recovery.Step
 				for _, s := range h.rep.snapshot() {
-					if s.Name == watchdog.StepGuardRefused {
+					if s.Name == recovery.StepGuardRefused {
 						refusals = append(refusals, s)
 					}
 				}
-				var guards []watchdog.Guard
+				var guards []recovery.Guard
 				for _, s := range refusals {
 					guards = append(guards, s.Guard)
 				}
@@ -119,7 +119,7 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 					}
 				}
 				if c.want.drained {
-					if j := h.journal(t); !j.unfinished() || !j.Drained || j.Step != watchdog.StepHeld {
+					if j := h.journal(t); !j.unfinished() || !j.Drained || j.Step != recovery.StepHeld {
 						t.Errorf("the hold is not journaled for a restarted vigil to resume: %+v", j)
 					}
 					if !h.rec.Busy() {
@@ -159,7 +159,7 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 func TestAHeldHostIsResumedAfterVigilRestarts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		h.store.Save(JournalSection, Journal{Incident: "old", Step: watchdog.StepResolved, History: []time.Time{
+		h.store.Save(JournalSection, Journal{Incident: "old", Step: recovery.StepResolved, History: []time.Time{
 			time.Now().Add(-5 * time.Hour), time.Now().Add(-4 * time.Hour), time.Now().Add(-3 * time.Hour)}})
 		h.rec = h.newRecovery(t)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -169,7 +169,7 @@ func TestAHeldHostIsResumedAfterVigilRestarts(t *testing.T) {
 		synctest.Wait()
 		cancel() // vigil stops
 		h.rec.Wait()
-		if j := h.journal(t); j.Step != watchdog.StepHeld || !j.Drained || !j.unfinished() {
+		if j := h.journal(t); j.Step != recovery.StepHeld || !j.Drained || !j.unfinished() {
 			t.Fatalf("journal after the stop: %+v", j)
 		}
 		rec2 := h.newRecovery(t)
@@ -183,7 +183,7 @@ func TestAHeldHostIsResumedAfterVigilRestarts(t *testing.T) {
 		}
 		h.w.selfRestart()
 		rec2.Wait()
-		if h.w.restarts != 0 || h.w.self.Drained || h.rep.last().Name != watchdog.StepResolved {
+		if h.w.restarts != 0 || h.w.self.Drained || h.rep.last().Name != recovery.StepResolved {
 			t.Fatalf("restarts %d, host %+v, steps %v", h.w.restarts, h.w.self, h.rep.names())
 		}
 	})
@@ -197,12 +197,12 @@ func TestRefusedRestartDrainsAtARealHAProxy(t *testing.T) {
 	cases := []struct {
 		name    string
 		history func(now time.Time) []time.Time
-		guard   watchdog.Guard
+		guard   recovery.Guard
 	}{
-		{"a hang during the cooldown", func(now time.Time) []time.Time { return []time.Time{now.Add(-time.Minute)} }, watchdog.GuardCooldown},
+		{"a hang during the cooldown", func(now time.Time) []time.Time { return []time.Time{now.Add(-time.Minute)} }, recovery.GuardCooldown},
 		{"a hang after the budget is spent", func(now time.Time) []time.Time {
 			return []time.Time{now.Add(-5 * time.Hour), now.Add(-4 * time.Hour), now.Add(-3 * time.Hour)}
-		}, watchdog.GuardBudget},
+		}, recovery.GuardBudget},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -220,7 +220,7 @@ func TestRefusedRestartDrainsAtARealHAProxy(t *testing.T) {
 			}
 			store := state.Memory()
 			w := newWorld(store)
-			store.Save(JournalSection, Journal{Incident: "old", Step: watchdog.StepResolved, History: c.history(time.Now())})
+			store.Save(JournalSection, Journal{Incident: "old", Step: recovery.StepResolved, History: c.history(time.Now())})
 			var back atomic.Bool // the engine serves again by itself
 			rep := &steps{}
 			rec, err := NewRecovery(RecoveryOptions{
@@ -243,7 +243,7 @@ func TestRefusedRestartDrainsAtARealHAProxy(t *testing.T) {
 			h.WaitStatus(t, "node2", "DRAIN", 5*time.Second)
 			deadline := time.Now().Add(5 * time.Second)
 			for {
-				if s, ok := rep.find(watchdog.StepGuardRefused); ok {
+				if s, ok := rep.find(recovery.StepGuardRefused); ok {
 					if s.Guard != c.guard || !strings.Contains(s.Detail, "out of rotation") {
 						t.Fatalf("refusal %+v, want %s saying the host is out of rotation", s, c.guard)
 					}
@@ -276,7 +276,7 @@ func TestRefusedRestartDrainsAtARealHAProxy(t *testing.T) {
 			if wt := h.Stat(t)["node2"]["weight"]; wt != "100" {
 				t.Fatalf("node2 weight %s after restore, want 100", wt)
 			}
-			if _, n := w.now(); n != 0 || rep.last().Name != watchdog.StepResolved {
+			if _, n := w.now(); n != 0 || rep.last().Name != recovery.StepResolved {
 				t.Fatalf("restarts %d, steps %v", n, rep.names())
 			}
 		})

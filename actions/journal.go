@@ -3,6 +3,7 @@ package actions
 import (
 	"time"
 
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -20,10 +21,10 @@ type Journal struct {
 	Reason   string         `json:"reason,omitempty"`
 
 	// Step is the step begun; StepAt when.
-	Step   watchdog.StepName `json:"step,omitempty"`
+	Step   recovery.StepName `json:"step,omitempty"`
 	StepAt time.Time         `json:"step_at,omitzero"`
 	// FailedStep is the step that failed when Step is StepFailed.
-	FailedStep watchdog.StepName `json:"failed_step,omitempty"`
+	FailedStep recovery.StepName `json:"failed_step,omitempty"`
 	LastError  string            `json:"last_error,omitempty"`
 	// Attempts counts recovery attempts for this incident; Failures the
 	// consecutive failed ones, which set the retry backoff.
@@ -47,7 +48,7 @@ type Journal struct {
 	// Refusal is the last guard refusal for this incident; RefusalReported
 	// whether one was paged, RefusalPaged which guard and outcome it was
 	// (a refusal pages again only when either changes).
-	Refusal         *watchdog.Refusal `json:"refusal,omitempty"`
+	Refusal         *recovery.Refusal `json:"refusal,omitempty"`
 	RefusalReported bool              `json:"refusal_reported"`
 	RefusalPaged    string            `json:"refusal_paged,omitempty"`
 	// Hold: a guard refused the restart and vigil drains the host anyway,
@@ -66,7 +67,7 @@ type Journal struct {
 	// Turn is the pool's turn held for this recovery (pool coordination),
 	// journaled once granted so the next vigil takes it back or lets it
 	// expire.
-	Turn *Turn `json:"turn,omitempty"`
+	Turn *recovery.Turn `json:"turn,omitempty"`
 
 	// History is when vigil restarted the engine, across incidents.
 	History []time.Time `json:"restart_history"`
@@ -80,9 +81,9 @@ func (j *Journal) unfinished() bool {
 		return false
 	}
 	switch j.Step {
-	case watchdog.StepDrain, watchdog.StepDrainWait, watchdog.StepRestart, watchdog.StepWaitReady, watchdog.StepRestore:
+	case recovery.StepDrain, recovery.StepDrainWait, recovery.StepRestart, recovery.StepWaitReady, recovery.StepRestore:
 		return true
-	case watchdog.StepFailed, watchdog.StepHeld, watchdog.StepGuardRefused:
+	case recovery.StepFailed, recovery.StepHeld, recovery.StepGuardRefused:
 		return j.Drained
 	}
 	return false
@@ -107,10 +108,10 @@ func (j *Journal) prune(now time.Time, keep time.Duration) {
 
 // lastRefusal is the journal's refusal, or a placeholder for a journal
 // written without one.
-func (j *Journal) lastRefusal() *watchdog.Refusal {
+func (j *Journal) lastRefusal() *recovery.Refusal {
 	if j.Refusal != nil {
 		ref := *j.Refusal
 		return &ref
 	}
-	return &watchdog.Refusal{Guard: watchdog.GuardCooldown, Reason: "a guard refuses the restart"}
+	return &recovery.Refusal{Guard: recovery.GuardCooldown, Reason: "a guard refuses the restart"}
 }

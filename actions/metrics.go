@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // metrics are the recovery's own counters (vigil_recovery_*).
@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Every guard shows from the start, at 0, so a dashboard or an alert
 	// rule on a guard's rate works before the first refusal.
-	for _, g := range []watchdog.Guard{watchdog.GuardStartupGrace, watchdog.GuardCooldown, watchdog.GuardBudget, watchdog.GuardPoolLock} {
+	for _, g := range []recovery.Guard{recovery.GuardStartupGrace, recovery.GuardCooldown, recovery.GuardBudget, recovery.GuardPoolLock} {
 		m.refusals.WithLabelValues(string(g))
 	}
 	if reg == nil {

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // restart.kind none with a hung engine: vigil cannot restart it, so it
@@ -21,13 +21,13 @@ func TestNoRestarterRefusesOnceAndNeverRetries(t *testing.T) {
 		name        string
 		noDrain     bool
 		wantServing bool
-		wantStep    watchdog.StepName
+		wantStep    recovery.StepName
 		wantDrained bool
 	}{
 		{name: "behind a load balancer the host is drained and held until the engine recovers",
-			wantStep: watchdog.StepHeld, wantDrained: true},
+			wantStep: recovery.StepHeld, wantDrained: true},
 		{name: "without a load balancer the host still takes traffic and vigil only watches",
-			noDrain: true, wantServing: true, wantStep: watchdog.StepGuardRefused},
+			noDrain: true, wantServing: true, wantStep: recovery.StepGuardRefused},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -47,12 +47,12 @@ func TestNoRestarterRefusesOnceAndNeverRetries(t *testing.T) {
 					synctest.Wait()
 				}
 
-				var refusals []watchdog.Step
+				var refusals []recovery.Step
 				for _, s := range h.rep.snapshot() {
 					switch s.Name {
-					case watchdog.StepGuardRefused:
+					case recovery.StepGuardRefused:
 						refusals = append(refusals, s)
-					case watchdog.StepFailed, watchdog.StepRestarting, watchdog.StepRestart:
+					case recovery.StepFailed, recovery.StepRestarting, recovery.StepRestart:
 						t.Errorf("reported %s (%q): with no restarter nothing is attempted", s.Name, s.Detail)
 					}
 				}
@@ -60,7 +60,7 @@ func TestNoRestarterRefusesOnceAndNeverRetries(t *testing.T) {
 					t.Fatalf("%d refusals paged, want 1: %+v", len(refusals), refusals)
 				}
 				ref := refusals[0]
-				if ref.Guard != watchdog.Guard("no_restarter") || !strings.Contains(ref.Detail, "no restarter is configured") || !ref.Until.IsZero() {
+				if ref.Guard != recovery.Guard("no_restarter") || !strings.Contains(ref.Detail, "no restarter is configured") || !ref.Until.IsZero() {
 					t.Errorf("refusal %+v, want guard no_restarter saying no restarter is configured, lifting at no set time", ref)
 				}
 				if !c.noDrain && (!strings.Contains(ref.Detail, "until the engine serves again") || strings.Contains(ref.Detail, "a restart is allowed")) {
@@ -79,7 +79,7 @@ func TestNoRestarterRefusesOnceAndNeverRetries(t *testing.T) {
 				if self, _ := h.w.now(); self.Drained != c.wantDrained {
 					t.Errorf("host drained %v, want %v", self.Drained, c.wantDrained)
 				}
-				if o := h.rec.Outlook(); o == nil || o.Guard != watchdog.Guard("no_restarter") {
+				if o := h.rec.Outlook(); o == nil || o.Guard != recovery.Guard("no_restarter") {
 					t.Errorf("Outlook = %+v, want the no_restarter refusal", o)
 				}
 				if s := h.rec.Snapshot(); !s.NextAttempt.IsZero() {
@@ -105,7 +105,7 @@ func TestNoRestarterHeldHostIsRestoredWhenRestartedByHand(t *testing.T) {
 			t.Fatalf("host %+v, want in rotation at 100%%", h.w.self)
 		}
 		last := h.rep.last()
-		if last.Name != watchdog.StepResolved || !strings.Contains(last.Detail, "recovered by itself") {
+		if last.Name != recovery.StepResolved || !strings.Contains(last.Detail, "recovered by itself") {
 			t.Fatalf("last step %+v, want resolved by itself; steps %v", last, h.rep.names())
 		}
 	})

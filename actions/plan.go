@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -54,8 +55,8 @@ type facts struct {
 
 	// evStepDone: the step that ran, its planned successor, its error;
 	// Stopping is vigil shutting down (the context ended).
-	Step      watchdog.StepName
-	Next      watchdog.StepName
+	Step      recovery.StepName
+	Next      recovery.StepName
 	Err       error
 	Stopping  bool
 	BackedOff bool
@@ -64,7 +65,7 @@ type facts struct {
 	// whether it serves, and the time guard refusing a restart now.
 	Engine  EngineStatus
 	Ready   bool
-	Refusal *watchdog.Refusal
+	Refusal *recovery.Refusal
 	// evRestart: Resumed is a restart step begun by a vigil that stopped;
 	// Settled says the engine's start changed since EngineBefore; Stuck
 	// that the engine kept answering /v1/models without completing a
@@ -112,8 +113,8 @@ const (
 // action is the planner's answer: what to do, and what to report first.
 type action struct {
 	Kind    actionKind
-	Step    watchdog.StepName
-	Refusal *watchdog.Refusal
+	Step    recovery.StepName
+	Refusal *recovery.Refusal
 	Outcome outcome
 	Err     error
 	// Save: the journal changed and must be saved (never in a dry run).
@@ -124,7 +125,7 @@ type action struct {
 	// Record is a restart to add to the history (zero: none).
 	Record time.Time
 	// Report is paged (after the journal is saved, outside any lock).
-	Report *watchdog.Step
+	Report *recovery.Step
 }
 
 var (
@@ -174,7 +175,7 @@ func planRecover(j Journal, f facts, now time.Time) (Journal, action) {
 		return j, action{Kind: actResume}
 	case j.Incident == f.Incident.ID && now.Before(j.NextAttempt):
 		return j, action{Kind: actWait}
-	case j.Incident == f.Incident.ID && j.Refusal != nil && j.Refusal.Guard == watchdog.GuardNoRestarter:
+	case j.Incident == f.Incident.ID && j.Refusal != nil && j.Refusal.Guard == recovery.GuardNoRestarter:
 		// Refused once for this incident: nothing will lift it.
 		return j, action{Kind: actNone}
 	}
@@ -203,7 +204,7 @@ func planGuards(j Journal, f facts) (Journal, action) {
 	j.Refusal = f.Refusal
 	if j.Drained {
 		// hold journals Hold itself before it waits.
-		return j, action{Kind: actRun, Step: watchdog.StepHeld, Recovering: &on, Save: true}
+		return j, action{Kind: actRun, Step: recovery.StepHeld, Recovering: &on, Save: true}
 	}
 	return j, action{Kind: actHold, Save: true}
 }
@@ -223,7 +224,7 @@ func planPool(j Journal, f facts) (Journal, action) {
 			return j, action{Kind: actRefuse, Refusal: ref, Outcome: serving("cannot drain it either: " + f.Refusal.Reason + "; the host still takes traffic")}
 		}
 		j.Hold = true
-		return j, action{Kind: actRun, Step: watchdog.StepDrain, Recovering: &on, Save: true}
+		return j, action{Kind: actRun, Step: recovery.StepDrain, Recovering: &on, Save: true}
 	}
 	switch {
 	case f.LBErr != nil:
@@ -235,17 +236,17 @@ func planPool(j Journal, f facts) (Journal, action) {
 	case f.Cfg.DryRun:
 		return j, action{Kind: actDryRun}
 	}
-	return j, action{Kind: actRun, Step: watchdog.StepDrain, Recovering: &on}
+	return j, action{Kind: actRun, Step: recovery.StepDrain, Recovering: &on}
 }
 
 // planDrainFailed: nothing was changed; restart undrained only when
 // load_balancer.restart_undrained allows it, else fail and retry later.
 func planDrainFailed(j Journal, c planConfig, err error) (Journal, action) {
 	if c.RestartUndrained && !c.DryRun {
-		return j, action{Kind: actRun, Step: watchdog.StepRestart, Recovering: &on, Report: &watchdog.Step{
-			Name: watchdog.StepDrain, Err: err.Error(), Detail: "cannot drain; restarting undrained because load_balancer.restart_undrained is set"}}
+		return j, action{Kind: actRun, Step: recovery.StepRestart, Recovering: &on, Report: &recovery.Step{
+			Name: recovery.StepDrain, Err: err.Error(), Detail: "cannot drain; restarting undrained because load_balancer.restart_undrained is set"}}
 	}
-	return j, action{Kind: actFail, Step: watchdog.StepDrain, Err: err}
+	return j, action{Kind: actFail, Step: recovery.StepDrain, Err: err}
 }
 
 // planDrained re-reads the pool lock after the drain: of two vigils that
@@ -261,7 +262,7 @@ func planDrained(j Journal, f facts) (Journal, action) {
 	if f.LBErr == nil && f.LB.Known {
 		detail += fmt.Sprintf(", %d sessions in flight", f.LB.Self.Sessions)
 	}
-	return j, action{Kind: actNone, Report: &watchdog.Step{Name: watchdog.StepDrain, OK: true, Detail: detail}}
+	return j, action{Kind: actNone, Report: &recovery.Step{Name: recovery.StepDrain, OK: true, Detail: detail}}
 }
 
 // planStepDone follows a step's result: on to the next step, or what its
@@ -270,27 +271,27 @@ func planStepDone(j Journal, f facts, now time.Time) (Journal, action) {
 	step, err := f.Step, f.Err
 	switch {
 	case err == nil:
-		if step == watchdog.StepDrain && j.Hold {
-			return j, action{Kind: actRun, Step: watchdog.StepHeld}
+		if step == recovery.StepDrain && j.Hold {
+			return j, action{Kind: actRun, Step: recovery.StepHeld}
 		}
 		return j, action{Kind: actRun, Step: f.Next}
 	case f.BackedOff, f.Stopping:
 		return j, action{Kind: actStop}
-	case step == watchdog.StepDrain && j.Hold:
+	case step == recovery.StepDrain && j.Hold:
 		// A guard refused the restart: restart_undrained does not apply,
 		// and the host is left as it was.
 		j.Hold = false
 		return j, action{Kind: actRefuse, Refusal: j.lastRefusal(), Recovering: &off, Save: true, Err: err, Outcome: serving(fmt.Sprintf(
 			"cannot take it out of rotation either (%v): the host still takes traffic", err))}
-	case step == watchdog.StepDrain && !f.Cfg.RestartUndrained:
+	case step == recovery.StepDrain && !f.Cfg.RestartUndrained:
 		return planDrainFailed(j, f.Cfg, err)
-	case step == watchdog.StepDrain:
-		return j, action{Kind: actRun, Step: watchdog.StepRestart, Report: &watchdog.Step{
-			Name: watchdog.StepDrain, Err: err.Error(), Detail: "drain failed; restarting undrained because load_balancer.restart_undrained is set"}}
+	case step == recovery.StepDrain:
+		return j, action{Kind: actRun, Step: recovery.StepRestart, Report: &recovery.Step{
+			Name: recovery.StepDrain, Err: err.Error(), Detail: "drain failed; restarting undrained because load_balancer.restart_undrained is set"}}
 	case !j.Drained:
 		return j, action{Kind: actFail, Step: step, Err: err}
 	}
-	j.Step, j.StepAt, j.FailedStep, j.LastError = watchdog.StepFailed, now, step, err.Error()
+	j.Step, j.StepAt, j.FailedStep, j.LastError = recovery.StepFailed, now, step, err.Error()
 	j.Failures++
 	return j, action{Kind: actPark, Step: step, Err: err, Save: true}
 }
@@ -309,28 +310,28 @@ func planRestart(j Journal, f facts, now time.Time) (Journal, action) {
 	case unproven && !before.Known && !f.Stuck:
 		// Not answering at all: the restart is under way or has run and
 		// the engine loads; wait_ready finds out which.
-		return recorded(j, f.Cfg, now), action{Kind: actRestartDone, Record: now, Save: true, Report: &watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
+		return recorded(j, f.Cfg, now), action{Kind: actRestartDone, Record: now, Save: true, Report: &recovery.Step{Name: recovery.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
 			"vigil stopped during the restart; the engine does not answer, as while %s restarts it: waiting for it to serve", f.Cfg.Restarter)}}
 	case unproven && f.Refusal != nil:
 		// The restart never showed, and the guards refuse another: hold
 		// the drained host.
 		j.Refusal = f.Refusal
-		return j, action{Kind: actRestartDone, Step: watchdog.StepHeld, Save: true}
+		return j, action{Kind: actRestartDone, Step: recovery.StepHeld, Save: true}
 	case f.Resumed && !j.RestartedAt.IsZero():
 		// vigil stopped after the restart was recorded, before the next
 		// step was journaled.
-		return j, action{Kind: actRestartDone, Report: &watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
+		return j, action{Kind: actRestartDone, Report: &recovery.Step{Name: recovery.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
 			"%s was restarted at %s, before vigil stopped", f.Cfg.Restarter, humanize.StampUTC(j.RestartedAt))}}
 	case f.Resumed && f.Settled:
 		at := startedOr(f.Engine, now)
-		return recorded(j, f.Cfg, at), action{Kind: actRestartDone, Record: at, Save: true, Report: &watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
+		return recorded(j, f.Cfg, at), action{Kind: actRestartDone, Record: at, Save: true, Report: &recovery.Step{Name: recovery.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
 			"the restart begun before vigil stopped has happened (%s started at %s)", f.Cfg.Restarter, humanize.StampUTC(f.Engine.StartedAt))}}
 	case f.Resumed && !before.Known && f.Ready:
-		return recorded(j, f.Cfg, now), action{Kind: actRestartDone, Record: now, Save: true, Report: &watchdog.Step{Name: watchdog.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
+		return recorded(j, f.Cfg, now), action{Kind: actRestartDone, Record: now, Save: true, Report: &recovery.Step{Name: recovery.StepRestart, OK: true, Dropped: j.Dropped, Detail: fmt.Sprintf(
 			"the engine serves again: the restart by %s begun before vigil stopped has run", f.Cfg.Restarter)}}
 	case !f.Resumed && f.Engine.StartedSince(before):
 		j.RestartedAt = now
-		return j, action{Kind: actRestartDone, Save: true, Report: &watchdog.Step{Name: watchdog.StepRestartSkipped, OK: true, Detail: fmt.Sprintf(
+		return j, action{Kind: actRestartDone, Save: true, Report: &recovery.Step{Name: recovery.StepRestartSkipped, OK: true, Detail: fmt.Sprintf(
 			"%s restarted by itself (started at %s, was %s); not restarting", f.Cfg.Restarter, humanize.StampUTC(f.Engine.StartedAt), humanize.StampUTC(before.StartedAt))}}
 	}
 	if j.Began.IsZero() {
@@ -338,7 +339,7 @@ func planRestart(j Journal, f facts, now time.Time) (Journal, action) {
 	}
 	// Said before the restart: the watchdog sees the engine DOWN while it
 	// restarts, and the pages must not read that as a new failure.
-	return j, action{Kind: actRestartNow, Save: true, Report: &watchdog.Step{Name: watchdog.StepRestarting, OK: true, Detail: fmt.Sprintf(
+	return j, action{Kind: actRestartNow, Save: true, Report: &recovery.Step{Name: recovery.StepRestarting, OK: true, Detail: fmt.Sprintf(
 		"restarting %s (expected DOWN while it restarts)", f.Cfg.Restarter)}}
 }
 
@@ -356,22 +357,22 @@ func recorded(j Journal, c planConfig, at time.Time) Journal {
 func planParked(j Journal, f facts) (Journal, action) {
 	switch {
 	case f.Ready:
-		return j, action{Kind: actRun, Step: watchdog.StepRestore}
+		return j, action{Kind: actRun, Step: recovery.StepRestore}
 	case f.Stopping:
 		return j, action{Kind: actStop}
 	}
 	switch j.FailedStep {
-	case watchdog.StepWaitReady:
+	case recovery.StepWaitReady:
 		if f.Refusal != nil {
-			j.Step = watchdog.StepFailed
-			return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outOfRotation(f.Cfg, f.Refusal), Step: watchdog.StepFailed}
+			j.Step = recovery.StepFailed
+			return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outOfRotation(f.Cfg, f.Refusal), Step: recovery.StepFailed}
 		}
 		j.EngineBefore, j.RestartedAt = f.Engine, time.Time{}
-		return j, action{Kind: actRun, Step: watchdog.StepRestart, Save: true}
-	case watchdog.StepDrain, watchdog.StepDrainWait:
-		return j, action{Kind: actRun, Step: watchdog.StepDrainWait}
-	case watchdog.StepGuards, "":
-		return j, action{Kind: actRun, Step: watchdog.StepRestart}
+		return j, action{Kind: actRun, Step: recovery.StepRestart, Save: true}
+	case recovery.StepDrain, recovery.StepDrainWait:
+		return j, action{Kind: actRun, Step: recovery.StepDrainWait}
+	case recovery.StepGuards, "":
+		return j, action{Kind: actRun, Step: recovery.StepRestart}
 	}
 	return j, action{Kind: actRun, Step: j.FailedStep}
 }
@@ -382,14 +383,14 @@ func planHeld(j Journal, f facts) (Journal, action) {
 	switch {
 	case f.Ready:
 		j.Hold, j.RecoveredBySelf = false, true
-		return j, action{Kind: actRun, Step: watchdog.StepRestore, Save: true}
+		return j, action{Kind: actRun, Step: recovery.StepRestore, Save: true}
 	case f.Stopping:
 		return j, action{Kind: actStop}
 	case f.Refusal == nil:
 		j.Hold, j.EngineBefore, j.RestartedAt = false, f.Engine, time.Time{}
-		return j, action{Kind: actRun, Step: watchdog.StepRestart, Save: true}
+		return j, action{Kind: actRun, Step: recovery.StepRestart, Save: true}
 	}
-	return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outOfRotation(f.Cfg, f.Refusal), Step: watchdog.StepHeld}
+	return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outOfRotation(f.Cfg, f.Refusal), Step: recovery.StepHeld}
 }
 
 // planRefused records a refusal and pages it only when it changes what
@@ -402,13 +403,13 @@ func planRefused(j Journal, f facts, now time.Time) (Journal, action) {
 	same := j.RefusalPaged == key // set with RefusalReported, never empty
 	next := ref.Until
 	switch {
-	case ref.Guard == watchdog.GuardNoRestarter:
+	case ref.Guard == recovery.GuardNoRestarter:
 		next = time.Time{}
 	case next.IsZero():
 		next = now.Add(f.Backoff)
 	}
-	if j.Step != watchdog.StepFailed && j.Step != watchdog.StepHeld {
-		j.Step, j.StepAt = watchdog.StepGuardRefused, now
+	if j.Step != recovery.StepFailed && j.Step != recovery.StepHeld {
+		j.Step, j.StepAt = recovery.StepGuardRefused, now
 	}
 	j.Refusal, j.RefusalReported, j.RefusalPaged, j.NextAttempt = ref, true, key, next
 	a := action{Kind: actStop, Save: true}
@@ -419,7 +420,7 @@ func planRefused(j Journal, f facts, now time.Time) (Journal, action) {
 	if o.words != "" {
 		detail += "; " + o.words
 	}
-	a.Report = &watchdog.Step{Name: watchdog.StepGuardRefused, Guard: ref.Guard, Detail: detail, Until: ref.Until, Serving: o.serving}
+	a.Report = &recovery.Step{Name: recovery.StepGuardRefused, Guard: ref.Guard, Detail: detail, Until: ref.Until, Serving: o.serving}
 	return j, a
 }
 
@@ -428,16 +429,16 @@ func planRefused(j Journal, f facts, now time.Time) (Journal, action) {
 func planFailed(j Journal, f facts, now time.Time) (Journal, action) {
 	step, err := f.Step, f.Err
 	if f.Cfg.DryRun {
-		return j, action{Kind: actStop, Recovering: &off, Report: &watchdog.Step{Name: watchdog.StepFailed, Err: err.Error(), Detail: fmt.Sprintf("%s failed; nothing changed (dry run)", step)}}
+		return j, action{Kind: actStop, Recovering: &off, Report: &recovery.Step{Name: recovery.StepFailed, Err: err.Error(), Detail: fmt.Sprintf("%s failed; nothing changed (dry run)", step)}}
 	}
-	j.Step, j.StepAt, j.FailedStep, j.LastError = watchdog.StepFailed, now, step, err.Error()
+	j.Step, j.StepAt, j.FailedStep, j.LastError = recovery.StepFailed, now, step, err.Error()
 	j.Failures++ // the executor's Backoff already counts this failure
 	j.NextAttempt = now.Add(f.Backoff)
 	detail := fmt.Sprintf("%s failed; host not drained, nothing restarted; retrying after %s", step, f.Backoff)
-	if step == watchdog.StepDrain {
+	if step == recovery.StepDrain {
 		detail = fmt.Sprintf("cannot drain at %s; not restarting an undrained host (set load_balancer.restart_undrained to allow it); retrying after %s", f.Cfg.Drainer, f.Backoff)
 	}
-	return j, action{Kind: actStop, Save: true, Recovering: &off, Report: &watchdog.Step{Name: watchdog.StepFailed, Err: err.Error(), Detail: detail}}
+	return j, action{Kind: actStop, Save: true, Recovering: &off, Report: &recovery.Step{Name: recovery.StepFailed, Err: err.Error(), Detail: detail}}
 }
 
 // planResolved closes the journal and says how long the recovery took.
@@ -458,8 +459,8 @@ func planResolved(j Journal, now time.Time) (Journal, action) {
 	if j.Dropped > 0 {
 		detail += fmt.Sprintf("; %d in-flight requests were aborted", j.Dropped)
 	}
-	j.Step, j.StepAt, j.Finished = watchdog.StepResolved, now, now
+	j.Step, j.StepAt, j.Finished = recovery.StepResolved, now, now
 	j.Failures, j.NextAttempt, j.LastError, j.FailedStep = 0, time.Time{}, "", ""
 	j.Drained, j.DrainStarted, j.Hold, j.RecoveredBySelf, j.Began = false, time.Time{}, false, false, time.Time{}
-	return j, action{Kind: actStop, Save: true, Report: &watchdog.Step{Name: watchdog.StepResolved, OK: true, Detail: detail}}
+	return j, action{Kind: actStop, Save: true, Report: &recovery.Step{Name: recovery.StepResolved, OK: true, Detail: detail}}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/internal/humanize"
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // Pool coordination (pool.coordination: etcd): a recovery takes the pool's
@@ -15,38 +15,13 @@ import (
 // rotation, so at most max_concurrent_recoveries members are out at once,
 // whatever number of load balancers the pool has.
 
-// Turn is a held turn as journaled: enough for the next vigil to take it
-// back (the etcd key and its lease).
-type Turn struct {
-	Key   string `json:"key"`
-	Lease int64  `json:"lease"`
-}
-
-// TurnHold is a granted turn.
-type TurnHold interface {
-	Turn() Turn
-	// Release gives the turn back. Failing, the turn still ends when its
-	// lease expires.
-	Release(ctx context.Context) error
-}
-
-// Coordinator grants the pool's turns (pool/coord over etcd).
-type Coordinator interface {
-	// Acquire waits for a turn until ctx ends; waiting is told who holds
-	// the turns when this member queues. Any error means no turn.
-	Acquire(ctx context.Context, incident string, waiting func(holders string)) (TurnHold, error)
-	// Resume takes back a journaled turn; an error means it is gone
-	// (expired with its lease) or etcd cannot say.
-	Resume(ctx context.Context, t Turn) (TurnHold, error)
-}
-
 // poolGate is the pool's part of the guards: the capacity floor, then the
 // pool's turn with a coordinator, else the load balancer's pool lock. stop
 // is set when vigil is stopping: nothing to refuse, nothing to page.
-func (r *Recovery) poolGate(ctx context.Context, lb LBState) (ref *watchdog.Refusal, stop bool) {
+func (r *Recovery) poolGate(ctx context.Context, lb LBState) (ref *recovery.Refusal, stop bool) {
 	if r.o.Floor != nil {
 		if err := r.o.Floor(ctx); err != nil {
-			return &watchdog.Refusal{Guard: watchdog.GuardCapacityFloor, Reason: "not draining: " + err.Error()}, false
+			return &recovery.Refusal{Guard: recovery.GuardCapacityFloor, Reason: "not draining: " + err.Error()}, false
 		}
 	}
 	if r.o.Coordinator == nil || r.o.DryRun {
@@ -61,7 +36,7 @@ func (r *Recovery) poolGate(ctx context.Context, lb LBState) (ref *watchdog.Refu
 	h, err := r.o.Coordinator.Acquire(wctx, inc, func(holders string) {
 		if holders != behind {
 			behind = holders
-			r.report(watchdog.Step{Name: watchdog.StepTurn, OK: true, Detail: "waiting for the pool's turn to recover: " + holders +
+			r.report(recovery.Step{Name: recovery.StepTurn, OK: true, Detail: "waiting for the pool's turn to recover: " + holders +
 				"; the host still takes traffic"})
 		}
 	})
@@ -72,14 +47,14 @@ func (r *Recovery) poolGate(ctx context.Context, lb LBState) (ref *watchdog.Refu
 	case ctx.Err() != nil:
 		return nil, true
 	case wctx.Err() != nil:
-		return &watchdog.Refusal{Guard: watchdog.GuardCoordinator, Reason: fmt.Sprintf(
+		return &recovery.Refusal{Guard: recovery.GuardCoordinator, Reason: fmt.Sprintf(
 			"still waiting for the pool's turn after %s: %s holds it", humanize.GoTenths(r.o.TurnWait), behind)}, false
 	case r.o.DrainWithoutCoordinator:
-		r.report(watchdog.Step{Name: watchdog.StepTurn, Err: err.Error(), Detail: "draining on the load balancer's pool guard alone " +
+		r.report(recovery.Step{Name: recovery.StepTurn, Err: err.Error(), Detail: "draining on the load balancer's pool guard alone " +
 			"because pool.drain_without_coordinator is set"})
 		return r.poolRefusal(ctx, lb), false
 	}
-	return &watchdog.Refusal{Guard: watchdog.GuardCoordinator, Reason: "cannot take the pool's turn (" + err.Error() + "); " +
+	return &recovery.Refusal{Guard: recovery.GuardCoordinator, Reason: "cannot take the pool's turn (" + err.Error() + "); " +
 		"not draining on this vigil's own say-so (pool.drain_without_coordinator is off), still watching"}, false
 }
 
@@ -108,7 +83,7 @@ func (r *Recovery) resumeTurn(ctx context.Context) {
 			r.mu.Lock()
 			r.turn = h
 			r.mu.Unlock()
-			r.report(watchdog.Step{Name: watchdog.StepTurn, OK: true, Detail: "took back the pool's turn held before vigil stopped (" + t.Key + ")"})
+			r.report(recovery.Step{Name: recovery.StepTurn, OK: true, Detail: "took back the pool's turn held before vigil stopped (" + t.Key + ")"})
 			return
 		}
 		r.log.WithError(err).WithField("key", t.Key).Warn("the journaled pool turn is gone")
@@ -122,7 +97,7 @@ func (r *Recovery) resumeTurn(ctx context.Context) {
 	h, err := r.o.Coordinator.Acquire(wctx, inc, nil)
 	if err != nil {
 		if ctx.Err() == nil {
-			r.report(watchdog.Step{Name: watchdog.StepTurn, Err: err.Error(), Detail: "finishing the recovery of this drained host without the pool's turn"})
+			r.report(recovery.Step{Name: recovery.StepTurn, Err: err.Error(), Detail: "finishing the recovery of this drained host without the pool's turn"})
 		}
 		return
 	}
@@ -131,13 +106,13 @@ func (r *Recovery) resumeTurn(ctx context.Context) {
 
 // takeTurn holds h, journals it so a restarted vigil takes it back, and
 // reports it as what (the key appended).
-func (r *Recovery) takeTurn(h TurnHold, what string) {
+func (r *Recovery) takeTurn(h recovery.TurnHold, what string) {
 	t := h.Turn()
 	r.mu.Lock()
 	r.turn = h
 	r.mu.Unlock()
 	r.update(func(j *Journal) { j.Turn = &t })
-	r.report(watchdog.Step{Name: watchdog.StepTurn, OK: true, Detail: what + " (" + t.Key + ")"})
+	r.report(recovery.Step{Name: recovery.StepTurn, OK: true, Detail: what + " (" + t.Key + ")"})
 }
 
 // releaseTurn gives the turn back once the host is in rotation again (or

@@ -9,7 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // fakeCoord is the pool's turn as etcd keeps it, in memory: turns held by
@@ -19,19 +19,19 @@ type fakeCoord struct {
 	w       *world
 	held    map[string]bool
 	n       int
-	err     error  // Acquire and Resume fail with it (etcd unreachable)
-	blocked bool   // Acquire waits until ctx ends (others hold every turn)
-	expired bool   // Resume finds the lease gone
-	resumed []Turn // what Resume was asked for
-	holders string // what a blocked Acquire says holds the turn
+	err     error           // Acquire and Resume fail with it (etcd unreachable)
+	blocked bool            // Acquire waits until ctx ends (others hold every turn)
+	expired bool            // Resume finds the lease gone
+	resumed []recovery.Turn // what Resume was asked for
+	holders string          // what a blocked Acquire says holds the turn
 }
 
 type fakeHold struct {
 	c *fakeCoord
-	t Turn
+	t recovery.Turn
 }
 
-func (h fakeHold) Turn() Turn { return h.t }
+func (h fakeHold) Turn() recovery.Turn { return h.t }
 func (h fakeHold) Release(context.Context) error {
 	h.c.w.mu.Lock()
 	defer h.c.w.mu.Unlock()
@@ -40,7 +40,7 @@ func (h fakeHold) Release(context.Context) error {
 	return nil
 }
 
-func (c *fakeCoord) Acquire(ctx context.Context, incident string, waiting func(string)) (TurnHold, error) {
+func (c *fakeCoord) Acquire(ctx context.Context, incident string, waiting func(string)) (recovery.TurnHold, error) {
 	c.w.mu.Lock()
 	if c.w.call("turn acquire") {
 		c.w.mu.Unlock()
@@ -59,12 +59,12 @@ func (c *fakeCoord) Acquire(ctx context.Context, incident string, waiting func(s
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
 	c.n++
-	t := Turn{Key: fmt.Sprintf("/vigil/recovery/%d", c.n), Lease: int64(c.n)}
+	t := recovery.Turn{Key: fmt.Sprintf("/vigil/recovery/%d", c.n), Lease: int64(c.n)}
 	c.held[t.Key] = true
 	return fakeHold{c, t}, nil
 }
 
-func (c *fakeCoord) Resume(_ context.Context, t Turn) (TurnHold, error) {
+func (c *fakeCoord) Resume(_ context.Context, t recovery.Turn) (recovery.TurnHold, error) {
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
 	c.w.call("turn resume")
@@ -120,23 +120,23 @@ func TestRecoveryWithoutThePoolsTurnDoesNotDrain(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		tweak   func(c *fakeCoord, o *RecoveryOptions)
-		guard   watchdog.Guard
+		guard   recovery.Guard
 		detail  string
 		changes string
 	}{
 		{name: "etcd unreachable: no drain, a page saying why",
 			tweak: func(c *fakeCoord, o *RecoveryOptions) { c.err = unreachable },
-			guard: watchdog.GuardCoordinator, detail: "cannot take the pool's turn (etcd unavailable at http://10.0.0.5:2379", changes: "turn acquire"},
+			guard: recovery.GuardCoordinator, detail: "cannot take the pool's turn (etcd unavailable at http://10.0.0.5:2379", changes: "turn acquire"},
 		{name: "every turn held for longer than turn_wait",
 			tweak: func(c *fakeCoord, o *RecoveryOptions) { c.blocked, c.holders = true, "node1 (incident inc-9)" },
-			guard: watchdog.GuardCoordinator, detail: "still waiting for the pool's turn after 10m0s: node1 (incident inc-9) holds it", changes: "turn acquire"},
+			guard: recovery.GuardCoordinator, detail: "still waiting for the pool's turn after 10m0s: node1 (incident inc-9) holds it", changes: "turn acquire"},
 		{name: "min_serving: two of three members already unhealthy",
 			tweak: func(c *fakeCoord, o *RecoveryOptions) {
 				o.Floor = func(context.Context) error {
 					return errors.New("below the capacity floor: only 0 other member(s) would keep serving, min_serving is 1 (not serving: node1 hung, node3 down)")
 				}
 			},
-			guard: watchdog.GuardCapacityFloor, detail: "not draining: below the capacity floor", changes: ""},
+			guard: recovery.GuardCapacityFloor, detail: "not draining: below the capacity floor", changes: ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -147,7 +147,7 @@ func TestRecoveryWithoutThePoolsTurnDoesNotDrain(t *testing.T) {
 				if got := strings.Join(h.w.mutating(), ","); got != tc.changes {
 					t.Fatalf("changes %q, want %q", got, tc.changes)
 				}
-				ref, ok := h.rep.find(watchdog.StepGuardRefused)
+				ref, ok := h.rep.find(recovery.StepGuardRefused)
 				if !ok || ref.Guard != tc.guard || !strings.Contains(ref.Detail, tc.detail) || !strings.Contains(ref.Detail, "still takes traffic") {
 					t.Fatalf("refusal %+v, want guard %s saying %q", ref, tc.guard, tc.detail)
 				}
@@ -158,7 +158,7 @@ func TestRecoveryWithoutThePoolsTurnDoesNotDrain(t *testing.T) {
 				h.rec.Wait()
 				n := 0
 				for _, s := range h.rep.names() {
-					if s == watchdog.StepGuardRefused {
+					if s == recovery.StepGuardRefused {
 						n++
 					}
 				}
@@ -178,7 +178,7 @@ func TestRecoveryWithoutThePoolsTurnDoesNotDrain(t *testing.T) {
 			if got := strings.Join(h.w.mutating(), ","); !strings.HasPrefix(got, "turn acquire,drain,restart") {
 				t.Fatalf("changes %s, want a drain and restart", got)
 			}
-			s, _ := h.rep.find(watchdog.StepTurn)
+			s, _ := h.rep.find(recovery.StepTurn)
 			if !strings.Contains(s.Err, "etcd unavailable") || !strings.Contains(s.Detail, "drain_without_coordinator") {
 				t.Errorf("the page does not say it drains without the coordinator: %+v", s)
 			}
@@ -221,7 +221,7 @@ func TestRecoveryKilledWhileHoldingTheTurn(t *testing.T) {
 				if !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "weight 100,turn release") {
 					t.Fatalf("changes %s, want %s... ending with the release", got, want)
 				}
-				if j := h.journal(t); j.Turn != nil || len(c.held) != 0 || j.Step != watchdog.StepResolved {
+				if j := h.journal(t); j.Turn != nil || len(c.held) != 0 || j.Step != recovery.StepResolved {
 					t.Errorf("after the resumed recovery: journal %s turn %+v, held %v", j.Step, j.Turn, c.held)
 				}
 			})

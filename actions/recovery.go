@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -41,7 +42,7 @@ type RecoveryOptions struct {
 	// Store keeps the journal (section "recovery").
 	Store *state.Store
 	// Reporter is told every step (the pager); nil drops them.
-	Reporter watchdog.Reporter
+	Reporter recovery.Reporter
 	// Limiter is told when recovery starts and ends; nil if there is none.
 	Limiter LimiterControl
 	// Calls reads what became of the calls the limiter cut from the
@@ -49,7 +50,7 @@ type RecoveryOptions struct {
 	// cut and waiting): those are not lost, so the drain wait does not
 	// wait for them and the restart does not count them aborted. nil
 	// without a limiter.
-	Calls func() (watchdog.CallFate, int)
+	Calls func() (recovery.CallFate, int)
 	// PeerDrained reports another member of the pool drained by its vigil
 	// (from the peers' /status), for pools whose members sit behind
 	// different load balancers; nil skips the check.
@@ -60,7 +61,7 @@ type RecoveryOptions struct {
 	// lock alone when the coordinator cannot answer. Floor refuses a drain
 	// that would leave fewer than min_serving members serving; nil skips
 	// it. See poolturn.go.
-	Coordinator             Coordinator
+	Coordinator             recovery.Coordinator
 	TurnWait                time.Duration
 	DrainWithoutCoordinator bool
 	Floor                   func(ctx context.Context) error
@@ -104,8 +105,8 @@ type Recovery struct {
 	mu         sync.Mutex
 	j          Journal
 	running    bool
-	dryHistory []time.Time // would-be restarts in dry run, for the guards
-	turn       TurnHold    // the pool's turn, while held
+	dryHistory []time.Time       // would-be restarts in dry run, for the guards
+	turn       recovery.TurnHold // the pool's turn, while held
 	wg         sync.WaitGroup
 }
 
@@ -203,7 +204,7 @@ func (r *Recovery) Resume(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	if r.o.DryRun {
-		r.report(watchdog.Step{Name: j.Step, Detail: fmt.Sprintf(
+		r.report(recovery.Step{Name: j.Step, Detail: fmt.Sprintf(
 			"would resume the recovery of incident %s from step %s (dry run: leaving it as it is)", j.Incident, j.Step)})
 		return nil
 	}
@@ -238,7 +239,7 @@ type Snapshot struct {
 	Active           bool              `json:"active"`
 	DryRun           bool              `json:"dry_run"`
 	Incident         string            `json:"incident,omitempty"`
-	Step             watchdog.StepName `json:"step,omitempty"`
+	Step             recovery.StepName `json:"step,omitempty"`
 	StepAt           time.Time         `json:"step_at,omitzero"`
 	Drained          bool              `json:"drained"`
 	LastRestart      time.Time         `json:"last_restart,omitzero"`
@@ -300,14 +301,14 @@ func (r *Recovery) cfg() planConfig {
 // restart, cooldown, budget) that would refuse a restart now, or nil. It reads only
 // the journal, never the engine, so the pager may ask it on the watchdog's
 // loop to say in a new incident's first page what will really happen.
-func (r *Recovery) Outlook() *watchdog.Refusal {
+func (r *Recovery) Outlook() *recovery.Refusal {
 	if r == nil {
 		return nil
 	}
 	return r.timeRefusal(EngineStatus{})
 }
 
-func (r *Recovery) timeRefusal(eng EngineStatus) *watchdog.Refusal {
+func (r *Recovery) timeRefusal(eng EngineStatus) *recovery.Refusal {
 	r.mu.Lock()
 	history := append(append([]time.Time(nil), r.j.History...), r.dryHistory...)
 	r.mu.Unlock()

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 func TestAPeerDrainedByItsVigilRefusesTheDrain(t *testing.T) {
@@ -20,7 +20,7 @@ func TestAPeerDrainedByItsVigilRefusesTheDrain(t *testing.T) {
 		if got := joined(h.rep.names()); got != "guard_refused" {
 			t.Fatalf("reported %s, want one guard_refused", got)
 		}
-		if s := h.rep.last(); s.Guard != watchdog.GuardPoolLock || !strings.Contains(s.Detail, "pool member node2 is drained") {
+		if s := h.rep.last(); s.Guard != recovery.GuardPoolLock || !strings.Contains(s.Detail, "pool member node2 is drained") {
 			t.Fatalf("refusal %+v", s)
 		}
 		if len(h.w.mutating()) != 0 {

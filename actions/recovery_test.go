@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 func TestRecoveryRunsTheStepsInOrderJournalingEachFirst(t *testing.T) {
@@ -34,7 +34,7 @@ func TestRecoveryRunsTheStepsInOrderJournalingEachFirst(t *testing.T) {
 		if got, want := strings.Join(h.w.mutating(), ","), "drain,restart,weight 10,ready,weight 25,weight 50,weight 100"; got != want {
 			t.Fatalf("changes made %s, want %s", got, want)
 		}
-		for call, step := range map[string]watchdog.StepName{"drain": watchdog.StepDrain, "restart": watchdog.StepRestart, "weight 10": watchdog.StepRestore, "ready": watchdog.StepRestore, "readycheck": watchdog.StepWaitReady} {
+		for call, step := range map[string]recovery.StepName{"drain": recovery.StepDrain, "restart": recovery.StepRestart, "weight 10": recovery.StepRestore, "ready": recovery.StepRestore, "readycheck": recovery.StepWaitReady} {
 			if h.w.journalAt[call] != step {
 				t.Errorf("journal said %q when %s ran, want %q", h.w.journalAt[call], call, step)
 			}
@@ -42,8 +42,8 @@ func TestRecoveryRunsTheStepsInOrderJournalingEachFirst(t *testing.T) {
 		if got, want := strings.Join(h.w.limiter, ","), "recovering=true,recovering=false,slow_start"; got != want {
 			t.Errorf("limiter told %s, want %s", got, want)
 		}
-		wait, _ := h.rep.find(watchdog.StepDrainWait)
-		restart, _ := h.rep.find(watchdog.StepRestart)
+		wait, _ := h.rep.find(recovery.StepDrainWait)
+		restart, _ := h.rep.find(recovery.StepRestart)
 		// The count is said once, by the restart step (the page renders it
 		// from Dropped); the drain wait only says who was still there.
 		if wait.Dropped != 0 || !strings.Contains(wait.Detail, "2 sessions still in flight after 15s") || restart.Dropped != 2 ||
@@ -55,14 +55,14 @@ func TestRecoveryRunsTheStepsInOrderJournalingEachFirst(t *testing.T) {
 			t.Errorf("recovery took %s", got)
 		}
 		j := h.journal(t)
-		if j.Step != watchdog.StepResolved || j.Drained || len(j.History) != 1 || !h.rec.LastRestart().Equal(j.History[0]) {
+		if j.Step != recovery.StepResolved || j.Drained || len(j.History) != 1 || !h.rec.LastRestart().Equal(j.History[0]) {
 			t.Errorf("journal after recovery = %+v", j)
 		}
 		if h.w.self.Drained || h.w.self.Weight != 100 || h.w.restarts != 1 {
 			t.Errorf("world after recovery: self %+v, restarts %d", h.w.self, h.w.restarts)
 		}
 		snap := h.rec.Snapshot()
-		if snap.Active || snap.RestartsInWindow != 1 || snap.Step != watchdog.StepResolved || snap.Incident != "inc-1" {
+		if snap.Active || snap.RestartsInWindow != 1 || snap.Step != recovery.StepResolved || snap.Incident != "inc-1" {
 			t.Errorf("snapshot = %+v", snap)
 		}
 		if testutil.ToFloat64(h.rec.m.restarts) != 1 || testutil.ToFloat64(h.rec.m.drains) != 1 {
@@ -87,7 +87,7 @@ func TestRecoveryDrainWaitEndsWhenTheSessionsLeave(t *testing.T) {
 		inc, v := hungIncident()
 		h.rec.Recover(context.Background(), inc, v)
 		h.rec.Wait()
-		wait, _ := h.rep.find(watchdog.StepDrainWait)
+		wait, _ := h.rep.find(recovery.StepDrainWait)
 		if wait.Dropped != 0 || !strings.Contains(wait.Detail, "no sessions left after 4s") {
 			t.Fatalf("drain wait step = %+v", wait)
 		}
@@ -100,18 +100,18 @@ func TestRecoveryDrainWaitEndsWhenTheSessionsLeave(t *testing.T) {
 // says what became of the calls cut from the engine.
 func TestRecoveryLeavesOutTheCallsTheLimiterHolds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fate := watchdog.CallFate{MovedTo: map[string]int{}, Held: 3, Continued: 1, Lost: map[string]int{}}
+		fate := recovery.CallFate{MovedTo: map[string]int{}, Held: 3, Continued: 1, Lost: map[string]int{}}
 		h := newHarness(t, func(o *RecoveryOptions) {
-			o.Calls = func() (watchdog.CallFate, int) { return fate, 3 }
+			o.Calls = func() (recovery.CallFate, int) { return fate, 3 }
 		})
 		h.w.sessions = 3
 		start := time.Now()
 		inc, v := hungIncident()
 		h.rec.Recover(context.Background(), inc, v)
 		h.rec.Wait()
-		wait, _ := h.rep.find(watchdog.StepDrainWait)
-		restart, _ := h.rep.find(watchdog.StepRestart)
-		resolved, _ := h.rep.find(watchdog.StepResolved)
+		wait, _ := h.rep.find(recovery.StepDrainWait)
+		restart, _ := h.rep.find(recovery.StepRestart)
+		resolved, _ := h.rep.find(recovery.StepResolved)
 		if !strings.Contains(wait.Detail, "no sessions left after 0s") || restart.Dropped != 0 {
 			t.Errorf("drain wait %q, restart dropped %d; want no wait for the held calls and none aborted", wait.Detail, restart.Dropped)
 		}
@@ -180,10 +180,10 @@ func TestRecoveryResumesFromEveryStep(t *testing.T) {
 					t.Errorf("host left %+v, want in rotation at 100%%", h.w.self)
 				}
 				j := h.journal(t)
-				if j.Step != watchdog.StepResolved || j.Drained || len(j.History) != 1 {
+				if j.Step != recovery.StepResolved || j.Drained || len(j.History) != 1 {
 					t.Errorf("journal after resume: step %s drained %v history %v", j.Step, j.Drained, j.History)
 				}
-				if last := h.rep.last(); last.Name != watchdog.StepResolved {
+				if last := h.rep.last(); last.Name != recovery.StepResolved {
 					t.Errorf("last reported step %+v, want resolved", last)
 				}
 			})
@@ -197,7 +197,7 @@ func TestRecoveryResumeWithNothingUnfinishedDoesNothing(t *testing.T) {
 		if err := h.rec.Resume(context.Background()); err != nil || h.rec.Busy() {
 			t.Fatalf("Resume on an empty journal: %v, busy %v", err, h.rec.Busy())
 		}
-		h.store.Save(JournalSection, Journal{Incident: "old", Step: watchdog.StepResolved})
+		h.store.Save(JournalSection, Journal{Incident: "old", Step: recovery.StepResolved})
 		rec := h.newRecovery(t)
 		if err := rec.Resume(context.Background()); err != nil || rec.Busy() {
 			t.Fatalf("Resume on a resolved journal: %v, busy %v", err, rec.Busy())
@@ -243,7 +243,7 @@ func TestRecoveryDryRunChangesNothingButReportsEveryStep(t *testing.T) {
 		h.rec.Wait()
 		refusals := 0
 		for _, n := range h.rep.names() {
-			if n == watchdog.StepGuardRefused {
+			if n == recovery.StepGuardRefused {
 				refusals++
 			}
 		}
@@ -268,12 +268,12 @@ func TestRecoveryFailures(t *testing.T) {
 					t.Fatalf("restarts %d, drained %v", h.w.restarts, h.w.self.Drained)
 				}
 				last := h.rep.last()
-				if last.Name != watchdog.StepFailed || !strings.Contains(last.Err, `server "node2" not found`) ||
+				if last.Name != recovery.StepFailed || !strings.Contains(last.Err, `server "node2" not found`) ||
 					!strings.Contains(last.Detail, "not restarting an undrained host") {
 					t.Fatalf("last step %+v", last)
 				}
 				j := h.journal(t)
-				if j.Step != watchdog.StepFailed || j.FailedStep != watchdog.StepDrain || j.NextAttempt.Sub(time.Now()) != 30*time.Second {
+				if j.Step != recovery.StepFailed || j.FailedStep != recovery.StepDrain || j.NextAttempt.Sub(time.Now()) != 30*time.Second {
 					t.Fatalf("journal %+v", j)
 				}
 				if got := strings.Join(h.w.limiter, ","); got != "recovering=true,recovering=false" {
@@ -288,10 +288,10 @@ func TestRecoveryFailures(t *testing.T) {
 				h.opts.LoadBalancer.RestartUndrained = true
 			},
 			check: func(t *testing.T, h *harness) {
-				if h.w.restarts != 1 || h.rep.last().Name != watchdog.StepResolved {
+				if h.w.restarts != 1 || h.rep.last().Name != recovery.StepResolved {
 					t.Fatalf("restarts %d, steps %v", h.w.restarts, h.rep.names())
 				}
-				drain, _ := h.rep.find(watchdog.StepDrain)
+				drain, _ := h.rep.find(recovery.StepDrain)
 				if drain.OK || !strings.Contains(drain.Detail, "restart_undrained") {
 					t.Fatalf("drain step %+v", drain)
 				}
@@ -306,7 +306,7 @@ func TestRecoveryFailures(t *testing.T) {
 				h.w.stateErr = errors.New("haproxy: show stat: runtime API socket /run/haproxy/admin.sock does not exist")
 			},
 			check: func(t *testing.T, h *harness) {
-				if h.w.restarts != 0 || h.rep.last().Name != watchdog.StepFailed || !strings.Contains(h.rep.last().Err, "does not exist") {
+				if h.w.restarts != 0 || h.rep.last().Name != recovery.StepFailed || !strings.Contains(h.rep.last().Err, "does not exist") {
 					t.Fatalf("restarts %d, last %+v", h.w.restarts, h.rep.last())
 				}
 			},
@@ -321,7 +321,7 @@ func TestRecoveryFailures(t *testing.T) {
 					t.Fatalf("restarts %d, drained %v", h.w.restarts, h.w.self.Drained)
 				}
 				last := h.rep.last()
-				if last.Name != watchdog.StepGuardRefused || last.Guard != watchdog.GuardPoolLock || !strings.Contains(last.Detail, "node1") {
+				if last.Name != recovery.StepGuardRefused || last.Guard != recovery.GuardPoolLock || !strings.Contains(last.Detail, "node1") {
 					t.Fatalf("last step %+v", last)
 				}
 				if got := strings.Join(h.w.mutating(), ","); got != "drain,ready" {
@@ -336,7 +336,7 @@ func TestRecoveryFailures(t *testing.T) {
 				if m := h.w.mutating(); len(m) != 0 {
 					t.Fatalf("changes %v", m)
 				}
-				if last := h.rep.last(); last.Name != watchdog.StepGuardRefused || !strings.Contains(last.Detail, "node3") {
+				if last := h.rep.last(); last.Name != recovery.StepGuardRefused || !strings.Contains(last.Detail, "node3") {
 					t.Fatalf("last %+v", last)
 				}
 			},
@@ -390,7 +390,7 @@ func TestRecoveryDrainFailureIsRetriedAfterBackoff(t *testing.T) {
 		h.w.mu.Unlock()
 		h.rec.Recover(context.Background(), inc, v)
 		h.rec.Wait()
-		if h.w.restarts != 1 || h.rep.last().Name != watchdog.StepResolved {
+		if h.w.restarts != 1 || h.rep.last().Name != recovery.StepResolved {
 			t.Fatalf("after the backoff: restarts %d, steps %v", h.w.restarts, h.rep.names())
 		}
 	})
@@ -407,7 +407,7 @@ func TestRecoveryRestartFailureStaysDrainedAndRetries(t *testing.T) {
 		if self, _ := h.w.now(); !h.rec.Busy() || !self.Drained {
 			t.Fatalf("after a failed restart: busy %v, drained %v", h.rec.Busy(), self.Drained)
 		}
-		failed, ok := h.rep.find(watchdog.StepFailed)
+		failed, ok := h.rep.find(recovery.StepFailed)
 		if !ok || !strings.Contains(failed.Detail, "cannot restart docker container vllm; staying drained") || !strings.Contains(failed.Err, "does not exist") {
 			t.Fatalf("failure report %+v", failed)
 		}
@@ -415,7 +415,7 @@ func TestRecoveryRestartFailureStaysDrainedAndRetries(t *testing.T) {
 		h.w.restartErr = nil
 		h.w.mu.Unlock()
 		h.rec.Wait()
-		if h.w.restarts != 1 || h.w.self.Drained || h.rep.last().Name != watchdog.StepResolved {
+		if h.w.restarts != 1 || h.w.self.Drained || h.rep.last().Name != recovery.StepResolved {
 			t.Fatalf("after the socket came back: restarts %d, drained %v, steps %v", h.w.restarts, h.w.self.Drained, h.rep.names())
 		}
 	})
@@ -433,7 +433,7 @@ func TestRecoveryParkedHostIsRestoredWhenTheEngineRecoversByHand(t *testing.T) {
 		}
 		h.w.selfRestart() // an operator restarts the engine by hand
 		h.rec.Wait()
-		if h.w.self.Drained || h.w.self.Weight != 100 || h.rep.last().Name != watchdog.StepResolved {
+		if h.w.self.Drained || h.w.self.Weight != 100 || h.rep.last().Name != recovery.StepResolved {
 			t.Fatalf("host %+v, steps %v", h.w.self, h.rep.names())
 		}
 	})
@@ -459,16 +459,16 @@ func TestRecoveryEngineNeverReadyStaysDrainedAndRespectsTheCooldown(t *testing.T
 		if self, restarts := h.w.now(); !self.Drained || restarts != 1 {
 			t.Fatalf("after ready_timeout: drained %v restarts %d", self.Drained, restarts)
 		}
-		failed, _ := h.rep.find(watchdog.StepFailed)
+		failed, _ := h.rep.find(recovery.StepFailed)
 		if !strings.Contains(failed.Err, "not ready 20m0s after the restart") {
 			t.Fatalf("failure %+v", failed)
 		}
 		h.rec.Wait()
-		if h.w.restarts != 2 || h.w.self.Drained || h.rep.last().Name != watchdog.StepResolved {
+		if h.w.restarts != 2 || h.w.self.Drained || h.rep.last().Name != recovery.StepResolved {
 			t.Fatalf("restarts %d, drained %v, steps %v", h.w.restarts, h.w.self.Drained, h.rep.names())
 		}
-		refused, ok := h.rep.find(watchdog.StepGuardRefused)
-		if !ok || refused.Guard != watchdog.GuardCooldown {
+		refused, ok := h.rep.find(recovery.StepGuardRefused)
+		if !ok || refused.Guard != recovery.GuardCooldown {
 			t.Fatalf("the second restart should have waited for the cooldown: %v", h.rep.names())
 		}
 	})
@@ -488,7 +488,7 @@ func TestRecoveryGuardRefusalIsReportedOncePerIncident(t *testing.T) {
 			t.Fatalf("reported %s, want one guard_refused", got)
 		}
 		s := h.rep.last()
-		if s.Guard != watchdog.GuardPoolLock || !s.Until.IsZero() || !strings.Contains(s.Detail, "node1 (in maintenance") {
+		if s.Guard != recovery.GuardPoolLock || !s.Until.IsZero() || !strings.Contains(s.Detail, "node1 (in maintenance") {
 			t.Fatalf("refusal %+v", s)
 		}
 		if n := testutil.ToFloat64(h.rec.m.refusals.WithLabelValues("pool_lock")); n != 4 {

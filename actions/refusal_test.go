@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // A refusal pages again when what it means for the clients changes: here
@@ -48,9 +48,9 @@ func TestARefusalPagesAgainWhenTheHostGoesFromServingToHeld(t *testing.T) {
 		if self, _ := h.w.now(); !self.Drained {
 			t.Fatalf("the host should be held drained by now; steps %v", h.rep.names())
 		}
-		var refusals []watchdog.Step
+		var refusals []recovery.Step
 		for _, s := range h.rep.snapshot() {
-			if s.Name == watchdog.StepGuardRefused {
+			if s.Name == recovery.StepGuardRefused {
 				refusals = append(refusals, s)
 			}
 		}
@@ -58,8 +58,8 @@ func TestARefusalPagesAgainWhenTheHostGoesFromServingToHeld(t *testing.T) {
 			t.Fatalf("%d refusals paged, want 2 (serving, then held): %+v", len(refusals), refusals)
 		}
 		for i, want := range []bool{true, false} {
-			if refusals[i].Guard != watchdog.GuardStartupGrace {
-				t.Errorf("refusal %d: guard %s, want %s", i, refusals[i].Guard, watchdog.GuardStartupGrace)
+			if refusals[i].Guard != recovery.GuardStartupGrace {
+				t.Errorf("refusal %d: guard %s, want %s", i, refusals[i].Guard, recovery.GuardStartupGrace)
 			}
 			if refusals[i].Serving != want {
 				t.Errorf("refusal %d: Serving %v, want %v: %q", i, refusals[i].Serving, want, refusals[i].Detail)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // outcome is what a refusal means for the clients: whether the host
@@ -28,8 +28,8 @@ func (o outcome) class() string {
 }
 
 // Outcomes of a refusal, as the pages say them.
-func outOfRotation(c planConfig, ref *watchdog.Refusal) outcome {
-	if ref != nil && ref.Guard == watchdog.GuardNoRestarter {
+func outOfRotation(c planConfig, ref *recovery.Refusal) outcome {
+	if ref != nil && ref.Guard == recovery.GuardNoRestarter {
 		return outcome{words: fmt.Sprintf("%s stays drained: the host is out of rotation until the engine serves again", c.Drainer)}
 	}
 	return outcome{words: fmt.Sprintf("%s stays drained: the host is out of rotation until the engine recovers by itself or a restart is allowed", c.Drainer)}
@@ -44,13 +44,13 @@ func stillServing(c planConfig) outcome {
 
 // poolRefusal is the pool guard: another member out of rotation at the
 // load balancer, or drained by its vigil (peers' /status).
-func (r *Recovery) poolRefusal(ctx context.Context, lb LBState) *watchdog.Refusal {
+func (r *Recovery) poolRefusal(ctx context.Context, lb LBState) *recovery.Refusal {
 	if ref := poolLock(lb, r.drained(), false); ref != nil {
 		return ref
 	}
 	if r.o.PeerDrained != nil && !r.drained() {
 		if node, ok := r.o.PeerDrained(ctx); ok {
-			return &watchdog.Refusal{Guard: watchdog.GuardPoolLock, Reason: fmt.Sprintf(
+			return &recovery.Refusal{Guard: recovery.GuardPoolLock, Reason: fmt.Sprintf(
 				"pool member %s is drained by its vigil; only one member of a pool is drained at a time", node)}
 		}
 	}
@@ -59,7 +59,7 @@ func (r *Recovery) poolRefusal(ctx context.Context, lb LBState) *watchdog.Refusa
 
 // restartRefusal reads the engine (an unreadable one counts as never
 // started) and says which time guard, if any, refuses its restart now.
-func (r *Recovery) restartRefusal(ctx context.Context) (EngineStatus, *watchdog.Refusal) {
+func (r *Recovery) restartRefusal(ctx context.Context) (EngineStatus, *recovery.Refusal) {
 	eng, err := r.o.Restarter.Status(ctx)
 	if err != nil {
 		eng = EngineStatus{}

@@ -9,12 +9,12 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/internal/backoff"
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // journal records that step is about to run (with mutate's changes) and
 // saves the journal: a step that cannot be journaled does not run.
-func (r *Recovery) journal(step watchdog.StepName, mutate func(*Journal)) error {
+func (r *Recovery) journal(step recovery.StepName, mutate func(*Journal)) error {
 	now := r.o.Now()
 	r.mu.Lock()
 	r.j.Step, r.j.StepAt = step, now
@@ -83,7 +83,7 @@ func (r *Recovery) backoffAfter(failures int) time.Duration {
 
 // report stamps s, logs it and tells the reporter, with no lock held: the
 // pager takes its own lock and asks Outlook, which takes the recovery's.
-func (r *Recovery) report(s watchdog.Step) {
+func (r *Recovery) report(s recovery.Step) {
 	r.mu.Lock()
 	s.Incident = r.j.Incident
 	r.mu.Unlock()
@@ -103,13 +103,13 @@ func (r *Recovery) report(s watchdog.Step) {
 	}
 	l := r.log.WithFields(fields)
 	msg := s.Detail
-	if s.DryRun && !strings.HasPrefix(msg, "would") && s.Name != watchdog.StepResolved && s.Name != watchdog.StepGuardRefused && s.Name != watchdog.StepFailed {
+	if s.DryRun && !strings.HasPrefix(msg, "would") && s.Name != recovery.StepResolved && s.Name != recovery.StepGuardRefused && s.Name != recovery.StepFailed {
 		msg = "would: " + msg
 	}
 	switch s.Name {
-	case watchdog.StepFailed:
+	case recovery.StepFailed:
 		l.Error(msg)
-	case watchdog.StepGuardRefused:
+	case recovery.StepGuardRefused:
 		l.Warn(msg)
 	default:
 		l.Info(msg)

@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // vigil stopped during its own restart, with a restarter that cannot tell
@@ -51,9 +51,9 @@ func TestAResumedRestartDecidesFromTheEngineWhetherItRan(t *testing.T) {
 				if h.w.restarts != 1 {
 					t.Errorf("engine restarted %d times, want once; calls %v", h.w.restarts, h.w.calls)
 				}
-				var restart watchdog.Step
+				var restart recovery.Step
 				for _, s := range h.rep.snapshot() {
-					if s.Name == watchdog.StepRestart {
+					if s.Name == recovery.StepRestart {
 						restart = s
 					}
 					if strings.Contains(s.Detail, "cannot tell whether it ran") {
@@ -64,7 +64,7 @@ func TestAResumedRestartDecidesFromTheEngineWhetherItRan(t *testing.T) {
 					t.Errorf("restart step %q, want it to say %q", restart.Detail, c.detail)
 				}
 				last := h.rep.last()
-				if last.Name != watchdog.StepResolved || last.At.Sub(resumed) > 5*time.Minute {
+				if last.Name != recovery.StepResolved || last.At.Sub(resumed) > 5*time.Minute {
 					t.Errorf("last step %s %s after the resume, want resolved within 5m; steps %v", last.Name, last.At.Sub(resumed), h.rep.names())
 				}
 				if j := h.journal(t); j.Drained || len(j.History) != 1 {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/humanize"
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // drain asks the load balancer to drain this host, then re-reads its state:
@@ -18,7 +18,7 @@ func (r *Recovery) drain(ctx context.Context) error {
 		// nothing to page about it (the head already says so).
 		return nil
 	}
-	if err := r.journal(watchdog.StepDrain, func(j *Journal) {
+	if err := r.journal(recovery.StepDrain, func(j *Journal) {
 		j.Drained = true
 		if j.DrainStarted.IsZero() {
 			j.DrainStarted = r.o.Now()
@@ -65,7 +65,7 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 	if !r.drained() {
 		return nil // nothing drained (no load balancer): nothing to wait for
 	}
-	if err := r.journal(watchdog.StepDrainWait, nil); err != nil {
+	if err := r.journal(recovery.StepDrainWait, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -104,7 +104,7 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 		detail = fmt.Sprintf("%d sessions still in flight after %s (a hung engine never finishes them); restarting anyway", left, waited)
 	}
 	// Nothing is aborted yet: the restart step reports the dropped count.
-	r.report(watchdog.Step{Name: watchdog.StepDrainWait, OK: true, Detail: detail})
+	r.report(recovery.Step{Name: recovery.StepDrainWait, OK: true, Detail: detail})
 	return nil
 }
 
@@ -123,8 +123,8 @@ func (r *Recovery) heldByLimiter() int {
 // step, it first gathers the evidence of whether the restart ran (planRestart
 // decides), so an incident gets a second restart only when the first never
 // showed.
-func (r *Recovery) restart(ctx context.Context, resumed bool) (watchdog.StepName, error) {
-	if err := r.journal(watchdog.StepRestart, nil); err != nil {
+func (r *Recovery) restart(ctx context.Context, resumed bool) (recovery.StepName, error) {
+	if err := r.journal(recovery.StepRestart, nil); err != nil {
 		return "", err
 	}
 	r.mu.Lock()
@@ -156,10 +156,10 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) (watchdog.StepName
 	began := r.o.Now()
 	a := r.decide(f)
 	if a.Kind == actRestartDone {
-		if a.Report != nil && a.Report.Name == watchdog.StepRestartSkipped {
+		if a.Report != nil && a.Report.Name == recovery.StepRestartSkipped {
 			r.m.skipped.Inc()
 		}
-		return orStep(a.Step, watchdog.StepWaitReady), nil
+		return orStep(a.Step, recovery.StepWaitReady), nil
 	}
 	if err := r.o.Restarter.Restart(ctx); err != nil {
 		return "", err
@@ -174,8 +174,8 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) (watchdog.StepName
 	}
 	detail += fmt.Sprintf(" in %s", humanize.GoTenths(r.o.Now().Sub(began)))
 	// The page adds "aborted N in-flight requests" from Dropped.
-	r.report(watchdog.Step{Name: watchdog.StepRestart, OK: true, Detail: detail, Dropped: dropped})
-	return watchdog.StepWaitReady, nil
+	r.report(recovery.Step{Name: recovery.StepRestart, OK: true, Detail: detail, Dropped: dropped})
+	return recovery.StepWaitReady, nil
 }
 
 // settle waits up to RestartSettle for the engine's start to differ from
@@ -221,7 +221,7 @@ func (r *Recovery) settleReady(ctx context.Context) (ready, stuck bool) {
 	}
 }
 
-func orStep(s, def watchdog.StepName) watchdog.StepName {
+func orStep(s, def recovery.StepName) recovery.StepName {
 	if s == "" {
 		return def
 	}
@@ -231,7 +231,7 @@ func orStep(s, def watchdog.StepName) watchdog.StepName {
 // waitReady polls the readiness check until it passes or ready_timeout
 // has passed since the restart.
 func (r *Recovery) waitReady(ctx context.Context) error {
-	if err := r.journal(watchdog.StepWaitReady, nil); err != nil {
+	if err := r.journal(recovery.StepWaitReady, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -247,7 +247,7 @@ func (r *Recovery) waitReady(ctx context.Context) error {
 		err := r.o.Ready(cctx)
 		cancel()
 		if err == nil {
-			r.report(watchdog.Step{Name: watchdog.StepWaitReady, OK: true, Detail: fmt.Sprintf("engine ready %s after the restart", humanize.GoTenths(r.o.Now().Sub(from)))})
+			r.report(recovery.Step{Name: recovery.StepWaitReady, OK: true, Detail: fmt.Sprintf("engine ready %s after the restart", humanize.GoTenths(r.o.Now().Sub(from)))})
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -265,7 +265,7 @@ func (r *Recovery) waitReady(ctx context.Context) error {
 // restore tells the limiter to start slowly, puts the host back at the
 // first ramp weight, and raises the weight to 100% over ramp_duration.
 func (r *Recovery) restore(ctx context.Context) error {
-	if err := r.journal(watchdog.StepRestore, nil); err != nil {
+	if err := r.journal(recovery.StepRestore, nil); err != nil {
 		return err
 	}
 	r.setRecovering(false)
@@ -279,7 +279,7 @@ func (r *Recovery) restore(ctx context.Context) error {
 	r.mu.Unlock()
 	if !drainedThisTime {
 		if r.o.Limiter != nil {
-			r.report(watchdog.Step{Name: watchdog.StepRestore, OK: true, Detail: "admission limiter slow start"})
+			r.report(recovery.Step{Name: recovery.StepRestore, OK: true, Detail: "admission limiter slow start"})
 		}
 		return nil
 	}
@@ -306,6 +306,6 @@ func (r *Recovery) restore(ctx context.Context) error {
 	if r.o.Limiter != nil {
 		detail += "; admission limiter slow start"
 	}
-	r.report(watchdog.Step{Name: watchdog.StepRestore, OK: true, Detail: detail})
+	r.report(recovery.Step{Name: recovery.StepRestore, OK: true, Detail: detail})
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -63,21 +64,21 @@ func (d *Digest) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	}
 }
 
-// RecoveryStep implements watchdog.Reporter.
-func (d *Digest) RecoveryStep(s watchdog.Step) {
+// RecoveryStep implements recovery.Reporter.
+func (d *Digest) RecoveryStep(s recovery.Step) {
 	if s.DryRun {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch s.Name {
-	case watchdog.StepRestart:
+	case recovery.StepRestart:
 		if s.OK {
 			d.restarts++
 		}
-	case watchdog.StepGuardRefused:
+	case recovery.StepGuardRefused:
 		d.refusals++
-	case watchdog.StepFailed:
+	case recovery.StepFailed:
 		d.failures++
 	}
 }

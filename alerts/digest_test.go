@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -21,9 +22,9 @@ func TestDigestTalliesADay(t *testing.T) {
 		d.Observe(watchdog.Verdict{State: watchdog.StateHung, At: t0.Add(time.Duration(i) * time.Minute)}, hung)
 	}
 	d.Observe(watchdog.Verdict{State: watchdog.StateHealthy, At: t0.Add(41 * time.Minute)}, nil)
-	d.RecoveryStep(watchdog.Step{Name: watchdog.StepRestart, OK: true})
-	d.RecoveryStep(watchdog.Step{Name: watchdog.StepRestart, OK: true, DryRun: true})
-	d.RecoveryStep(watchdog.Step{Name: watchdog.StepGuardRefused})
+	d.RecoveryStep(recovery.Step{Name: recovery.StepRestart, OK: true})
+	d.RecoveryStep(recovery.Step{Name: recovery.StepRestart, OK: true, DryRun: true})
+	d.RecoveryStep(recovery.Step{Name: recovery.StepGuardRefused})
 	now = t0.Add(24 * time.Hour)
 
 	got := d.Report("node1", 7, []string{"admission.max_in_flight=64 until Dec 1 09:00 (load test)"})

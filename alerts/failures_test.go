@@ -14,6 +14,7 @@ import (
 	"github.com/slack-go/slack/slacktest"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -168,8 +169,8 @@ func TestAPageRefusedForGoodIsLoggedCountedAndTheHeadStillArrives(t *testing.T) 
 	p.Observe(hung(clk.Now()), inc)
 	flush(t, p)
 	clk.Advance(15 * time.Second)
-	p.RecoveryStep(watchdog.Step{Incident: "inc-lost", Name: watchdog.StepDrain, OK: true, Detail: "haproxy vllm/node1 DRAIN", At: clk.Now()})
-	p.RecoveryStep(watchdog.Step{Incident: "inc-lost", Name: watchdog.StepDrainWait, OK: true, Detail: "no sessions left after 1s", At: clk.Now()})
+	p.RecoveryStep(recovery.Step{Incident: "inc-lost", Name: recovery.StepDrain, OK: true, Detail: "haproxy vllm/node1 DRAIN", At: clk.Now()})
+	p.RecoveryStep(recovery.Step{Incident: "inc-lost", Name: recovery.StepDrainWait, OK: true, Detail: "no sessions left after 1s", At: clk.Now()})
 	flush(t, p)
 
 	got := n.got()

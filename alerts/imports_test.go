@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The pager only needs the recovery's vocabulary (watchdog.Step and its
+// The pager only needs the recovery's vocabulary (recovery.Step and its
 // kin), never the recovery itself: importing actions would pull in the
 // Docker client and everything it drags along into every binary that
 // pages. go list answers for the package as built (test files aside), in
@@ -26,7 +26,7 @@ func TestAlertsNeverImportsActionsOrDocker(t *testing.T) {
 	}
 	for _, p := range deps {
 		if p == "github.com/vigil-dev/vigil/actions" || strings.HasPrefix(p, "github.com/docker/") {
-			t.Errorf("alerts depends on %s; the recovery's types belong in watchdog (watchdog.Step, watchdog.Reporter, watchdog.Refusal)", p)
+			t.Errorf("alerts depends on %s; the recovery's types belong in package recovery (recovery.Step, recovery.Reporter, recovery.Refusal)", p)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/backoff"
 	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -43,7 +44,7 @@ type Options struct {
 	// Outlook, if set, is the guard that would refuse a restart now
 	// (actions.Recovery.Outlook), so a new incident's first page says what
 	// will really happen. It must not block.
-	Outlook func() *watchdog.Refusal
+	Outlook func() *recovery.Refusal
 	// Limiter: the admission limiter is in front of the engine.
 	Limiter bool
 	// Pool, if set, gives a one-line view of the pool ("pool: 3 members —
@@ -148,7 +149,7 @@ const (
 )
 
 // Pager decides what to page (the policy) and delivers it (the outbox and
-// its sender). It implements watchdog.Pager and watchdog.Reporter. Observe,
+// its sender). It implements watchdog.Pager and recovery.Reporter. Observe,
 // RecoveryStep and Notice only queue, in memory, and return at once; Run
 // delivers and writes the outbox to the state file as it changes.
 type Pager struct {
@@ -156,7 +157,7 @@ type Pager struct {
 	policy   policy
 	conds    conditionPolicy
 	render   renderer
-	outlook  func() *watchdog.Refusal
+	outlook  func() *recovery.Refusal
 	dryRun   bool
 	redact   redactor
 	size     int
@@ -184,7 +185,7 @@ type Pager struct {
 
 var (
 	_ watchdog.Pager    = (*Pager)(nil)
-	_ watchdog.Reporter = (*Pager)(nil)
+	_ recovery.Reporter = (*Pager)(nil)
 )
 
 // NewPager returns a Pager delivering through n, with the outbox and
@@ -289,7 +290,7 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 	}
 	// The outlook is read before p.mu: it takes the recovery's lock, and
 	// the recovery holds that lock while it reports a step to this pager.
-	var outlook *watchdog.Refusal
+	var outlook *recovery.Refusal
 	if p.outlook != nil && v.State.NeedsRecovery() {
 		outlook = p.outlook()
 	}
@@ -335,7 +336,7 @@ func (p *Pager) Observe(v watchdog.Verdict, inc *watchdog.Incident) {
 // refusalLocked is the guard refusing the restart, for a page about v: the
 // refusal the recovery reported for this incident, else (for a new hung
 // or down incident) the guard that would refuse now (outlook).
-func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *watchdog.Refusal) *refusalNote {
+func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *recovery.Refusal) *refusalNote {
 	if !v.State.NeedsRecovery() {
 		return nil
 	}
@@ -352,7 +353,7 @@ func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *watchdog.Re
 }
 
 // RecoveryStep queues a thread reply for one recovery step.
-func (p *Pager) RecoveryStep(s watchdog.Step) {
+func (p *Pager) RecoveryStep(s recovery.Step) {
 	if s.At.IsZero() {
 		s.At = p.now()
 	}

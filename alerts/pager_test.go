@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -127,13 +128,13 @@ func hangIncident(p *Pager, clk *fakeClock, id string) {
 		p.Observe(hung(clk.Now()), inc)
 		clk.Advance(15 * time.Second)
 	}
-	for _, s := range []watchdog.Step{
-		{Name: watchdog.StepDrain, OK: true, Detail: "haproxy vllm/node1 DRAIN"},
-		{Name: watchdog.StepDrainWait, OK: true, Detail: "3 sessions left after 15s (hung: not waiting longer)"},
-		{Name: watchdog.StepRestart, OK: true, Detail: "container vllm restarted in 4s", Dropped: 48},
-		{Name: watchdog.StepWaitReady, OK: true, Detail: "/v1/models 200 and a probe completed after 3m10s"},
-		{Name: watchdog.StepRestore, OK: true, Detail: "READY, weight 10% → 100% over 2m; limiter slow start"},
-		{Name: watchdog.StepResolved, OK: true, Detail: "traffic restored 5m40s after the hang was detected"},
+	for _, s := range []recovery.Step{
+		{Name: recovery.StepDrain, OK: true, Detail: "haproxy vllm/node1 DRAIN"},
+		{Name: recovery.StepDrainWait, OK: true, Detail: "3 sessions left after 15s (hung: not waiting longer)"},
+		{Name: recovery.StepRestart, OK: true, Detail: "container vllm restarted in 4s", Dropped: 48},
+		{Name: recovery.StepWaitReady, OK: true, Detail: "/v1/models 200 and a probe completed after 3m10s"},
+		{Name: recovery.StepRestore, OK: true, Detail: "READY, weight 10% → 100% over 2m; limiter slow start"},
+		{Name: recovery.StepResolved, OK: true, Detail: "traffic restored 5m40s after the hang was detected"},
 	} {
 		s.Incident, s.At = id, clk.Now()
 		p.RecoveryStep(s)
@@ -375,7 +376,7 @@ func TestFullOutboxDropsUpdatesFirstAndSaysHowMany(t *testing.T) {
 		waiting *= 2
 		clk.Advance(time.Minute)
 	}
-	p.RecoveryStep(watchdog.Step{Incident: "inc-full", Name: watchdog.StepGuardRefused, Detail: "saturated: not a restart case", At: clk.Now()})
+	p.RecoveryStep(recovery.Step{Incident: "inc-full", Name: recovery.StepGuardRefused, Detail: "saturated: not a restart case", At: clk.Now()})
 	resolved := *inc
 	resolved.Resolved = clk.Now()
 	p.Observe(healthy(clk.Now()), &resolved)
@@ -442,7 +443,7 @@ func TestSecretsNeverAppearInPagesOrLogs(t *testing.T) {
 		v.Evidence.Probe = "401 (key " + testAPIKey + ")"
 		inc := &watchdog.Incident{ID: id, Opened: clk.Now(), State: watchdog.StateHung}
 		p.Observe(v, inc)
-		p.RecoveryStep(watchdog.Step{Incident: id, Name: watchdog.StepFailed, At: clk.Now(),
+		p.RecoveryStep(recovery.Step{Incident: id, Name: recovery.StepFailed, At: clk.Now(),
 			Err: "POST " + webhookURL + " token=" + testToken, Detail: "retrying with " + testAPIKey})
 		p.Notice("override", "token "+testToken+" rotated", Field{"webhook", webhookURL})
 	}
@@ -626,7 +627,7 @@ func TestObserveNeverWaitsForSlack(t *testing.T) {
 	start := time.Now()
 	for i := range 200 {
 		p.Observe(hung(clk.Now()), &watchdog.Incident{ID: "inc-" + string(rune('a'+i%26)), State: watchdog.StateHung})
-		p.RecoveryStep(watchdog.Step{Incident: "x", Name: watchdog.StepDrain, OK: true})
+		p.RecoveryStep(recovery.Step{Incident: "x", Name: recovery.StepDrain, OK: true})
 		clk.Advance(15 * time.Second)
 	}
 	if d := time.Since(start); d > 2*time.Second {

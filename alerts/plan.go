@@ -7,7 +7,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/humanize"
-	"github.com/vigil-dev/vigil/watchdog"
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // DescribeRecovery says in one or two sentences what vigil will do about
@@ -63,12 +63,12 @@ func drainTarget(lb configs.LoadBalancer) string {
 }
 
 // guardWords says why a guard refuses a restart, for the intent of a page.
-var guardWords = map[watchdog.Guard]string{
-	watchdog.GuardStartupGrace: "the engine started recently and is within its startup grace",
-	watchdog.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
-	watchdog.GuardBudget:       "the restart budget is spent (restart.budget)",
-	watchdog.GuardPoolLock:     "another member of the pool is out of rotation",
-	watchdog.GuardNoRestarter:  "no restarter is configured (restart.kind none)",
+var guardWords = map[recovery.Guard]string{
+	recovery.GuardStartupGrace: "the engine started recently and is within its startup grace",
+	recovery.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
+	recovery.GuardBudget:       "the restart budget is spent (restart.budget)",
+	recovery.GuardPoolLock:     "another member of the pool is out of rotation",
+	recovery.GuardNoRestarter:  "no restarter is configured (restart.kind none)",
 }
 
 // refusedIntent is what vigil will do about a hung or down engine while a
@@ -77,7 +77,7 @@ var guardWords = map[watchdog.Guard]string{
 // target ("" without a load balancer); serving says the drain was not
 // possible (pool guard, load balancer unreadable).
 func refusedIntent(g refusalNote, drain string, now time.Time) string {
-	if g.Guard == watchdog.GuardNoRestarter {
+	if g.Guard == recovery.GuardNoRestarter {
 		return manualIntent(g, drain, "")
 	}
 	why, ok := guardWords[g.Guard]

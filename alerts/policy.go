@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -62,7 +63,7 @@ type thread struct {
 
 // refusalNote is a guard's refusal as the pages need it.
 type refusalNote struct {
-	Guard watchdog.Guard `json:"guard"`
+	Guard recovery.Guard `json:"guard"`
 	Until time.Time      `json:"until,omitzero"`
 	// Serving: the host could not be taken out of rotation either.
 	Serving bool `json:"serving,omitempty"`
@@ -240,11 +241,11 @@ func (p policy) observe(t thread, v watchdog.Verdict, inc *watchdog.Incident, no
 // step applies the policy to a recovery step: every step pages, in order,
 // except a refused guard already paged for this incident with the same
 // reason (the recoverer may be asked again every cycle).
-func (p policy) step(t thread, s watchdog.Step) (thread, bool) {
+func (p policy) step(t thread, s recovery.Step) (thread, bool) {
 	if s.Incident == t.Incident {
 		t = t.followStep(s)
 	}
-	if s.Name != watchdog.StepGuardRefused || s.Incident != t.Incident {
+	if s.Name != recovery.StepGuardRefused || s.Incident != t.Incident {
 		return t, true
 	}
 	key := shape(s.Detail)
@@ -262,8 +263,8 @@ func (p policy) step(t thread, s watchdog.Step) (thread, bool) {
 // followStep keeps what later pages must know of the recovery: the guard
 // refusing the restart, a restart in progress, and when recovery began
 // and ended.
-func (t thread) followStep(s watchdog.Step) thread {
-	if s.DryRun && s.Name != watchdog.StepGuardRefused {
+func (t thread) followStep(s recovery.Step) thread {
+	if s.DryRun && s.Name != recovery.StepGuardRefused {
 		return t // a dry run changes nothing the pages must follow
 	}
 	begin := func() {
@@ -272,26 +273,26 @@ func (t thread) followStep(s watchdog.Step) thread {
 		}
 	}
 	switch s.Name {
-	case watchdog.StepGuardRefused:
+	case recovery.StepGuardRefused:
 		t.Refused = &refusalNote{Guard: s.Guard, Until: s.Until, Dry: s.DryRun, Serving: s.Serving}
-	case watchdog.StepDrain:
+	case recovery.StepDrain:
 		if s.OK {
 			begin()
 		}
-	case watchdog.StepRestarting:
+	case recovery.StepRestarting:
 		begin()
 		t.Restarting, t.Refused = true, nil
 		if !t.TroubleSince.IsZero() && t.TroubleUntil.IsZero() {
 			t.TroubleUntil = s.At // the hang ends where vigil restarts the engine
 		}
-	case watchdog.StepRestart, watchdog.StepRestartSkipped:
+	case recovery.StepRestart, recovery.StepRestartSkipped:
 		begin()
 		t.Refused = nil
-	case watchdog.StepWaitReady, watchdog.StepFailed:
+	case recovery.StepWaitReady, recovery.StepFailed:
 		t.Restarting = false
-	case watchdog.StepRestore:
+	case recovery.StepRestore:
 		t.Refused = nil
-	case watchdog.StepResolved:
+	case recovery.StepResolved:
 		t.Restarting, t.Refused, t.RecoveryTo = false, nil, s.At
 	}
 	return t

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -161,13 +162,13 @@ func TestRefusedGuardPagesOncePerReason(t *testing.T) {
 	p := policy{UpdateEvery: 10 * time.Minute}
 	th := thread{Incident: "h"}
 	var paged []string
-	for i, s := range []watchdog.Step{
-		{Incident: "h", Name: watchdog.StepGuardRefused, Detail: "cooldown: last restart 12m ago"},
-		{Incident: "h", Name: watchdog.StepGuardRefused, Detail: "cooldown: last restart 13m ago"}, // same reason, a minute on
-		{Incident: "h", Name: watchdog.StepGuardRefused, Detail: "restart budget spent: 3 in 6h"},
-		{Incident: "h", Name: watchdog.StepGuardRefused, Detail: "cooldown: last restart 14m ago"},
-		{Incident: "h", Name: watchdog.StepDrain, OK: true},
-		{Incident: "h", Name: watchdog.StepDrain, OK: true}, // every other step pages, repeats included
+	for i, s := range []recovery.Step{
+		{Incident: "h", Name: recovery.StepGuardRefused, Detail: "cooldown: last restart 12m ago"},
+		{Incident: "h", Name: recovery.StepGuardRefused, Detail: "cooldown: last restart 13m ago"}, // same reason, a minute on
+		{Incident: "h", Name: recovery.StepGuardRefused, Detail: "restart budget spent: 3 in 6h"},
+		{Incident: "h", Name: recovery.StepGuardRefused, Detail: "cooldown: last restart 14m ago"},
+		{Incident: "h", Name: recovery.StepDrain, OK: true},
+		{Incident: "h", Name: recovery.StepDrain, OK: true}, // every other step pages, repeats included
 	} {
 		var ok bool
 		th, ok = p.step(th, s)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -347,30 +348,30 @@ func (r renderer) context(v watchdog.Verdict, inc *watchdog.Incident) []string {
 }
 
 // stepText: the emoji and words for each recovery step that went well.
-var stepText = map[watchdog.StepName]struct{ emoji, done string }{
-	watchdog.StepGuardRefused:   {":no_entry:", "not restarting"},
-	watchdog.StepDrain:          {":arrow_down:", "drained at the load balancer"},
-	watchdog.StepDrainWait:      {":hourglass_flowing_sand:", "drain wait over"},
-	watchdog.StepRestarting:     {":arrows_counterclockwise:", "restarting the engine"},
-	watchdog.StepHeld:           {":pause_button:", "held out of rotation"},
-	watchdog.StepRestart:        {":arrows_counterclockwise:", "restarted the engine"},
-	watchdog.StepRestartSkipped: {":fast_forward:", "restart skipped: the engine already restarted itself"},
-	watchdog.StepWaitReady:      {":white_check_mark:", "engine ready"},
-	watchdog.StepRestore:        {":arrow_up:", "restoring traffic"},
-	watchdog.StepResolved:       {":white_check_mark:", "recovery finished"},
-	watchdog.StepFailed:         {":x:", "recovery step failed"},
+var stepText = map[recovery.StepName]struct{ emoji, done string }{
+	recovery.StepGuardRefused:   {":no_entry:", "not restarting"},
+	recovery.StepDrain:          {":arrow_down:", "drained at the load balancer"},
+	recovery.StepDrainWait:      {":hourglass_flowing_sand:", "drain wait over"},
+	recovery.StepRestarting:     {":arrows_counterclockwise:", "restarting the engine"},
+	recovery.StepHeld:           {":pause_button:", "held out of rotation"},
+	recovery.StepRestart:        {":arrows_counterclockwise:", "restarted the engine"},
+	recovery.StepRestartSkipped: {":fast_forward:", "restart skipped: the engine already restarted itself"},
+	recovery.StepWaitReady:      {":white_check_mark:", "engine ready"},
+	recovery.StepRestore:        {":arrow_up:", "restoring traffic"},
+	recovery.StepResolved:       {":white_check_mark:", "recovery finished"},
+	recovery.StepFailed:         {":x:", "recovery step failed"},
 }
 
-func (r renderer) step(s watchdog.Step) Message {
+func (r renderer) step(s recovery.Step) Message {
 	t, ok := stepText[s.Name]
 	if !ok {
 		t.emoji, t.done = ":gear:", strings.ReplaceAll(string(s.Name), "_", " ")
 	}
 	sev := SeverityInfo
-	if s.Name == watchdog.StepGuardRefused || s.Name == watchdog.StepFailed || (!s.OK && s.Err != "") {
+	if s.Name == recovery.StepGuardRefused || s.Name == recovery.StepFailed || (!s.OK && s.Err != "") {
 		sev = SeverityWarning
 	}
-	if !s.OK && s.Err != "" && s.Name != watchdog.StepFailed && s.Name != watchdog.StepGuardRefused {
+	if !s.OK && s.Err != "" && s.Name != recovery.StepFailed && s.Name != recovery.StepGuardRefused {
 		t.emoji, t.done = ":x:", strings.ReplaceAll(string(s.Name), "_", " ")+" failed"
 	}
 	what := t.done
@@ -396,7 +397,7 @@ func (r renderer) step(s watchdog.Step) Message {
 	if s.Calls != nil {
 		b.WriteString(" " + callFateLine(*s.Calls))
 	}
-	if s.Name == watchdog.StepGuardRefused && s.Guard != watchdog.GuardNoRestarter {
+	if s.Name == recovery.StepGuardRefused && s.Guard != recovery.GuardNoRestarter {
 		if s.Until.IsZero() {
 			b.WriteString(" It has no set time to lift.")
 		} else if s.Until.After(s.At) {
@@ -472,7 +473,7 @@ func (r renderer) dropped(n, size int, now time.Time) Message {
 // callFateLine says in one line what became of the calls vigil's limiter
 // cut from the lost engine: "14 in-flight requests moved to node2, 3
 // held for the restarted engine, 3 streams continued, 1 lost: n_gt_1."
-func callFateLine(f watchdog.CallFate) string {
+func callFateLine(f recovery.CallFate) string {
 	var parts []string
 	moved, peers := 0, make([]string, 0, len(f.MovedTo))
 	for _, p := range slices.Sorted(maps.Keys(f.MovedTo)) {

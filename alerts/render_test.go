@@ -11,6 +11,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -195,28 +196,28 @@ func TestRecoveryStepsReadAsSentences(t *testing.T) {
 	at := t0
 	cases := []struct {
 		name string
-		step watchdog.Step
+		step recovery.Step
 		want string
 	}{
-		{"a drain says where", watchdog.Step{Name: watchdog.StepDrain, OK: true, At: at, Detail: "haproxy vllm/node1 DRAIN, 3 sessions left after 15s"},
+		{"a drain says where", recovery.Step{Name: recovery.StepDrain, OK: true, At: at, Detail: "haproxy vllm/node1 DRAIN, 3 sessions left after 15s"},
 			":arrow_down: node1: drained at the load balancer: haproxy vllm/node1 DRAIN, 3 sessions left after 15s."},
-		{"a restart says how many requests it aborted", watchdog.Step{Name: watchdog.StepRestart, OK: true, At: at, Detail: "container vllm restarted in 4s", Dropped: 12},
+		{"a restart says how many requests it aborted", recovery.Step{Name: recovery.StepRestart, OK: true, At: at, Detail: "container vllm restarted in 4s", Dropped: 12},
 			":arrows_counterclockwise: node1: restarted the engine: container vllm restarted in 4s; aborted 12 in-flight requests."},
-		{"a refused guard says why and when it lifts", watchdog.Step{Name: watchdog.StepGuardRefused, At: at, Detail: "cooldown: last restart 12m ago (cooldown 30m)", Until: at.Add(18 * time.Minute)},
+		{"a refused guard says why and when it lifts", recovery.Step{Name: recovery.StepGuardRefused, At: at, Detail: "cooldown: last restart 12m ago (cooldown 30m)", Until: at.Add(18 * time.Minute)},
 			":no_entry: node1: not restarting: cooldown: last restart 12m ago (cooldown 30m). Lifts at 12:18 UTC (in 18m)."},
-		{"a failed step says what failed and what happens next", watchdog.Step{Name: watchdog.StepFailed, At: at, Err: "haproxy: dial unix /run/haproxy/admin.sock: no such file", Detail: "staying undrained; not restarting an undrained host"},
+		{"a failed step says what failed and what happens next", recovery.Step{Name: recovery.StepFailed, At: at, Err: "haproxy: dial unix /run/haproxy/admin.sock: no such file", Detail: "staying undrained; not restarting an undrained host"},
 			":x: node1: recovery step failed: haproxy: dial unix /run/haproxy/admin.sock: no such file. staying undrained; not restarting an undrained host."},
-		{"a resolved recovery says what became of the calls cut from the engine", watchdog.Step{Name: watchdog.StepResolved, OK: true, At: at,
+		{"a resolved recovery says what became of the calls cut from the engine", recovery.Step{Name: recovery.StepResolved, OK: true, At: at,
 			Detail: "recovery took 41s, from its first action to the engine serving again",
-			Calls:  &watchdog.CallFate{MovedTo: map[string]int{"node2": 14}, Continued: 3, Lost: map[string]int{"n_gt_1": 1}}},
+			Calls:  &recovery.CallFate{MovedTo: map[string]int{"node2": 14}, Continued: 3, Lost: map[string]int{"n_gt_1": 1}}},
 			":white_check_mark: node1: recovery finished: recovery took 41s, from its first action to the engine serving again. " +
 				"14 in-flight requests moved to node2, 3 streams continued, 1 lost: n_gt_1 (1)."},
-		{"held calls with none lost say so", watchdog.Step{Name: watchdog.StepResolved, OK: true, At: at, Detail: "recovered",
-			Calls: &watchdog.CallFate{Held: 6, Continued: 2}},
+		{"held calls with none lost say so", recovery.Step{Name: recovery.StepResolved, OK: true, At: at, Detail: "recovered",
+			Calls: &recovery.CallFate{Held: 6, Continued: 2}},
 			":white_check_mark: node1: recovery finished: recovered. 6 held for the restarted engine, 2 streams continued, none lost."},
-		{"a dry run says it changed nothing", watchdog.Step{Name: watchdog.StepRestart, OK: true, At: at, DryRun: true, Detail: "would restart container vllm"},
+		{"a dry run says it changed nothing", recovery.Step{Name: recovery.StepRestart, OK: true, At: at, DryRun: true, Detail: "would restart container vllm"},
 			":arrows_counterclockwise: node1: [dry run] restarted the engine: would restart container vllm."},
-		{"a step that failed on its own says so", watchdog.Step{Name: watchdog.StepWaitReady, At: at, Err: "not ready after 20m"},
+		{"a step that failed on its own says so", recovery.Step{Name: recovery.StepWaitReady, At: at, Err: "not ready after 20m"},
 			":x: node1: wait ready failed: not ready after 20m."},
 	}
 	for _, tc := range cases {

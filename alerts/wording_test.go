@@ -11,6 +11,7 @@ import (
 
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -151,26 +152,26 @@ func TestResolvedSaysHowLongTheEngineWasHungAndHowLongRecoveryTook(t *testing.T)
 	v := hung(start)
 	v.Evidence.Stalled, v.Evidence.SinceProgress = 20*time.Second, 20*time.Second
 	p.Observe(v, inc)
-	step := func(name watchdog.StepName, detail string) {
-		p.RecoveryStep(watchdog.Step{Incident: "inc-25", Name: name, OK: true, Detail: detail, At: clk.Now()})
+	step := func(name recovery.StepName, detail string) {
+		p.RecoveryStep(recovery.Step{Incident: "inc-25", Name: name, OK: true, Detail: detail, At: clk.Now()})
 	}
 	clk.Advance(2 * time.Second)
-	step(watchdog.StepDrain, "haproxy vllm/node1 DRAIN")
+	step(recovery.StepDrain, "haproxy vllm/node1 DRAIN")
 	clk.Advance(3 * time.Second)
-	step(watchdog.StepRestarting, "restarting docker container vllm (expected DOWN while it restarts)")
+	step(recovery.StepRestarting, "restarting docker container vllm (expected DOWN while it restarts)")
 	for range 3 { // the engine is down while it restarts
 		clk.Advance(5 * time.Second)
 		p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now()}, inc)
 	}
-	step(watchdog.StepRestart, "restarted docker container vllm in 4s")
+	step(recovery.StepRestart, "restarted docker container vllm in 4s")
 	for range 4 {
 		clk.Advance(15 * time.Second)
 		p.Observe(watchdog.Verdict{State: watchdog.StateLoading, At: clk.Now()}, inc)
 	}
-	step(watchdog.StepWaitReady, "engine ready 60s after the restart")
+	step(recovery.StepWaitReady, "engine ready 60s after the restart")
 	clk.Advance(10 * time.Second)
-	step(watchdog.StepRestore, "haproxy vllm/node1 READY")
-	step(watchdog.StepResolved, "recovery took 1m30s")
+	step(recovery.StepRestore, "haproxy vllm/node1 READY")
+	step(recovery.StepResolved, "recovery took 1m30s")
 	clk.Advance(15 * time.Second)
 	resolved := *inc
 	resolved.Resolved = clk.Now()
@@ -203,8 +204,8 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 	t.Run("a new incident's head, with the cooldown running", func(t *testing.T) {
 		n := &memNotifier{}
 		o := testOptions(clk, sl)
-		o.Outlook = func() *watchdog.Refusal {
-			return &watchdog.Refusal{Guard: watchdog.GuardCooldown, Until: lifts, Reason: "cooldown"}
+		o.Outlook = func() *recovery.Refusal {
+			return &recovery.Refusal{Guard: recovery.GuardCooldown, Until: lifts, Reason: "cooldown"}
 		}
 		p := newTestPager(t, n, o)
 		p.Observe(hung(clk.Now()), &watchdog.Incident{ID: "inc-cd", Opened: clk.Now(), State: watchdog.StateHung})
@@ -222,7 +223,7 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 		p := newTestPager(t, n, testOptions(clk, sl))
 		inc := &watchdog.Incident{ID: "inc-pool", Opened: clk.Now(), State: watchdog.StateHung}
 		p.Observe(hung(clk.Now()), inc)
-		p.RecoveryStep(watchdog.Step{Incident: "inc-pool", Name: watchdog.StepGuardRefused, Guard: watchdog.GuardBudget, Until: lifts, At: clk.Now(), Serving: true,
+		p.RecoveryStep(recovery.Step{Incident: "inc-pool", Name: recovery.StepGuardRefused, Guard: recovery.GuardBudget, Until: lifts, At: clk.Now(), Serving: true,
 			Detail: "restart budget spent; cannot drain it either: another member is out of rotation; the host still takes traffic"})
 		clk.Advance(time.Minute)
 		down := watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused on every endpoint", At: clk.Now()}
@@ -272,23 +273,23 @@ func TestARetriedRestartCountsTheStallOnce(t *testing.T) {
 		v.Evidence.SinceProgress = v.Evidence.Stalled
 		p.Observe(v, inc)
 	}
-	step := func(name watchdog.StepName, ok bool, detail string) {
-		p.RecoveryStep(watchdog.Step{Incident: inc.ID, Name: name, OK: ok, Detail: detail, At: clk.Now()})
+	step := func(name recovery.StepName, ok bool, detail string) {
+		p.RecoveryStep(recovery.Step{Incident: inc.ID, Name: name, OK: ok, Detail: detail, At: clk.Now()})
 	}
 	attempt := func(ready bool) {
 		clk.Advance(5 * time.Second)
-		step(watchdog.StepRestarting, true, "restarting docker container vllm (expected DOWN while it restarts)")
+		step(recovery.StepRestarting, true, "restarting docker container vllm (expected DOWN while it restarts)")
 		for range 3 {
 			clk.Advance(5 * time.Second)
 			p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now(), Recovering: true}, inc)
 		}
-		step(watchdog.StepRestart, true, "restarted docker container vllm in 4s")
+		step(recovery.StepRestart, true, "restarted docker container vllm in 4s")
 		clk.Advance(30 * time.Second)
 		if !ready {
-			step(watchdog.StepFailed, false, "engine did not become ready; staying drained; retrying after 30s")
+			step(recovery.StepFailed, false, "engine did not become ready; staying drained; retrying after 30s")
 			return
 		}
-		step(watchdog.StepWaitReady, true, "engine ready 30s after the restart")
+		step(recovery.StepWaitReady, true, "engine ready 30s after the restart")
 	}
 	for range 3 {
 		hungNow()
@@ -300,8 +301,8 @@ func TestARetriedRestartCountsTheStallOnce(t *testing.T) {
 		hungNow()
 	}
 	attempt(true)
-	step(watchdog.StepRestore, true, "haproxy vllm/node1 READY")
-	step(watchdog.StepResolved, true, "recovery finished")
+	step(recovery.StepRestore, true, "haproxy vllm/node1 READY")
+	step(recovery.StepResolved, true, "recovery finished")
 	clk.Advance(15 * time.Second)
 	resolved := *inc
 	resolved.Resolved = clk.Now()
@@ -357,7 +358,7 @@ func TestNoRestarterPagesWhatToDoAndNoRestart(t *testing.T) {
 				}
 				var rec *actions.Recovery
 				o := OptionsFromConfig(cfg)
-				o.Outlook = func() *watchdog.Refusal { return rec.Outlook() }
+				o.Outlook = func() *recovery.Refusal { return rec.Outlook() }
 				p := newTestPager(t, n, o)
 				rec, err = actions.NewRecovery(actions.RecoveryOptions{
 					LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,

@@ -86,7 +86,7 @@ type Override struct {
 const MaxOverride = 7 * 24 * time.Hour
 
 // OverridableKeys are the config paths an override may change: the ones
-// vigil can change live (cmd/vigil's liveSettings applies them).
+// vigil can change live (internal/cli's liveSettings applies them).
 var OverridableKeys = []string{
 	"admission.max_in_flight",
 	"watchdog.hang_after",

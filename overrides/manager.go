@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/cronlog"
 	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/state"
 )
@@ -207,7 +208,7 @@ func New(o Options) (*Manager, error) {
 	if schedule == "" {
 		schedule = DefaultSchedule
 	}
-	cl := CronLogger(m.log.WithField("component", "overrides_cron"))
+	cl := cronlog.New(m.log.WithField("component", "overrides_cron"))
 	m.cron = cron.New(
 		cron.WithLocation(time.UTC),
 		cron.WithLogger(cl),

@@ -529,16 +529,6 @@ func TestTheRealCronRestoresAnExpiredOverride(t *testing.T) {
 	<-done
 }
 
-func TestCronMessagesReachLogrus(t *testing.T) {
-	logger, hook := logtest.NewNullLogger()
-	cl := CronLogger(logrus.NewEntry(logger))
-	cl.Error(errors.New("boom"), "panic", "stack", "...")
-	e := hook.LastEntry()
-	if e == nil || e.Level != logrus.ErrorLevel || e.Message != "cron: panic" || e.Data["stack"] != "..." || e.Data[logrus.ErrorKey] == nil {
-		t.Fatalf("cron error logged as %+v", e)
-	}
-}
-
 func TestANewConfiguredValueWaitsBehindAnOverride(t *testing.T) {
 	cases := []struct {
 		name      string

@@ -40,9 +40,13 @@ root=$stage/root
 install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/default" "$root/etc/vigil" \
   "$root/usr/share/doc/vigil/examples" "$root/usr/share/vigil/monitoring/grafana"
 
-# A static binary: the node may run any glibc, or none (a distroless image).
-CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
-  -ldflags "-s -w -X main.version=$VERSION" -o "$root/usr/bin/vigil" ./cmd/vigil
+# Static binaries: the node may run any glibc, or none (a distroless image).
+# vigil-demo is `vigil demo` (the simulated engine stays out of vigil's own
+# binary); vigil runs it from beside itself.
+for cmd in vigil vigil-demo; do
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
+    -ldflags "-s -w -X github.com/vigil-dev/vigil/internal/cli.version=$VERSION" -o "$root/usr/bin/$cmd" "./cmd/$cmd"
+done
 
 install -m 0644 systemd/vigil.service "$root/lib/systemd/system/vigil.service"
 install -m 0644 systemd/vigil@.service "$root/lib/systemd/system/vigil@.service"

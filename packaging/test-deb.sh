@@ -46,7 +46,7 @@ ok "built $(basename "$deb1") and $(basename "$deb2")"
 
 # The archive: what it holds and which files are conffiles.
 listing=$(dpkg-deb -c "$deb1")
-for f in ./usr/bin/vigil ./lib/systemd/system/vigil.service ./lib/systemd/system/vigil@.service ./etc/default/vigil ./etc/vigil/vigil.yaml \
+for f in ./usr/bin/vigil ./usr/bin/vigil-demo ./lib/systemd/system/vigil.service ./lib/systemd/system/vigil@.service ./etc/default/vigil ./etc/vigil/vigil.yaml \
   ./usr/share/doc/vigil/examples/restart-systemd.conf ./usr/share/doc/vigil/examples/50-vigil-restart-engine.rules \
   ./usr/share/vigil/monitoring/vigil-rules.yml ./usr/share/vigil/monitoring/grafana/vigil.json; do
   grep -q " $f\$" <<<"$listing" || fail "$f missing from the package"
@@ -63,6 +63,11 @@ dpkg -i "$deb1" </dev/null >"$work/install.log" 2>&1 || { cat "$work/install.log
 [ "$(/usr/bin/vigil version)" = "vigil $v1" ] || fail "vigil version"
 go version -m /usr/bin/vigil | grep -q 'CGO_ENABLED=0' || fail "/usr/bin/vigil is not built with CGO_ENABLED=0"
 ok "installed; vigil --version = $v1, static"
+# `vigil demo` runs the vigil-demo installed beside it (-h: its usage, exit 2).
+code=0
+/usr/bin/vigil demo -h >/dev/null 2>"$work/demo.log" || code=$?
+[ "$code" = 2 ] && grep -q -- '-v' "$work/demo.log" || { cat "$work/demo.log"; fail "vigil demo -h exited $code without the demo's usage"; }
+ok "vigil demo runs /usr/bin/vigil-demo"
 
 getent passwd vigil >/dev/null || fail "no vigil user"
 uid=$(id -u vigil)

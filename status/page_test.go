@@ -19,6 +19,7 @@ import (
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/pool"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -63,7 +64,7 @@ func noRestarterSnapshot() Snapshot {
 		Node: "gpu-node-03", At: at, Engine: "http://127.0.0.1:8000", Started: at.Add(-time.Hour),
 		Verdict:  watchdog.Verdict{State: watchdog.StateHung, At: at, Reason: "HUNG: no progress for 3m05s with 12 waiting, 6 running"},
 		Incident: &watchdog.Incident{ID: "inc-none", Opened: at.Add(-time.Minute), State: watchdog.StateHung, Peak: watchdog.StateHung},
-		Recovery: actions.Snapshot{Incident: "inc-none", Step: watchdog.StepGuardRefused, StepAt: at.Add(-4 * time.Second),
+		Recovery: actions.Snapshot{Incident: "inc-none", Step: recovery.StepGuardRefused, StepAt: at.Add(-4 * time.Second),
 			Budget: 3, BudgetWindow: "1h0m0s", NextAttempt: at.Add(19 * time.Second)},
 		Plan: &Plan{Restart: "none", LoadBalancer: "none",
 			Summary: "No restarter is configured (restart.kind none): vigil leaves the engine as it is. No load balancer is configured either, so the host still takes traffic. To recover, restart the engine by hand (or set restart.kind); this incident resolves once it serves again."},
@@ -77,7 +78,7 @@ func recoveredSnapshot() Snapshot {
 	return Snapshot{
 		Node: "gpu-node-04", At: at,
 		Verdict: watchdog.Verdict{State: watchdog.StateHealthy, At: at, Reason: "HEALTHY: 2,340 tok/s"},
-		Recovery: actions.Snapshot{Incident: "inc-old", Step: watchdog.StepFailed, StepAt: at.Add(-10 * time.Minute),
+		Recovery: actions.Snapshot{Incident: "inc-old", Step: recovery.StepFailed, StepAt: at.Add(-10 * time.Minute),
 			Budget: 3, BudgetWindow: "1h0m0s", RestartsInWindow: 1, LastRestart: at.Add(-12 * time.Minute),
 			NextAttempt: at.Add(-5 * time.Minute), LastError: "engine not ready 20m after the restart"},
 		LastIncident: &watchdog.Incident{ID: "inc-old", Opened: at.Add(-15 * time.Minute), Peak: watchdog.StateHung,

@@ -56,7 +56,7 @@ type Snapshot struct {
 	Capacity   any    `json:"capacity,omitempty"`
 	Pool       any    `json:"pool,omitempty"`
 	// Routing is the share of keyed retries that found their execution
-	// here (pool.AffinityReport): low when the load balancer is not
+	// here (routing.AffinityReport): low when the load balancer is not
 	// key-affine.
 	Routing any `json:"routing,omitempty"`
 	// Config is the configuration in force (effective values, secrets

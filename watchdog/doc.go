@@ -7,10 +7,9 @@
 // Watchdog is the cycle loop around it: sample every interval, classify,
 // keep the incident state machine, tell the pager and the limiter, ask the
 // recoverer, and persist what it needs to survive vigil's own restart.
-// Diagnose is the one-shot form behind `vigil diagnose`. The ports between
-// the watchdog, the recovery and the pager live here too (Pager,
-// Recoverer, and the recovery's Step, Guard and Refusal reported to a
-// Reporter), so the pager needs nothing of the recovery's package.
+// Diagnose is the one-shot form behind `vigil diagnose`. The ports the
+// loop drives (Pager, Recoverer) live here; the recovery's steps and
+// guards are package recovery's.
 //
 // The rule the package exists for: never restart a saturated engine,
 // always catch a hung one. Saturated means counters still advance under a

@@ -1,74 +1,13 @@
 // Command vigil keeps an LLM inference engine serving under overload: a
 // watchdog that tells saturated from hung, and an admission limiter in
-// front of the engine. See the README for the subcommands.
+// front of the engine. The subcommands are package internal/cli's; see
+// the README for what each does.
 package main
 
 import (
-	"fmt"
-	"io"
 	"os"
 
-	"github.com/vigil-dev/vigil/admission"
+	"github.com/vigil-dev/vigil/internal/cli"
 )
 
-// Exit codes shared by every subcommand. diagnose has its own, by state.
-const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2 // usage or config errors
-)
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-const usage = `vigil keeps an LLM inference engine serving under overload.
-
-Usage:
-  vigil run --config FILE [--dry-run]     the daemon: watchdog + admission limiter
-  vigil diagnose --engine URL [flags]     sample the engine and say saturated, hung or healthy
-  vigil diagnose --config FILE [flags]
-  vigil demo                              the whole story on a simulated engine, no GPU
-  vigil override set|list|clear ...       temporary changes that expire
-  vigil check-config FILE                 validate a config file
-  vigil version
-
-Run "vigil COMMAND -h" for a command's flags.
-`
-
-func main() {
-	if len(os.Args) > 1 && os.Args[1] == "run" {
-		// Only the daemon: see admission.Procs. Tests call run directly
-		// and keep the test binary's own setting.
-		admission.SetProcs()
-	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "run":
-		return runDaemon(rest, stdout, stderr)
-	case "diagnose":
-		return runDiagnose(rest, stdout, stderr)
-	case "demo":
-		return runDemo(rest, stdout, stderr)
-	case "override":
-		return runOverride(rest, stdout, stderr)
-	case "check-config":
-		return runCheckConfig(rest, stdout, stderr)
-	case "version", "--version", "-v":
-		fmt.Fprintf(stdout, "vigil %s\n", version)
-		return exitOK
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	default:
-		fmt.Fprintf(stderr, "vigil: unknown command %q\n\n%s", cmd, usage)
-		return exitUsage
-	}
-}
+func main() { os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr)) }
