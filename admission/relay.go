@@ -105,20 +105,14 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	actx, cut := context.WithCancelCause(ex.ctx)
 	defer cut(nil)
 	m := meter{sent: l.clock.Now()}
-	movable := l.cfg.MaxMoves > 0
 	if d.peer == nil {
-		var cutter context.CancelCauseFunc
-		if movable {
-			cutter = cut
-		}
-		m.call = l.inflight.start(promptOf(tk), cutter)
+		m.call = l.startCall(tk, cut)
 		defer l.inflight.done(m.call)
-		if movable && l.out.active() {
-			cut(errEngineLost) // lost before it went: do not send it into a hung engine
-		}
 	}
+	// lost: the engine was declared lost under this send (cut, or refusing
+	// while it is recovered), and the execution still has a client.
 	lost := func() bool {
-		return ex.ctx.Err() == nil && d.peer == nil && movable &&
+		return ex.ctx.Err() == nil && d.peer == nil && l.cfg.MaxMoves > 0 &&
 			(context.Cause(actx) == errEngineLost || l.out.active())
 	}
 	resp, err := l.transport.RoundTrip(l.relayRequest(actx, rl, d, body))
@@ -148,6 +142,45 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	}
 	o.Dropped = resp.StatusCode >= 500
 	l.noteMoved(ex, rl, d, cont)
+	if readErr := l.tee(ex, resp, &m, tk, d, cont); readErr != nil {
+		if lost() {
+			return sentCut, false, nil
+		}
+		if ex.ctx.Err() == nil {
+			o.Dropped = true
+			l.c.upstreamErrors.Add(1)
+		}
+		return sentDone, false, nil
+	}
+	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
+	o.Streamed = m.sse
+	if tk != nil {
+		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
+	}
+	return sentDone, true, nil
+}
+
+// startCall records a call to the engine in flight, cut by cut when the
+// engine is lost (moving on), and cuts it at once when the engine is
+// already lost: it must not go into a hung engine.
+func (l *Limiter) startCall(tk *core.Listener, cut context.CancelCauseFunc) *upstreamCall {
+	if l.cfg.MaxMoves == 0 {
+		return l.inflight.start(promptOf(tk), nil)
+	}
+	c := l.inflight.start(promptOf(tk), cut)
+	if l.out.active() {
+		cut(errEngineLost)
+	}
+	return c
+}
+
+// tee copies the answer from d into ex: a stream whole events at a time
+// (spliced in after what was sent when cont), anything else as it comes.
+// It returns the read error, nil at a clean end.
+func (l *Limiter) tee(ex *execution, resp *http.Response, m *meter, tk *core.Listener, d dest, cont bool) error {
+	if cont || d.peer != nil {
+		tk = nil // the first token of a moved call says nothing of this engine's speed
+	}
 	if !cont {
 		l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
 	}
@@ -157,11 +190,7 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	}
 	var pend eventBuffer
 	var sp spliceState
-	meterTk := tk
-	if cont || d.peer != nil {
-		meterTk = nil // the first token of a moved call says nothing of this engine's speed
-	}
-	_, readErr := l.pump(resp, &m, meterTk, func(p []byte) error {
+	_, readErr := l.pump(resp, m, tk, func(p []byte) error {
 		if !m.sse {
 			l.co.append(ex, p)
 			return nil
@@ -175,25 +204,12 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 		}
 		return nil
 	})
-	if readErr != nil {
-		if lost() {
-			return sentCut, false, nil
+	if readErr == nil {
+		if rest := pend.rest(); len(rest) > 0 {
+			l.co.append(ex, rest)
 		}
-		if ex.ctx.Err() == nil {
-			o.Dropped = true
-			l.c.upstreamErrors.Add(1)
-		}
-		return sentDone, false, nil
 	}
-	if rest := pend.rest(); len(rest) > 0 {
-		l.co.append(ex, rest)
-	}
-	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.Streamed = m.sse
-	if tk != nil {
-		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
-	}
-	return sentDone, true, nil
+	return readErr
 }
 
 // eventBuffer holds back the part of a stream after its last whole event,
