@@ -202,6 +202,10 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 
 	load := &loadGen{d: d, url: cfg.Engine.URL + "/v1/completions"}
 	go load.run(runCtx)
+	// The hang chapter's load goes through vigil's limiter, which holds
+	// the calls in flight on the hung engine for the restarted one.
+	viaVigil := &loadGen{d: d, url: limiterURL + "/v1/completions"}
+	go viaVigil.run(runCtx)
 
 	sleep := func(dur time.Duration) bool {
 		select {
@@ -236,9 +240,9 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	direct := d.overload(ctx, cfg.Engine.URL+"/v1/completions", overloadX*capacity, nil)
 	d.say("  straight: %s", direct.brief())
 
-	d.say("▶ light load again; then a collective hang under load: the engine stops stepping,")
-	d.say("  but /v1/models and /health still answer 200, and the gauges freeze where they were.")
-	load.setRate(0.5 * capacity)
+	d.say("▶ light load again, through vigil's limiter; then a collective hang under load: the engine stops")
+	d.say("  stepping, but /v1/models and /health still answer 200, and the gauges freeze where they were.")
+	viaVigil.setRate(0.5 * capacity)
 	sleep(time.Second)
 	// The overload's incident resolves once the engine has stayed healthy
 	// for alerts.resolve_after; the hang is a new incident after that.
@@ -261,7 +265,7 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 			break
 		}
 	}
-	load.setRate(0)
+	viaVigil.setRate(0)
 	sleep(time.Second)
 	flush, cancelFlush := context.WithTimeout(ctx, 3*time.Second)
 	_ = vd.Pager().Flush(flush)
@@ -282,6 +286,12 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	fmt.Fprintf(d.out, "Summary: %s; the hang was caught and\n", overload)
 	fmt.Fprintf(d.out, "repaired (%d restart, %.0fs from hang to serving again, engine load time 3s included).\n",
 		d.restartCount()-restartsBeforeHang, d.restoredAfter(hungAt))
+	lost := uint64(0)
+	for _, n := range st.Limiter.Lost {
+		lost += n
+	}
+	fmt.Fprintf(d.out, "The calls in flight on the hung engine: %d held and sent to the restarted engine (%d of them streams\n"+
+		"continued where they stopped), %d moved to a peer, %d lost.\n", st.Limiter.Held, st.Limiter.Continued, st.Limiter.Moved, lost)
 	fmt.Fprintf(d.out, "\nThe same overload (%d calls in %s), with and without vigil's limiter in front of the engine:\n\n", limited.calls, overloadFor)
 	printComparison(d.out, direct, limited)
 	fmt.Fprintf(d.out, "\nStraight at the engine, every attempt queues behind the whole backlog and times out, and its\n")
@@ -373,7 +383,7 @@ func (d *demo) restartCount() int {
 type demoRestarter struct{ d *demo }
 
 func (r demoRestarter) Restart(ctx context.Context) error {
-	r.d.say("restart: stopping the hung engine (its in-flight requests are lost) and starting a new one")
+	r.d.say("restart: stopping the hung engine and starting a new one (vigil holds the calls it had in flight, for the new one)")
 	r.d.currentEngine().Close()
 	r.d.engineMu.Lock()
 	r.d.restarts++

@@ -38,6 +38,11 @@ func TestDemoTellsTheStoryInUnderAMinute(t *testing.T) {
 			t.Errorf("vigil's log lacks %q: the demo did not run the daemon's parts", want)
 		}
 	}
+	// The calls in flight on the hung engine were held for the restarted
+	// one, none lost.
+	if !regexp.MustCompile(`The calls in flight on the hung engine: [1-9]\d* held and sent to the restarted engine \(\d+ of them streams\s+continued where they stopped\), 0 moved to a peer, 0 lost`).MatchString(out) {
+		t.Errorf("the demo does not say the calls in flight on the hung engine were held, none lost:\n%s", out)
+	}
 	if !regexp.MustCompile(`vigil's /status at the end: HEALTHY, 1 restart; limiter [1-9]\d* attempts seen`).MatchString(out) {
 		t.Errorf("the demo did not read the daemon's /status:\n%s", out)
 	}
