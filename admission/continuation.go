@@ -296,6 +296,9 @@ func splice(ev []byte, origID string, s *spliceState) []byte {
 		return nil
 	}
 	s.content = true
+	if s.sent > 0 && bytes.Contains(data, []byte(`"usage"`)) {
+		ev = withUsageSoFar(ev, data, s.sent)
+	}
 	if origID == "" || c.ID == "" || c.ID == origID {
 		return ev
 	}
@@ -305,6 +308,31 @@ func splice(ev []byte, origID string, s *spliceState) []byte {
 // spliceState is what splice remembers across a continuation's events.
 type spliceState struct {
 	content bool // an event with more than a role went through
+	// sent is the tokens the cut stream had sent: the continuation's
+	// usage counts them as prompt, the client as completion.
+	sent int
+}
+
+// withUsageSoFar rewrites a continuation event's usage as the whole
+// stream's: the tokens sent before the cut move from the prompt back to
+// the completion. An event it cannot read passes as it is.
+func withUsageSoFar(ev, data []byte, sent int) []byte {
+	var obj map[string]json.RawMessage
+	var u map[string]json.RawMessage
+	if json.Unmarshal(data, &obj) != nil || json.Unmarshal(obj["usage"], &u) != nil || u == nil {
+		return ev
+	}
+	var prompt, completion int
+	if json.Unmarshal(u["prompt_tokens"], &prompt) != nil || json.Unmarshal(u["completion_tokens"], &completion) != nil {
+		return ev
+	}
+	prompt, completion = max(0, prompt-sent), completion+sent
+	u["prompt_tokens"], u["completion_tokens"] = mustJSON(prompt), mustJSON(completion)
+	if _, ok := u["total_tokens"]; ok {
+		u["total_tokens"] = mustJSON(prompt + completion)
+	}
+	obj["usage"] = mustJSON(u)
+	return append(append([]byte("data: "), mustJSON(obj)...), "\n\n"...)
 }
 
 // roleOnly: a chat event that only announces the assistant's role.

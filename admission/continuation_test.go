@@ -124,3 +124,22 @@ func TestEventBufferHoldsBackAPartialEvent(t *testing.T) {
 		t.Fatalf("second event: %q", got)
 	}
 }
+
+// A continuation's usage counts the tokens sent before the cut as
+// prompt; the client is told the whole stream's.
+func TestSpliceGivesTheWholeStreamsUsage(t *testing.T) {
+	t.Parallel()
+	st := spliceState{content: true, sent: 30}
+	in := sse(`{"id":"new","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":70,"total_tokens":120}}`)
+	var got struct {
+		ID    string `json:"id"`
+		Usage usage  `json:"usage"`
+	}
+	data, _ := eventData(spliceAll(in, "orig", &st))
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "orig" || got.Usage != (usage{PromptTokens: 20, CompletionTokens: 100, TotalTokens: 120}) {
+		t.Fatalf("got %+v, want id orig, usage 20 + 100 = 120", got)
+	}
+}

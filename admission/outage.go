@@ -206,5 +206,7 @@ func (l *Limiter) SetRecovering(on bool) {
 }
 
 // RequestFate is what became of the calls cut by the last (or current)
-// engine outage, and how many are held for the engine now.
+// engine outage, and how many are held for the engine now. With moving
+// off (max_moves 0) nothing is cut and nothing counted here: the calls
+// fail with the engine, as upstream errors.
 func (l *Limiter) RequestFate() (Fate, int) { return l.out.snapshot() }

@@ -185,11 +185,12 @@ func (l *Limiter) tee(ex *execution, resp *http.Response, m *meter, tk *core.Lis
 		l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
 	}
 	origID := ""
+	var sp spliceState
 	if cont {
-		origID = ex.sofar().id
+		so := ex.sofar()
+		origID, sp.sent = so.id, so.tokens
 	}
 	var pend eventBuffer
-	var sp spliceState
 	_, readErr := l.pump(resp, m, tk, func(p []byte) error {
 		if !m.sse {
 			l.co.append(ex, p)

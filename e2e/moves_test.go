@@ -302,6 +302,7 @@ func (r *movesRig) hangUnderLoad(t *testing.T, want map[int]string) ([]sdkCall, 
 // given: those cut from the hung engine by node2, the rest as usual.
 func TestAHungEngineUnderLoadLosesNoCallWithAPeer(t *testing.T) {
 	skipShort(t)
+	testinfra.Alone(t) // a load of streams through two vigils: not beside the parallel suite
 	t.Parallel()
 	r := newMovesRig(t, "e2e-moves-pool", "node1", "node2")
 	want := uninterruptedTexts(t, r.engs[1].api)
@@ -332,6 +333,7 @@ func TestAHungEngineUnderLoadLosesNoCallWithAPeer(t *testing.T) {
 // by the restarted engine, streams continued where they stopped.
 func TestAHungEngineUnderLoadLosesNoCallWithoutAPeer(t *testing.T) {
 	skipShort(t)
+	testinfra.Alone(t)
 	t.Parallel()
 	r := newMovesRig(t, "e2e-moves-alone", "node1")
 	want := uninterruptedTexts(t, r.engs[0].api)
