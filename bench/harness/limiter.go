@@ -56,8 +56,10 @@ type Limiter struct {
 
 // StartLimiter builds the limiter from cfg (engine time) in front of
 // upstream (the engine's base URL) and serves it on a free loopback port.
-// engineKey is injected upstream when cfg.InjectAPIKey is on.
-func StartLimiter(ctx context.Context, cfg configs.Admission, upstream, engineKey string, scale float64, mode TimeMode) (*Limiter, error) {
+// engineKey is injected upstream when cfg.InjectAPIKey is on. extra
+// options (e.g. admission.WithPeers) come after the harness's own, so they
+// may replace its logger.
+func StartLimiter(ctx context.Context, cfg configs.Admission, upstream, engineKey string, scale float64, mode TimeMode, extra ...admission.Option) (*Limiter, error) {
 	u, err := url.Parse(upstream)
 	if err != nil {
 		return nil, fmt.Errorf("limiter: upstream %q: %w", upstream, err)
@@ -78,6 +80,7 @@ func StartLimiter(ctx context.Context, cfg configs.Admission, upstream, engineKe
 	lg := logrus.New()
 	lg.SetLevel(logrus.WarnLevel)
 	opts = append(opts, admission.WithLogger(logrus.NewEntry(lg).WithField("bench", "limiter")))
+	opts = append(opts, extra...)
 	lim, err := admission.New(cfg, u, configs.Secret(engineKey), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("limiter: %w", err)

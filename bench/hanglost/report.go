@@ -1,0 +1,246 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/humanize"
+)
+
+// When a call started, against the fault.
+const (
+	beforeHang    = iota // started and ended before the hang
+	atHang               // started before the hang, not ended by it
+	hangToVerdict        // started while the engine hung, before the verdict
+	inRecovery           // started during the recovery
+	afterReady           // started after the restarted engine was ready
+	groups
+)
+
+var groupNames = [groups]string{"ended before the hang", "in flight at the hang", "started between the hang and the verdict",
+	"started during the recovery", "started after the restart"}
+
+// figures is one arm's measure.
+type figures struct {
+	// Of the calls in flight at the hang, by their attempt in flight then
+	// (the first to end after it): answered with the right text, answered
+	// with another (a stream's text, ids or [DONE] not the uninterrupted
+	// one's), or lost: the client saw a reset, an error status or an
+	// error event.
+	atHang, right, wrong, lost int
+	lostBy                     map[string]int
+	// rescued: lost, then answered right by an SDK retry.
+	rescued int
+	// Over every call.
+	total, delivered, deliveredWrong, unfinished int
+	p50, p99                                     time.Duration
+	group                                        [groups]struct{ n, delivered int }
+}
+
+// measure sorts an arm's calls; want is each call's expected text.
+func measure(r *armRun, calls []call, want []string) figures {
+	f := figures{lostBy: map[string]int{}}
+	var lat []time.Duration
+	for i, res := range r.results {
+		if len(res.attempts) == 0 {
+			continue // never sent: the run was stopped
+		}
+		f.total++
+		g := groupOf(r, res)
+		f.group[g].n++
+		right := func(a *attempt) bool { return answerRight(a, calls[i], want[i]) }
+		if d := res.delivered(); d != nil {
+			f.delivered++
+			f.group[g].delivered++
+			lat = append(lat, res.end-res.start)
+			if !right(d) {
+				f.deliveredWrong++
+			}
+		}
+		if a := res.attempts[len(res.attempts)-1]; a.outcome == cancelled {
+			f.unfinished++
+		}
+		if g != atHang {
+			continue
+		}
+		f.atHang++
+		k := slices.IndexFunc(res.attempts, func(a attempt) bool { return a.end > r.hangAt })
+		if k < 0 {
+			k = len(res.attempts) - 1
+		}
+		a := &res.attempts[k]
+		switch {
+		case a.outcome == okAnswer && right(a):
+			f.right++
+		case a.outcome == okAnswer:
+			f.wrong++
+		default:
+			f.lost++
+			f.lostBy[lostHow(a)]++
+			if d := res.delivered(); d != nil && right(d) {
+				f.rescued++
+			}
+		}
+	}
+	f.p50, f.p99 = harness.Percentile(lat, 50), harness.Percentile(lat, 99)
+	return f
+}
+
+func groupOf(r *armRun, res result) int {
+	switch {
+	case res.start < r.hangAt && res.end <= r.hangAt:
+		return beforeHang
+	case res.start < r.hangAt:
+		return atHang
+	case res.start < r.verdictAt:
+		return hangToVerdict
+	case res.start < r.readyAt:
+		return inRecovery
+	}
+	return afterReady
+}
+
+// answerRight: a whole answer with the uninterrupted text (a stream: one
+// id, one [DONE]).
+func answerRight(a *attempt, c call, want string) bool {
+	if a.outcome != okAnswer || a.text != want {
+		return false
+	}
+	return !c.kind.stream() || (len(a.ids) == 1 && a.dones == 1)
+}
+
+// lostHow names what the client saw of a lost attempt.
+func lostHow(a *attempt) string {
+	switch a.outcome {
+	case httpError:
+		if a.code != "" && a.code != strconv.Itoa(a.status) {
+			return fmt.Sprintf("%d %s", a.status, a.code)
+		}
+		return strconv.Itoa(a.status)
+	case errorEvent:
+		return "error event " + a.code
+	case cancelled:
+		return "unfinished"
+	}
+	return a.outcome.String()
+}
+
+type armFigures struct {
+	run *armRun
+	fig figures
+}
+
+type report struct {
+	o        options
+	capacity float64
+	arms     []armFigures
+	wall     time.Duration
+}
+
+func (r *report) print(w io.Writer) {
+	base := -1 // lost in the arm with moving off
+	for _, a := range r.arms {
+		if a.run.spec.maxMoves == 0 {
+			base = a.fig.lost
+			break
+		}
+	}
+	fmt.Fprintln(w, "The calls in flight at the hang (started before it, not ended by it), by their attempt in flight then:")
+	t := humanize.Table{Header: []string{"arm", "in flight at the hang", "answered right", "answered wrong", "lost",
+		"lost vs moving off", "lost, then answered by a retry", "lost, never answered", "what the lost saw"}}
+	for _, a := range r.arms {
+		f := a.fig
+		t.Add(a.run.spec.name, f.atHang, f.right, f.wrong, f.lost, ratio(f.lost, base), f.rescued, f.lost-f.rescued, countList(f.lostBy))
+	}
+	t.Print(w)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Every call of the run (latency: start of the call to its answer, retries included, delivered calls, engine seconds):")
+	t = humanize.Table{Header: []string{"arm", "delivered / total", "delivered, text wrong", "p50 (s)", "p99 (s)",
+		"started hang → verdict: delivered", "started in the recovery: delivered", "unfinished", "the limiter's RequestFate"}}
+	for _, a := range r.arms {
+		f := a.fig
+		t.Add(a.run.spec.name, fmt.Sprintf("%d / %d (%s)", f.delivered, f.total, humanize.Pct(harness.Share(f.delivered, f.total))),
+			f.deliveredWrong, secs(f.p50), secs(f.p99), groupShare(f, hangToVerdict), groupShare(f, inRecovery), f.unfinished,
+			fateLine(a.run))
+	}
+	t.Print(w)
+	fmt.Fprintln(w)
+	for _, a := range r.arms {
+		run := a.run
+		fmt.Fprintf(w, "%s (%s): at the hang (t=%s) the limiter had %d in flight and %d queued, the engine %d running and %d waiting; verdict t=%s, ready t=%s; ",
+			run.spec.name, run.spec.what, secs(run.hangAt), run.limInFlight, run.limQueue, run.engRunning, run.engWaiting,
+			secs(run.verdictAt), secs(run.readyAt))
+		var gs []string
+		for g := range groups {
+			gs = append(gs, fmt.Sprintf("%s %d/%d", groupNames[g], a.fig.group[g].delivered, a.fig.group[g].n))
+		}
+		fmt.Fprintf(w, "delivered by start: %s", strings.Join(gs, ", "))
+		if run.peerStats != nil {
+			fmt.Fprintf(w, "; the peer's own calls delivered %d/%d", run.peerDelivered, run.peerSent)
+		}
+		fmt.Fprintf(w, "; wall %s.\n", run.wall.Round(time.Second))
+	}
+	fmt.Fprintf(w, "\nWall time %s at scale %g.\n", r.wall.Round(time.Second), r.o.scale)
+}
+
+// ratio is lost against base, the arm with moving off ("n/a": no such
+// arm, or it lost nothing).
+func ratio(lost, base int) string {
+	if base <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fx", float64(lost)/float64(base))
+}
+
+func groupShare(f figures, g int) string {
+	return fmt.Sprintf("%d / %d", f.group[g].delivered, f.group[g].n)
+}
+
+// fateLine is RequestFate in words.
+func fateLine(r *armRun) string {
+	f := r.fate
+	var parts []string
+	for _, p := range f.Peers() {
+		parts = append(parts, fmt.Sprintf("moved %d to %s", f.MovedTo[p], p))
+	}
+	parts = append(parts, fmt.Sprintf("held %d", f.Held), fmt.Sprintf("continued %d", f.Continued))
+	if n := f.LostTotal(); n > 0 {
+		parts = append(parts, fmt.Sprintf("lost %d (%s)", n, countList(f.Lost)))
+	} else {
+		parts = append(parts, "lost 0")
+	}
+	if r.held > 0 {
+		parts = append(parts, fmt.Sprintf("%d still held", r.held))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// countList is "k n, k n" by count, most first; "-" for none.
+func countList(m map[string]int) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	var out []string
+	for _, k := range keys {
+		if m[k] > 0 {
+			out = append(out, fmt.Sprintf("%s: %d", k, m[k]))
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ", ")
+}
+
+// secs prints engine seconds to a tenth.
+func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) }
