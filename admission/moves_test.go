@@ -1,9 +1,7 @@
 package admission
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/simclient"
 )
 
 // restartableEngine is a simulated engine behind one address that can be
@@ -50,15 +49,11 @@ func (re *restartableEngine) restart(t *testing.T) {
 	re.cur.Store(e)
 }
 
-// streamed is what a client read of one call.
+// streamed is what a client read of one call: its status, and a 200's
+// answer.
 type streamed struct {
-	status    int
-	text      string
-	ids       map[string]bool
-	dones     int
-	errorCode string // an error event's code
-	body      string // a non-stream answer
-	err       error
+	status int
+	simclient.Answer
 }
 
 func readCall(ctx context.Context, c *http.Client, base, path, body string, hdr ...string) streamed {
@@ -69,63 +64,13 @@ func readCall(ctx context.Context, c *http.Client, base, path, body string, hdr 
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return streamed{err: err}
+		return streamed{Answer: simclient.Answer{Err: err}}
 	}
 	defer resp.Body.Close()
-	s := streamed{status: resp.StatusCode, ids: map[string]bool{}}
-	if !isSSE(resp.Header) {
-		var b strings.Builder
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			b.WriteString(sc.Text())
-		}
-		s.body, s.err = b.String(), sc.Err()
-		var a struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal([]byte(s.body), &a) == nil && len(a.Choices) > 0 {
-			s.text = a.Choices[0].Text
-		}
-		return s
+	s := streamed{status: resp.StatusCode}
+	if resp.StatusCode == http.StatusOK {
+		s.Answer = simclient.ReadAnswer(resp)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			s.dones++
-			continue
-		}
-		var c struct {
-			ID    string `json:"id"`
-			Error *struct {
-				Code string `json:"code"`
-			} `json:"error"`
-			Choices []struct {
-				Text  string `json:"text"`
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal([]byte(data), &c); err != nil {
-			s.err = err
-			return s
-		}
-		if c.Error != nil {
-			s.errorCode = c.Error.Code
-			continue
-		}
-		s.ids[c.ID] = true
-		for _, ch := range c.Choices {
-			s.text += ch.Text + ch.Delta.Content
-		}
-	}
-	s.err = sc.Err()
 	return s
 }
 
@@ -141,7 +86,7 @@ func uninterrupted(t *testing.T, path, body string) streamed {
 	t.Helper()
 	re := newRestartableEngine(t, 0)
 	s := readCall(context.Background(), newClient(t), re.url, path, body, "Authorization", "Bearer "+engineKey)
-	if s.err != nil || s.status != http.StatusOK {
+	if !s.Whole() || s.status != http.StatusOK {
 		t.Fatalf("uninterrupted %s: %+v", path, s)
 	}
 	return s
@@ -248,15 +193,15 @@ func TestCallsCutByAHungEngineAreMovedNotLost(t *testing.T) {
 
 			for i, cl := range append(calls, calls[2]) {
 				g := got[i]
-				if g.err != nil || g.status != http.StatusOK || g.errorCode != "" {
+				if g.Err != nil || g.status != http.StatusOK || g.ErrorCode != "" {
 					t.Errorf("%s: %+v", cl.name, g)
 					continue
 				}
-				if g.text != cl.want.text {
-					t.Errorf("%s: text\n %q\nwant the uninterrupted\n %q", cl.name, g.text, cl.want.text)
+				if g.Text != cl.want.Text {
+					t.Errorf("%s: text\n %q\nwant the uninterrupted\n %q", cl.name, g.Text, cl.want.Text)
 				}
-				if strings.Contains(cl.body, `"stream":true`) && (g.dones != 1 || len(g.ids) != 1) {
-					t.Errorf("%s: %d [DONE], ids %v; want one of each", cl.name, g.dones, g.ids)
+				if !g.Whole() {
+					t.Errorf("%s: %d [DONE], ids %v; want one of each", cl.name, g.Dones, g.IDs)
 				}
 			}
 			fate, held := p.l.RequestFate()
@@ -295,7 +240,7 @@ func TestCallsThatCannotMove(t *testing.T) {
 		re.cur.Load().Hang()
 		p.l.SetRecovering(true)
 		s := <-ch
-		if s.status != http.StatusOK || s.errorCode != "vigil_"+lossLogprobs || s.dones != 0 || s.err != nil {
+		if s.status != http.StatusOK || s.ErrorCode != "vigil_"+lossLogprobs || s.Dones != 0 || s.Err != nil {
 			t.Fatalf("got %+v, want the stream ended by an error event %q", s, "vigil_"+lossLogprobs)
 		}
 		if fate, _ := p.l.RequestFate(); fate.Lost[lossLogprobs] != 1 {
@@ -311,7 +256,7 @@ func TestCallsThatCannotMove(t *testing.T) {
 		re.cur.Load().Hang()
 		p.l.SetRecovering(true)
 		again := readCall(context.Background(), c, p.url, pathCompletions, moveUnary, "Idempotency-Key", "k2")
-		if first.status != http.StatusOK || again.status != http.StatusOK || again.text != first.text || p.l.Stats().CoalescedStored != 1 {
+		if first.status != http.StatusOK || again.status != http.StatusOK || again.Text != first.Text || p.l.Stats().CoalescedStored != 1 {
 			t.Fatalf("first %+v, retry during the recovery %+v; want the stored answer", first, again)
 		}
 	})

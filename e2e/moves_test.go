@@ -11,7 +11,6 @@ package e2e_test
 // the prompt alone).
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/internal/simclient"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
@@ -33,65 +33,6 @@ var movesCalls = []struct{ path, body string }{
 	{"/v1/chat/completions", `{"messages":[{"role":"user","content":"Tell me a story."}],"max_tokens":400,"stream":true}`},
 	{"/v1/completions", `{"prompt":"It was a dark and stormy night","max_tokens":200,"stream":true}`},
 	{"/v1/chat/completions", `{"messages":[{"role":"user","content":"Count to ten."}],"max_tokens":250}`},
-}
-
-// answerText reads a call's answer: its text, and for a stream whether it
-// ended with one [DONE] under one id and no error event.
-func answerText(resp *http.Response) (text string, whole bool, err error) {
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		var a struct {
-			Choices []struct {
-				Text    string `json:"text"`
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-			return "", false, err
-		}
-		if len(a.Choices) == 0 {
-			return "", false, fmt.Errorf("no choices")
-		}
-		return a.Choices[0].Text + a.Choices[0].Message.Content, true, nil
-	}
-	sc := bufio.NewScanner(resp.Body)
-	ids, dones := map[string]bool{}, 0
-	var b strings.Builder
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			dones++
-			continue
-		}
-		var c struct {
-			ID      string          `json:"id"`
-			Error   json.RawMessage `json:"error"`
-			Choices []struct {
-				Text  string `json:"text"`
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal([]byte(data), &c); err != nil {
-			return "", false, err
-		}
-		if len(c.Error) > 0 {
-			return "", false, fmt.Errorf("error event: %s", c.Error)
-		}
-		ids[c.ID] = true
-		for _, ch := range c.Choices {
-			b.WriteString(ch.Text + ch.Delta.Content)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", false, err
-	}
-	return b.String(), dones == 1 && len(ids) == 1, nil
 }
 
 // sdkCall is one call as an OpenAI SDK makes it: up to two retries.
@@ -137,16 +78,16 @@ func sendSDKCall(ctx context.Context, c *http.Client, base string, call sdkCall,
 			}
 			return call
 		}
-		text, whole, err := answerText(resp)
+		ans := simclient.ReadAnswer(resp)
 		resp.Body.Close()
 		cancel()
 		switch {
-		case err != nil:
-			call.why = "the answer broke off: " + err.Error() // the SDKs raise it, no retry
-		case !whole:
+		case ans.Err != nil || ans.ErrorCode != "":
+			call.why = fmt.Sprintf("the answer broke off: %v %s", ans.Err, ans.ErrorCode) // the SDKs raise it, no retry
+		case !ans.Whole():
 			call.why = "the stream was not whole (one id, one [DONE])"
-		case want != nil && text != want[i]:
-			call.why = fmt.Sprintf("text differs from the uninterrupted answer (%d vs %d bytes)", len(text), len(want[i]))
+		case want != nil && ans.Text != want[i]:
+			call.why = fmt.Sprintf("text differs from the uninterrupted answer (%d vs %d bytes)", len(ans.Text), len(want[i]))
 		default:
 			call.ok, call.why = true, ""
 		}
@@ -209,12 +150,12 @@ func uninterruptedTexts(t *testing.T, api string) map[int]string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text, whole, err := answerText(resp)
+		ans := simclient.ReadAnswer(resp)
 		resp.Body.Close()
-		if err != nil || !whole || text == "" {
-			t.Fatalf("uninterrupted %s: %q, whole %t, %v", mc.path, text, whole, err)
+		if !ans.Whole() || ans.Text == "" {
+			t.Fatalf("uninterrupted %s: %+v", mc.path, ans)
 		}
-		want[i] = text
+		want[i] = ans.Text
 	}
 	return want
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -174,69 +173,13 @@ func (c *client) attempt(ctx context.Context, cl call, n int) (a attempt) {
 		}
 		return a
 	}
-	if !cl.kind.stream() {
-		var body struct {
-			Choices []struct {
-				Text    string `json:"text"`
-				Message struct {
-					Content string `json:"content"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Choices) == 0 {
-			a.outcome = reset
-			return a
-		}
-		a.text = body.Choices[0].Text + body.Choices[0].Message.Content
-		a.outcome = okAnswer
-		return a
-	}
-	a.ids = map[string]bool{}
-	var text strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			a.dones++
-			continue
-		}
-		var ev struct {
-			ID    string `json:"id"`
-			Error *struct {
-				Code any `json:"code"`
-			} `json:"error"`
-			Choices []struct {
-				Text  string `json:"text"`
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal([]byte(data), &ev); err != nil {
-			a.outcome = reset
-			return a
-		}
-		if ev.Error != nil {
-			a.code = strings.Trim(string(mustJSON(ev.Error.Code)), `"`)
-			a.outcome = errorEvent
-			continue
-		}
-		if ev.ID != "" {
-			a.ids[ev.ID] = true
-		}
-		for _, ch := range ev.Choices {
-			text.WriteString(ch.Text + ch.Delta.Content)
-		}
-	}
-	a.text = text.String()
+	ans := simclient.ReadAnswer(resp)
+	a.text, a.ids, a.dones = ans.Text, ans.IDs, ans.Dones
 	switch {
-	case a.outcome == errorEvent:
-	case sc.Err() != nil || a.dones == 0:
-		a.outcome = reset // the stream broke off before its end
+	case ans.ErrorCode != "":
+		a.code, a.outcome = ans.ErrorCode, errorEvent
+	case ans.Err != nil:
+		a.outcome = reset // the answer broke off before its end
 	default:
 		a.outcome = okAnswer
 	}
