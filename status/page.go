@@ -140,7 +140,7 @@ type pageData struct {
 	Rejections []kv
 	OldestWait float64
 	// LostCalls says the calls cut by a lost engine that could not move,
-	// with why ("none").
+	// with why ("none lost", "1 lost: n_gt_1").
 	LostCalls string
 	// PoolKnown: the document has a pool (listed peers or etcd members),
 	// even if no other member is in it right now.
@@ -345,8 +345,8 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 <tr><th>in flight / cap</th><td class="n">{{.InFlight}} / {{.Cap}} ({{if .Automatic}}automatic{{else}}fixed{{end}}{{if .SlowStart}}, slow start{{end}}{{if .Saturated}}, engine saturated{{end}}{{if .Recovering}}, recovering{{end}})</td></tr>
 {{if .FirstTokenLimit}}<tr><th>streams awaiting first token / limit</th><td class="n">{{.AwaitingFirstToken}} / {{.FirstTokenLimit}}</td></tr>
 {{end}}<tr><th>queue</th><td class="n">{{.QueueDepth}} waiting{{if .QueueDepth}}, oldest {{secs $.OldestWait}}{{end}}</td></tr>
-{{if or .Recovering .HeldNow}}<tr><th>held for the recovery</th><td class="n{{if .HeldNow}} warn{{end}}">{{.HeldNow}} calls cut from the engine, sent again once it serves</td></tr>
-{{end}}{{if or .Moved .Continued .Lost}}<tr><th>calls cut by a lost engine</th><td class="n">{{num .Moved}} moved to peers, {{num .Continued}} streams continued, {{$.LostCalls}} lost</td></tr>
+{{if or .Recovering .HeldNow}}<tr><th>held for the recovery</th><td class="n">{{.HeldNow}} calls cut from the engine, sent again once it serves</td></tr>
+{{end}}{{if or .Moved .Continued .Lost}}<tr><th>calls cut by a lost engine</th><td class="n">{{num .Moved}} moved to peers, {{num .Continued}} streams continued, {{$.LostCalls}}</td></tr>
 {{end}}
 <tr><th>completions</th><td class="n">{{num .CompletionRate}}/s</td></tr>
 <tr><th>calls / executions</th><td class="n">{{num .Calls}} / {{num .Executions}}</td></tr>
@@ -374,8 +374,8 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 </html>
 `
 
-// lostWords says how many calls were lost and why: "none", or
-// "3 (2 n_gt_1, 1 logprobs)".
+// lostWords says how many calls were lost and why: "none lost",
+// "1 lost: n_gt_1", or "3 lost: 2 n_gt_1, 1 logprobs".
 func lostWords(lost map[string]uint64) string {
 	var total uint64
 	var parts []string
@@ -385,8 +385,11 @@ func lostWords(lost map[string]uint64) string {
 			parts = append(parts, fmt.Sprintf("%d %s", n, why))
 		}
 	}
-	if total == 0 {
-		return "none"
+	switch {
+	case total == 0:
+		return "none lost"
+	case len(parts) == 1:
+		return fmt.Sprintf("%d lost: %s", total, strings.SplitN(parts[0], " ", 2)[1])
 	}
-	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
+	return fmt.Sprintf("%d lost: %s", total, strings.Join(parts, ", "))
 }

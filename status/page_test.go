@@ -157,8 +157,8 @@ func TestRenderPage(t *testing.T) {
 			st.Lost = map[string]uint64{"n_gt_1": 1}
 			s.Limiter = st
 			return s
-		}(), []string{"held for the recovery</th><td class=\"n warn\">4 calls cut from the engine, sent again once it serves",
-			"calls cut by a lost engine</th><td class=\"n\">14 moved to peers, 3 streams continued, 1 (1 n_gt_1) lost"}, nil},
+		}(), []string{"held for the recovery</th><td class=\"n\">4 calls cut from the engine, sent again once it serves",
+			"calls cut by a lost engine</th><td class=\"n\">14 moved to peers, 3 streams continued, 1 lost: n_gt_1"}, nil},
 		{"a pool with no other member found", Snapshot{Node: "n", At: t0, Pool: []struct{}{}},
 			[]string{"No other member found: none listed in pool.peers, none registered in etcd."},
 			[]string{"No peers configured"}},
