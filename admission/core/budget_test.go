@@ -87,11 +87,18 @@ func TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime(t *testing.T) {
 		warm    int // answers admitted and finished just before: the drain rate
 		service time.Duration
 		want    int // index of the waiter served first (0 the oldest)
+		stream  bool
 	}{
-		{"a burst that drains within the timeout: oldest first", 10 * time.Second, 40, 100 * time.Millisecond, 0},
-		{"an overload that outlasts the timeout: newest first", 2 * time.Second, 0, 100 * time.Millisecond, 2},
-		{"no timeout known, answers quick beside the drain: oldest first", 0, 40, time.Second, 0},
-		{"no timeout known, no answer measured: newest first", 0, 0, 0, 2},
+		{"a burst that drains within the timeout: oldest first", 10 * time.Second, 40, 100 * time.Millisecond, 0, false},
+		{"an overload that outlasts the timeout: newest first", 2 * time.Second, 0, 100 * time.Millisecond, 2, false},
+		{"no timeout known, answers quick beside the drain: oldest first", 0, 40, time.Second, 0, false},
+		{"no timeout known, no answer measured: newest first", 0, 0, 0, 2, false},
+		// A stream's first token is worth ttft_target (2 s), not its
+		// client's 120 s: a queue that serves its newest stream later than
+		// that serves the newest first.
+		{"streams behind more than ttft_target: newest first", 120 * time.Second, 1, time.Second, 2, true},
+		{"plain calls behind as much, within their timeout: oldest first", 120 * time.Second, 1, time.Second, 0, false},
+		{"streams the queue serves within ttft_target: oldest first", 120 * time.Second, 40, 100 * time.Millisecond, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -105,13 +112,14 @@ func TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime(t *testing.T) {
 				}
 				l.mu.Lock()
 				l.engineService = tc.service // the answers' typical time, as measured
+				l.engineTTFT = tc.service
 				l.mu.Unlock()
 				blocker := mustAcquire(t, l, Request{})
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				var chans []<-chan acquired
 				for i := range 3 {
-					chans = append(chans, acquireAsync(ctx, l, Request{Timeout: tc.timeout}))
+					chans = append(chans, acquireAsync(ctx, l, Request{Timeout: tc.timeout, Stream: tc.stream}))
 					untilQueued(t, l, i+1)
 					advance(100 * time.Millisecond)
 				}
