@@ -20,9 +20,13 @@ import (
 // n times slower at n x scale and window x n), so each arm takes about
 // the same wall time while vigil keeps its clock at the engine's wall
 // ratio: against vigil's time constants a fast model is fast and a slow
-// one slow. The TTFT objective scales by 1/n with the engine, and so do
-// vigil's configured durations (ttft_target, queue waits), as an operator
-// would set them for that engine; its built-in constants do not.
+// one slow. The TTFT objective scales with the engine's own prefill of the
+// paper's call (enginesim.MeasureTTFT against the default engine's): by
+// 1/n for a model n times faster, by about 3 for prefill-bound, whose
+// prompts alone take longer than the default's objective (the first family
+// run scored every arm 0 there). vigil's configured durations (ttft_target,
+// queue waits) scale by 1/n, as an operator would set them for that
+// engine; its built-in constants do not.
 
 // familyCall draws one call of a model's workload: prompts uniform within
 // 10% of the mean, the shared prefix as given, lognormal answers whose
@@ -44,6 +48,16 @@ func familyCall(w enginesim.Workload) func(*rand.Rand) simclient.SimCall {
 	}
 }
 
+// familyObjective is the TTFT objective on the engine cfg: base (the
+// default engine's) times the ratio of the two engines' prefill of the
+// paper's call, alone and its prefix cached.
+func familyObjective(base time.Duration, cfg enginesim.Config) time.Duration {
+	ref := enginesim.CostModels()[0].Workload
+	own := enginesim.MeasureTTFT(cfg, ref)
+	def := enginesim.MeasureTTFT(engineConfig(1), ref)
+	return time.Duration(float64(base) * float64(own) / float64(def))
+}
+
 // familyRow is one model's summary.
 type familyRow struct {
 	model                enginesim.CostModel
@@ -57,9 +71,9 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 	for _, m := range models {
 		scale := max(1, o.long.scale/m.Speed)
 		window := time.Duration(float64(o.long.window) / m.Speed)
-		objective := time.Duration(float64(o.long.objective) / m.Speed)
 		cfg := engineConfig(scale)
 		m.Apply(&cfg)
+		objective := familyObjective(o.long.objective, cfg)
 		c := enginesim.MeasureCapacity(cfg, m.Workload)
 		fmt.Fprintf(stdout, "== model %s: %s\n", m.Name, m.About)
 		fmt.Fprintf(stdout, "Capacity C %.3f calls/s of %d-token prompts (%d shared), %d-token mean answers; scale %g; window %v at %.1f C; TTFT objective %v\n\n",
