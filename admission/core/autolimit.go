@@ -265,6 +265,7 @@ func (a *autoLimit) markDemand() { a.demand = true }
 
 // observeTTFT feeds a streamed answer's upstream time to first byte.
 func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time.Time) bool {
+	a.gate.long = a.prefill.long()
 	gated := a.gate.observe(admitted, ttft, now, a.cap())
 	if admitted.Before(a.lastChange) {
 		return gated

@@ -38,8 +38,41 @@ const (
 	// prompts that share a step, all of it.
 	kneeShare = 0.5
 	// kneeHold: after a growth that did not pay off, no growth for this
-	// long; a limit held this long probes a step below.
+	// long; a limit held this long probes a step below. It is the hold
+	// until the engine's prefill time is known; then see hold.
 	kneeHold = 30 * time.Second
+	// holdTurns: the hold is this many of the engine's prefill times
+	// (turn), from holdMin up to kneeHold. On the engine the law was
+	// shaped on, a lone 12,000-token prompt takes 0.34-0.44 s with the
+	// proxy's round trip, so kneeHold stays; on an engine ten times faster
+	// the same 30 s were the whole of a benchmark window. The ceiling
+	// stays kneeHold: on slower engines a longer hold was not measured to
+	// help (the judgement of a move waits for its kneeSamples first tokens
+	// anyway).
+	holdTurns = 90
+	holdMin   = time.Second
+	// impliedShare: a growth of the limit over long prompts stays only
+	// when the rate of first tokens its TTFTs imply (limit/mean TTFT) grew
+	// by this share of it too (see worth). 12,000-token prompts on a step
+	// of 8,192 tokens imply 1.3x in pairs on any engine (0.42 s alone,
+	// 0.65 s in pairs on the default one).
+	impliedShare = 0.4
+	// floorShare and floorShareLong: the TTFT a larger limit may add and
+	// still be worth it whatever the rate (see worth) is at most this
+	// share of the engine's prefill time (turn), and kneeFloor at most;
+	// floorShareLong while the prompts are long (see long). Short prompts
+	// share a step, and the step's overhead: 200-token ones took 24 ms
+	// alone and 33 ms in pairs, and grew to a limit of 10-20 under a
+	// floor of 50 ms, twice their prefill. A long prompt's prefill is
+	// whole steps of its own, a pair's mean TTFT 1.5-1.7x one's, so a
+	// floor of twice it would pass any growth.
+	floorShare     = 2.0
+	floorShareLong = 0.25
+	// turnRelax: the engine's prefill time (turn) follows a longer mean
+	// TTFT at one stream by this share of the difference per first token
+	// (a shorter one sets it at once), so longer prompts or a slower
+	// engine are relearned within some fifty first tokens.
+	turnRelax = 0.05
 )
 
 // firstTokenGate is the law of the first-token limit, against the TTFT
@@ -71,6 +104,16 @@ type firstTokenGate struct {
 	moved                    int
 	from, fromTTFT, fromRate float64
 	probeAfter               time.Time
+	// long: the prompts are long (prefillMeter.long: a step's token budget
+	// or more each), so two of them never share a step; the autoLimit
+	// sets it from the engine's counters before each first token.
+	long bool
+	// turn is the engine's own prefill time for the prompts it is sent
+	// (seconds; 0: unknown): the mean TTFT while one stream at a time
+	// awaits its first token, its least value relaxed upward by
+	// turnRelax per first token. It sets the pace of the law's hold and
+	// floor (see hold, floor).
+	turn float64
 }
 
 func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
@@ -114,6 +157,14 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 		return false
 	}
 	p90 := g.ttfts.p90()
+	mean := g.ttfts.mean()
+	if streams(g.limit) == 1 {
+		if g.turn == 0 || mean < g.turn {
+			g.turn = mean
+		} else {
+			g.turn += turnRelax * (mean - g.turn)
+		}
+	}
 	old := g.bound()
 	switch {
 	case p90 > g.target && g.limit > 1:
@@ -123,20 +174,33 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 		// Past the knee: back to where the limit came from, and no
 		// growth for a while (the mix of prompts may change).
 		g.change(g.from, now)
-		g.probeAfter = now.Add(kneeHold)
+		g.probeAfter = now.Add(g.hold())
 	case g.moved < 0 && g.worth(g.limit, g.from, g.rate(), g.fromRate, g.ttfts.mean(), g.fromTTFT):
 		g.change(g.from, now) // the larger limit was worth it after all
 	case g.moved != 0:
 		g.moved = 0 // the move stays
 	case g.demand && p90 <= growBand*g.target && g.limit < float64(cap) && !now.Before(g.probeAfter):
 		g.move(+1, min(float64(cap), max(g.limit+1, g.limit*(1+firstTokenGain))), now)
-	case g.limit > 1 && now.Sub(g.changed) >= kneeHold:
+	case g.limit > 1 && now.Sub(g.changed) >= g.hold():
 		// Held this long: probe below, so that a growth that passed on a
 		// lucky judgement (an engine's hiccup in the rate it was judged
 		// against) is judged again instead of staying for good.
 		g.move(-1, max(1, g.limit/(1+firstTokenGain)), now)
 	}
 	return g.bound() != old
+}
+
+// hold is how long the limit waits after a growth that did not pay off,
+// and how long a limit holds before it probes below: holdTurns of the
+// engine's prefill time, from holdMin up to kneeHold (kneeHold before it
+// is known). The evidence of a move (kneeSamples first tokens) comes in
+// a number of prefill times, whatever their length, so the hold counts
+// in them too.
+func (g *firstTokenGate) hold() time.Duration {
+	if g.turn <= 0 {
+		return kneeHold
+	}
+	return min(kneeHold, max(holdMin, time.Duration(holdTurns*g.turn*float64(time.Second))))
 }
 
 // move changes the limit to limit, to be judged by its knee.
@@ -159,16 +223,49 @@ func (g *firstTokenGate) move(dir int, limit float64, now time.Time) {
 // (with the rate taken as limit/TTFT, such a growth stayed and the limit
 // sat at 2-3).
 //
-// A larger limit whose mean TTFT is less than kneeFloor longer is worth it
-// whatever the rate: that is within an engine step or two, which short
-// prompts pay as their batch grows (bench: TTFT 24 ms alone, 33 ms in
-// pairs, on an engine whose batch runs 40).
+// A larger limit whose mean TTFT is longer by less than floor (a quarter
+// of the engine's own prefill time, kneeFloor at most) is worth it
+// whatever the rate:
+// that is within an engine step or two, which short prompts pay as their
+// batch grows (TTFT 24 ms alone, 33 ms in pairs, on an engine whose batch
+// runs 40). A floor in wall time alone let long prompts through in pairs
+// on an engine ten times faster, where a pair's whole prefill is 26 ms
+// longer than one's.
 func (g *firstTokenGate) worth(small, big, smallRate, bigRate, smallTTFT, bigTTFT float64) bool {
-	if bigTTFT < smallTTFT+kneeFloor.Seconds() {
+	if bigTTFT < smallTTFT+g.floor() {
 		return true
 	}
 	n, m := float64(streams(small)), float64(streams(big))
-	return bigRate >= smallRate*(1+kneeShare*(m-n)/n)
+	if !g.long {
+		return bigRate >= smallRate*(1+kneeShare*(m-n)/n)
+	}
+	// Long prompts: the rate measured must grow by kneeShare of the
+	// growth, and the rate the TTFTs imply by Little's law (limit/TTFT) by
+	// impliedShare of it.
+	// The measured one alone passed pairs of long prompts on a fast
+	// engine: one prompt at a time leaves the engine idle between a first
+	// token and the next prompt's start (the proxy's round trip, a larger
+	// share of a short prefill), which a pair hides, so first tokens came
+	// 1.4-1.5x as fast while each came 1.5-1.7x as late. The implied one
+	// alone passes a growth nobody used (see above).
+	return bigRate >= smallRate*(1+kneeShare*(m-n)/n) && m*smallTTFT >= n*bigTTFT*(1+impliedShare*(m-n)/n)
+}
+
+// floor is the TTFT a larger limit may add and be worth it whatever the
+// rate: a share of the engine's own prefill time (turn), kneeFloor at
+// most: two prefills' worth for prompts that share a step, a quarter of
+// one for long ones (see long). Of the engine's prefill time, not of the
+// smaller limit's mean TTFT: a limit grown past the knee has a longer
+// mean, which would let the next growth pass on the floor alone.
+func (g *firstTokenGate) floor() float64 {
+	if g.turn <= 0 {
+		return kneeFloor.Seconds()
+	}
+	share := floorShare
+	if g.long {
+		share = floorShareLong
+	}
+	return min(kneeFloor.Seconds(), share*g.turn)
 }
 
 // rate is first tokens a second since the limit last changed, to the

@@ -244,3 +244,84 @@ func TestStreamsWaitForTheFirstTokenLimit(t *testing.T) {
 		t.Errorf("in flight %d, awaiting %d at the end; want 0 and 0", s.InFlight, s.AwaitingFirstToken)
 	}
 }
+
+// The law's hold and floor follow the engine's own prefill time (turn),
+// so on an engine ten times faster the limit probes ten times as often,
+// and long prompts (which never share a step) pass no growth on a floor
+// of wall milliseconds.
+func TestTheFirstTokenLimitKeepsTheEnginesPace(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// run grows the limit from 1 (first tokens of TTFT lone, one every
+	// lone) to 2, then judges it by kneeSamples first tokens of TTFT pair
+	// coming rateGain times as fast as at one.
+	run := func(long bool, lone, pair time.Duration, rateGain float64) (*firstTokenGate, time.Time) {
+		g := newFirstTokenGate(2*time.Second, t0)
+		g.long = long
+		g.markDemand()
+		at := t0
+		for range kneeSamples {
+			at = at.Add(lone)
+			g.observe(at, lone, at, 64)
+		}
+		if g.bound() != 2 {
+			t.Fatalf("limit %d after first tokens well within the objective with demand, want 2", g.bound())
+		}
+		gap := time.Duration(float64(lone) / rateGain)
+		for range kneeSamples {
+			at = at.Add(gap)
+			g.observe(at, pair, at, 64)
+		}
+		return &g, at
+	}
+	for _, tc := range []struct {
+		name string
+		long bool
+		want int
+	}{
+		// 12,000-token prompts on an engine ten times faster: 40 ms alone,
+		// 65 ms in pairs, first tokens 1.45x as fast (the round trip
+		// between a first token and the next prompt hidden by the pair).
+		{"long prompts: 1.45x the rate measured but 1.23x implied, back to one", true, 1},
+		// Short prompts that share a step stay in pairs: within two of
+		// their prefills (and kneeFloor), whatever the rate.
+		{"short prompts: within the floor, the pair stays", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _ := run(tc.long, 40*time.Millisecond, 65*time.Millisecond, 1.45)
+			if g.bound() != tc.want {
+				t.Errorf("limit %d, want %d", g.bound(), tc.want)
+			}
+		})
+	}
+	t.Run("the hold is 90 prefill times, up to kneeHold", func(t *testing.T) {
+		g, at := run(true, 40*time.Millisecond, 80*time.Millisecond, 1)
+		if g.bound() != 1 {
+			t.Fatalf("limit %d after pairs no faster, want 1", g.bound())
+		}
+		if h := g.hold(); h < 3500*time.Millisecond || h > 3700*time.Millisecond {
+			t.Errorf("hold %v on an engine whose prefill takes 40 ms, want 90 x 40 ms", h)
+		}
+		at = at.Add(g.hold())
+		g.markDemand()
+		for range kneeSamples {
+			at = at.Add(40 * time.Millisecond)
+			g.observe(at, 40*time.Millisecond, at, 64)
+		}
+		if g.bound() != 2 {
+			t.Errorf("limit %d after the hold, want 2: it probes again", g.bound())
+		}
+		slow := newFirstTokenGate(2*time.Second, t0)
+		if h := slow.hold(); h != kneeHold {
+			t.Errorf("hold %v before the engine's prefill time is known, want kneeHold", h)
+		}
+		for _, c := range []struct {
+			turn float64
+			want time.Duration
+		}{{0.4, kneeHold}, {7, kneeHold}, {0.002, holdMin}} {
+			slow.turn = c.turn
+			if h := slow.hold(); h != c.want {
+				t.Errorf("hold %v on an engine whose prefill takes %vs, want %v", h, c.turn, c.want)
+			}
+		}
+	})
+}

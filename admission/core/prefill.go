@@ -85,6 +85,13 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 	m.prevPrompt, m.prevFirst, m.prevAt = g.PromptTokens, g.FirstTokens, now
 }
 
+// long reports whether the prompts prefilled lately are long (longPrompt
+// tokens or more on average): each needs a step's token budget of its
+// own, so two never share a step.
+func (m *prefillMeter) long() bool {
+	return m.dFirst > 0 && m.dPrompt/m.dFirst >= longPrompt
+}
+
 // backlog is how many of the engine's waiting requests (w; r running) are
 // long prompts waiting their turn for the step's token budget on an engine
 // that has room for them (0: none). With long prompts (longPrompt) vLLM
@@ -98,7 +105,7 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 // gets a seat once its turn at the token budget comes. Past them the queue
 // is a real one.
 func (m *prefillMeter) backlog(w, r, kv float64) float64 {
-	if w <= 0 || m.dFirst <= 0 || m.dSpan <= 0 || m.dPrompt/m.dFirst < longPrompt {
+	if w <= 0 || m.dSpan <= 0 || !m.long() {
 		return 0
 	}
 	if kv >= kvFull {

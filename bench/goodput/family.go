@@ -55,7 +55,7 @@ func familyObjective(base time.Duration, cfg enginesim.Config) time.Duration {
 	ref := enginesim.CostModels()[0].Workload
 	own := enginesim.MeasureTTFT(cfg, ref)
 	def := enginesim.MeasureTTFT(engineConfig(1), ref)
-	return time.Duration(float64(base) * float64(own) / float64(def))
+	return time.Duration(float64(base) * float64(own) / float64(def)).Round(time.Millisecond)
 }
 
 // familyRow is one model's summary.
@@ -110,7 +110,7 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 func printFamily(w io.Writer, rows []familyRow) {
 	fmt.Fprintln(w, "== family summary (same-run ratios)")
 	t := humanize.Table{Header: []string{"model", "best fixed cap", "goodput/s", "no-queue gateway", "vigil defaults",
-		"vigil / best fixed", "vigil / gateway", "vigil mean in-flight"}}
+		"vigil / best fixed", "vigil / gateway", "vigil mean in-flight", "vigil mean first-token limit"}}
 	ratio := func(a, b *result) string {
 		if a == nil || b == nil || b.goodput == 0 {
 			return "n/a"
@@ -124,14 +124,15 @@ func printFamily(w io.Writer, rows []familyRow) {
 		return fmt.Sprintf("%.3f", r.goodput)
 	}
 	for _, r := range rows {
-		best, inflight := "n/a", ""
+		best, inflight, ft := "n/a", "", ""
 		if r.best != nil {
 			best = r.best.arm.name
 		}
 		if r.vigil != nil {
 			inflight = fmt.Sprint(r.vigil.meanInFlight)
+			ft = fmt.Sprintf("%.1f", r.vigil.meanFirstToken)
 		}
-		t.Add(r.model.Name, best, gp(r.best), gp(r.gateway), gp(r.vigil), ratio(r.vigil, r.best), ratio(r.vigil, r.gateway), inflight)
+		t.Add(r.model.Name, best, gp(r.best), gp(r.gateway), gp(r.vigil), ratio(r.vigil, r.best), ratio(r.vigil, r.gateway), inflight, ft)
 	}
 	t.Print(w)
 }
