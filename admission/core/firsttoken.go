@@ -14,12 +14,8 @@ import (
 // of both. The in-flight cap cannot tell a prompt being prefilled from an
 // answer being decoded, which costs the others almost nothing; this limit
 // can, because the first byte of a stream marks the end of its prefill.
-//
-// On bench/goodput's longprompt workload (ttft_target at the 0.69 s
-// objective) the in-flight cap alone held 9-21 in flight for 1.02-1.12
-// streams a second within the objective, no more than the no-queue gateway
-// at a fixed cap of 8; with one stream at a time awaiting its first token
-// and no in-flight bound to speak of, 1.82 (bench/README.md).
+// (What it gained, and on which engines: docs/design.md, the law's
+// measurements.)
 const (
 	// firstTokenInitial: where the limit starts: one prefill at a time,
 	// until first tokens show that more come faster.
@@ -34,8 +30,8 @@ const (
 	// tokens grew by at least this share of the growth (see worth).
 	// Twelve-thousand-token prompts on a step budget of 8,192 tokens
 	// gain about 0.3 of the ideal from a second prefill beside the first
-	// (TTFT about 0.4 s alone, 0.6 s in pairs: bench/goodput longprompt);
-	// prompts that share a step, all of it.
+	// (the second waits for most of the first's steps); prompts that share
+	// a step, all of it.
 	kneeShare = 0.5
 	// kneeHold: after a growth that did not pay off, no growth for this
 	// long; a limit held this long probes a step below. It is the hold
@@ -43,29 +39,29 @@ const (
 	kneeHold = 30 * time.Second
 	// holdTurns: the hold is this many of the engine's prefill times
 	// (turn), from holdMin up to kneeHold. On the engine the law was
-	// shaped on, a lone 12,000-token prompt takes 0.34-0.44 s with the
-	// proxy's round trip, so kneeHold stays; on an engine ten times faster
-	// the same 30 s were the whole of a benchmark window. The ceiling
-	// stays kneeHold: on slower engines a longer hold was not measured to
-	// help (the judgement of a move waits for its kneeSamples first tokens
-	// anyway).
+	// shaped on a lone 12,000-token prompt takes a third of a second or
+	// more, so kneeHold stays there; on an engine ten times faster 30 s
+	// hold the limit for hundreds of judgements, and it misses the knee
+	// when the prompts change. The ceiling stays kneeHold: on slower
+	// engines a longer hold was not measured to help (a move's judgement
+	// waits for its kneeSamples first tokens anyway).
 	holdTurns = 90
 	holdMin   = time.Second
 	// impliedShare: a growth of the limit over long prompts stays only
 	// when the rate of first tokens its TTFTs imply (limit/mean TTFT) grew
 	// by this share of it too (see worth). 12,000-token prompts on a step
-	// of 8,192 tokens imply 1.3x in pairs on any engine (0.42 s alone,
-	// 0.65 s in pairs on the default one).
+	// of 8,192 tokens imply about 1.3x in pairs on any engine: the second
+	// waits for most of the first's steps.
 	impliedShare = 0.4
 	// floorShare and floorShareLong: the TTFT a larger limit may add and
 	// still be worth it whatever the rate (see worth) is at most this
 	// share of the engine's prefill time (turn), and kneeFloor at most;
 	// floorShareLong while the prompts are long (see long). Short prompts
-	// share a step, and the step's overhead: 200-token ones took 24 ms
-	// alone and 33 ms in pairs, and grew to a limit of 10-20 under a
-	// floor of 50 ms, twice their prefill. A long prompt's prefill is
-	// whole steps of its own, a pair's mean TTFT 1.5-1.7x one's, so a
-	// floor of twice it would pass any growth.
+	// share a step and its overhead, so their TTFT grows by a step at
+	// most as more go together, and a floor of twice their prefill (the
+	// wall 50 ms on the engine the law was shaped on) lets them. A long
+	// prompt's prefill is whole steps of its own, a pair's mean TTFT
+	// about 1.6x one's, so such a floor would pass any growth.
 	floorShare     = 2.0
 	floorShareLong = 0.25
 	// turnRelax: the engine's prefill time (turn) follows a longer mean
@@ -220,17 +216,14 @@ func (g *firstTokenGate) move(dir int, limit float64, now time.Time) {
 // A limit the streams did not fill (the cap or the arrivals bound them)
 // does not raise the rate either: a growth nobody used goes, since long
 // prompts let through in pairs when load rises are what it would cost
-// (with the rate taken as limit/TTFT, such a growth stayed and the limit
-// sat at 2-3).
+// (with the rate taken as limit/TTFT alone, such a growth stayed).
 //
-// A larger limit whose mean TTFT is longer by less than floor (a quarter
-// of the engine's own prefill time, kneeFloor at most) is worth it
-// whatever the rate:
-// that is within an engine step or two, which short prompts pay as their
-// batch grows (TTFT 24 ms alone, 33 ms in pairs, on an engine whose batch
-// runs 40). A floor in wall time alone let long prompts through in pairs
-// on an engine ten times faster, where a pair's whole prefill is 26 ms
-// longer than one's.
+// A larger limit whose mean TTFT is longer by less than floor (a share of
+// the engine's own prefill time, kneeFloor at most) is worth it whatever
+// the rate: that is within an engine step or two, which short prompts pay
+// as their batch grows. A floor in wall time alone let long prompts
+// through in pairs on an engine ten times faster, where a pair's whole
+// prefill is some 26 ms longer than one's.
 func (g *firstTokenGate) worth(small, big, smallRate, bigRate, smallTTFT, bigTTFT float64) bool {
 	if bigTTFT < smallTTFT+g.floor() {
 		return true
@@ -241,13 +234,12 @@ func (g *firstTokenGate) worth(small, big, smallRate, bigRate, smallTTFT, bigTTF
 	}
 	// Long prompts: the rate measured must grow by kneeShare of the
 	// growth, and the rate the TTFTs imply by Little's law (limit/TTFT) by
-	// impliedShare of it.
-	// The measured one alone passed pairs of long prompts on a fast
-	// engine: one prompt at a time leaves the engine idle between a first
-	// token and the next prompt's start (the proxy's round trip, a larger
-	// share of a short prefill), which a pair hides, so first tokens came
-	// 1.4-1.5x as fast while each came 1.5-1.7x as late. The implied one
-	// alone passes a growth nobody used (see above).
+	// impliedShare of it. The measured one alone passed pairs of long
+	// prompts on a fast engine: one prompt at a time leaves the engine idle
+	// between a first token and the next prompt's start (the proxy's round
+	// trip, a larger share of a short prefill), which a pair hides, so
+	// first tokens came nearly 1.5x as fast while each came 1.6x as late.
+	// The implied one alone passes a growth nobody used (see above).
 	return bigRate >= smallRate*(1+kneeShare*(m-n)/n) && m*smallTTFT >= n*bigTTFT*(1+impliedShare*(m-n)/n)
 }
 

@@ -33,10 +33,9 @@ const (
 	// budget, one admitted a step, while the engine still has seats and KV
 	// cache for them: that queue is the engine at full prefill, not a cap
 	// above what it can run. Shorter prompts are admitted several a step,
-	// and there the queue rule stands as it was: at 2048 the chat workload
-	// of bench/goodput (2,000 +- 1,000-token prompts) read as long half of
-	// the time, the cap ran to 256 and goodput fell from 1.00x to 0.59x of
-	// the best fixed cap.
+	// and there the queue rule stands as it was: at 2048 chat-sized
+	// prompts (2,000 +- 1,000 tokens) read as long half of the time and
+	// the cap ran to its ceiling.
 	longPrompt = 8192
 	// prefillMemory: prefill progress and the mean prompt length are
 	// averaged over about this long (decaying), several long prefills: a
