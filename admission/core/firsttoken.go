@@ -240,6 +240,14 @@ func (g *firstTokenGate) worth(small, big, smallRate, bigRate, smallTTFT, bigTTF
 	// trip, a larger share of a short prefill), which a pair hides, so
 	// first tokens came nearly 1.5x as fast while each came 1.6x as late.
 	// The implied one alone passes a growth nobody used (see above).
+	//
+	// At one stream the implied rate is taken from the engine's own
+	// prefill time (turn) when that is shorter: the first streams after a
+	// probe down wait for the prefills let through at the larger limit,
+	// and a lone TTFT measured with them favoured the larger limit.
+	if n == 1 && g.turn > 0 {
+		smallTTFT = min(smallTTFT, g.turn)
+	}
 	return bigRate >= smallRate*(1+kneeShare*(m-n)/n) && m*smallTTFT >= n*bigTTFT*(1+impliedShare*(m-n)/n)
 }
 

@@ -325,3 +325,34 @@ func TestTheFirstTokenLimitKeepsTheEnginesPace(t *testing.T) {
 		}
 	})
 }
+
+// After a probe down from 2 to 1 over long prompts, the first streams at
+// one wait for the pair's prefills: their mean TTFT overstates a lone
+// prefill. Judged against the engine's own prefill time (turn), the pair
+// is not worth going back to.
+func TestAProbeDownIsJudgedAgainstTheEnginesOwnPrefill(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	g := newFirstTokenGate(2*time.Second, t0)
+	g.long = true
+	at := t0
+	for range kneeSamples { // learn turn: 400 ms alone
+		at = at.Add(400 * time.Millisecond)
+		g.observe(at, 400*time.Millisecond, at, 64)
+	}
+	g.change(2, at) // as if a growth to 2 had passed
+	for end := at.Add(kneeHold); at.Before(end); {
+		at = at.Add(325 * time.Millisecond) // 2 at 650 ms each
+		g.observe(at, 650*time.Millisecond, at, 64)
+	}
+	if g.bound() != 1 {
+		t.Fatalf("limit %d after kneeHold at 2, want the probe at 1", g.bound())
+	}
+	// At 1: 500 ms on average (the first ones waited), one every 500 ms.
+	for range kneeSamples {
+		at = at.Add(500 * time.Millisecond)
+		g.observe(at, 500*time.Millisecond, at, 64)
+	}
+	if g.bound() != 1 {
+		t.Errorf("limit %d after the probe, want 1: pairs at 650 ms imply 1.23x a lone 400 ms prefill's rate", g.bound())
+	}
+}
