@@ -187,13 +187,16 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 }
 
 // hold is how long the limit waits after a growth that did not pay off,
-// and how long a limit holds before it probes below: holdTurns of the
-// engine's prefill time, from holdMin up to kneeHold (kneeHold before it
-// is known). The evidence of a move (kneeSamples first tokens) comes in
-// a number of prefill times, whatever their length, so the hold counts
-// in them too.
+// and how long a limit holds before it probes below. Over long prompts,
+// holdTurns of the engine's prefill time, from holdMin up to kneeHold:
+// at one stream at a time the evidence of a move (kneeSamples first
+// tokens) comes in a number of prefill times, whatever their length, so
+// the hold counts in them too. Over short prompts first tokens come at
+// the arrivals' pace, not the prefill's, and a hold of 90 prefills (a few
+// seconds) let the limit test growths most of the time on an engine
+// bound by decode, whose TTFT then doubled; kneeHold stays there.
 func (g *firstTokenGate) hold() time.Duration {
-	if g.turn <= 0 {
+	if g.turn <= 0 || !g.long {
 		return kneeHold
 	}
 	return min(kneeHold, max(holdMin, time.Duration(holdTurns*g.turn*float64(time.Second))))

@@ -311,6 +311,7 @@ func TestTheFirstTokenLimitKeepsTheEnginesPace(t *testing.T) {
 			t.Errorf("limit %d after the hold, want 2: it probes again", g.bound())
 		}
 		slow := newFirstTokenGate(2*time.Second, t0)
+		slow.long = true
 		if h := slow.hold(); h != kneeHold {
 			t.Errorf("hold %v before the engine's prefill time is known, want kneeHold", h)
 		}
@@ -322,6 +323,10 @@ func TestTheFirstTokenLimitKeepsTheEnginesPace(t *testing.T) {
 			if h := slow.hold(); h != c.want {
 				t.Errorf("hold %v on an engine whose prefill takes %vs, want %v", h, c.turn, c.want)
 			}
+		}
+		slow.long, slow.turn = false, 0.04
+		if h := slow.hold(); h != kneeHold {
+			t.Errorf("hold %v over short prompts, want kneeHold", h)
 		}
 	})
 }
