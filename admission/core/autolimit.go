@@ -262,7 +262,11 @@ func (a *autoLimit) markDemand() { a.demand = true }
 
 // observeTTFT feeds a streamed answer's upstream time to first byte.
 func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time.Time) bool {
-	a.gate.long = a.prefill.long()
+	// Until the engine's counters tell the prompts short, the first-token
+	// limit judges them as long: growths passed on the short prompts'
+	// floor in the first second of a fast engine, before two readings had
+	// come, and the limit then took most of a run to come back down.
+	a.gate.long = !a.prefill.short()
 	gated := a.gate.observe(admitted, ttft, now, a.cap())
 	if admitted.Before(a.lastChange) {
 		return gated

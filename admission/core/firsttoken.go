@@ -100,9 +100,10 @@ type firstTokenGate struct {
 	moved                    int
 	from, fromTTFT, fromRate float64
 	probeAfter               time.Time
-	// long: the prompts are long (prefillMeter.long: a step's token budget
-	// or more each), so two of them never share a step; the autoLimit
-	// sets it from the engine's counters before each first token.
+	// long: the prompts are long (a step's token budget or more each), so
+	// two of them never share a step, or not known to be short; the
+	// autoLimit sets it from the engine's counters (prefillMeter.short)
+	// before each first token.
 	long bool
 	// turn is the engine's own prefill time for the prompts it is sent
 	// (seconds; 0: unknown): the mean TTFT while one stream at a time

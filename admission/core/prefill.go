@@ -63,6 +63,7 @@ type prefillMeter struct {
 	// The last reading (-1: none).
 	prevPrompt, prevFirst float64
 	prevAt                time.Time
+	readings              int
 }
 
 func newPrefillMeter(seats int) prefillMeter {
@@ -82,6 +83,7 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 		m.dSpan = time.Duration(float64(m.dSpan)*keep) + dt
 	}
 	m.prevPrompt, m.prevFirst, m.prevAt = g.PromptTokens, g.FirstTokens, now
+	m.readings++
 }
 
 // long reports whether the prompts prefilled lately are long (longPrompt
@@ -89,6 +91,18 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 // own, so two never share a step.
 func (m *prefillMeter) long() bool {
 	return m.dFirst > 0 && m.dPrompt/m.dFirst >= longPrompt
+}
+
+// short reports whether the prompts are known to be short: prefilled
+// lately under longPrompt tokens on average, or the engine's readings lack
+// the prompt-token and first-token counters, so their length cannot be
+// known (the first-token limit then judges as it did before it could
+// tell). Until two readings have come it is not known either way.
+func (m *prefillMeter) short() bool {
+	if m.dFirst > 0 {
+		return m.dPrompt/m.dFirst < longPrompt
+	}
+	return m.readings >= 2 && (m.prevPrompt < 0 || m.prevFirst < 0)
 }
 
 // backlog is how many of the engine's waiting requests (w; r running) are
