@@ -66,25 +66,42 @@ type familyRow struct {
 	objective            time.Duration
 }
 
+// familySetup is one model's run: its engine, calls, arrival rate, window
+// and objective, at the options' scale, window and load.
+type familySetup struct {
+	spec              spec
+	scale, capacity   float64
+	rate              float64 // arrivals a second, engine time
+	window, objective time.Duration
+}
+
+func (o options) familySetup(m enginesim.CostModel) familySetup {
+	scale := max(1, o.long.scale/m.Speed)
+	cfg := engineConfig(scale)
+	m.Apply(&cfg)
+	c := enginesim.MeasureCapacity(cfg, m.Workload)
+	return familySetup{
+		spec:  spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply, speed: m.Speed},
+		scale: scale, capacity: c, rate: o.load * c,
+		window:    time.Duration(float64(o.long.window) / m.Speed),
+		objective: familyObjective(o.long.objective, cfg),
+	}
+}
+
 func familyExperiment(ctx context.Context, o options, models []enginesim.CostModel, stdout, stderr io.Writer) error {
 	var rows []familyRow
 	for _, m := range models {
-		scale := max(1, o.long.scale/m.Speed)
-		window := time.Duration(float64(o.long.window) / m.Speed)
-		cfg := engineConfig(scale)
-		m.Apply(&cfg)
-		objective := familyObjective(o.long.objective, cfg)
-		c := enginesim.MeasureCapacity(cfg, m.Workload)
+		f := o.familySetup(m)
+		sp, scale, window, objective, c := f.spec, f.scale, f.window, f.objective, f.capacity
 		fmt.Fprintf(stdout, "== model %s: %s\n", m.Name, m.About)
 		fmt.Fprintf(stdout, "Capacity C %.3f calls/s of %d-token prompts (%d shared), %d-token mean answers; scale %g; window %v at %.1f C; TTFT objective %v\n\n",
 			c, m.Workload.PromptTokens, m.Workload.PrefixTokens, m.Workload.OutputTokens, scale, window, o.load, objective)
-		sp := spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply, speed: m.Speed}
 		list := []arm{{name: "ungated", cap: -1}}
 		for _, n := range o.caps {
 			list = append(list, arm{name: fmt.Sprintf("cap %d", n), cap: n})
 		}
 		list = append(list, arm{name: "vigil defaults (automatic cap)"})
-		rs, err := runArms(ctx, o, sp, list, o.load*c, window, objective, stderr)
+		rs, err := runArms(ctx, o, sp, list, f.rate, window, objective, stderr)
 		if err != nil {
 			return fmt.Errorf("model %s: %w", m.Name, err)
 		}
