@@ -45,3 +45,24 @@ func MeasureCapacity(cfg Config, w Workload) float64 {
 		}
 	}
 }
+
+// MeasureTTFT returns the time to first token, in engine time, of one call
+// of w on an idle engine with cfg whose prefix cache already holds w's
+// shared prefix: the least TTFT the engine can give such a call, the
+// prefill's own cost. Like MeasureCapacity it drives the scheduler
+// offline, so it is exact.
+func MeasureTTFT(cfg Config, w Workload) time.Duration {
+	s := newSched(cfg, newMetrics(cfg))
+	var now time.Duration
+	if w.PrefixTokens > 0 {
+		s.prefix.touch("shared", true)
+	}
+	r := newRequest("", w.PromptTokens, w.PrefixTokens, "shared", max(2, w.OutputTokens), reasonStop)
+	s.add(r)
+	for r.generated == 0 {
+		b := s.schedule(now)
+		now += s.cost(b)
+		s.complete(b, now)
+	}
+	return now
+}

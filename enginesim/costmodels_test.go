@@ -51,3 +51,37 @@ func TestTheCostModelsDifferAsTheirNamesSay(t *testing.T) {
 		t.Errorf("unknown model: %v", err)
 	}
 }
+
+// MeasureTTFT is the prefill's own cost: it scales with the cost model's
+// steps and prefill price, and the default's lone 12,000-token prompt
+// (10,000 tokens past its cached prefix, two steps of 8,192) takes about
+// a third of a second.
+func TestMeasureTTFTFollowsTheCostModel(t *testing.T) {
+	t.Parallel()
+	ttft := func(name string) float64 {
+		m, err := CostModelByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		m.Apply(&cfg)
+		return MeasureTTFT(cfg, paperCalls).Seconds()
+	}
+	base := ttft("default")
+	if base < 0.3 || base > 0.4 {
+		t.Errorf("default: lone TTFT %.3fs, want 0.3-0.4s", base)
+	}
+	for _, c := range []struct {
+		name   string
+		lo, hi float64
+	}{
+		{"prefill-bound", 2.5, 3},
+		{"decode-bound", 0.99, 1.05},
+		{"fast10", 0.099, 0.101},
+		{"slow20", 19.9, 20.1},
+	} {
+		if r := ttft(c.name) / base; r < c.lo || r > c.hi {
+			t.Errorf("%s: lone TTFT %.3fx the default's, want %.3f-%.3fx", c.name, r, c.lo, c.hi)
+		}
+	}
+}

@@ -59,9 +59,8 @@ const (
 	// 10-50 ms, so a batch past its knee slows every answer by whole steps;
 	// a smaller excess is a fast upstream's scheduling noise (tiny
 	// completions, cached answers, a busy host), where holding requests in
-	// vigil's queue costs more than the engine gains (bench/overhead: at
-	// 8 clients on a 1 ms upstream the cap fell below 8 and a fifth of the
-	// requests queued here).
+	// vigil's queue costs more than the engine gains (docs/design.md, the
+	// law's measurements: a 1 ms upstream).
 	kneeFloor = 50 * time.Millisecond
 	// serviceSamples answers make one service-time estimate.
 	serviceSamples = 20
@@ -92,26 +91,25 @@ const (
 	// time in the engine, within this share of it. Past it the answers the
 	// cap adds arrive after their clients gave up: pure waste, and retries.
 	// All of it: a first attempt waits little in the queue (newest first),
-	// and 0.9 kept hold calls on time no better (99.7% vs 99.4%) while
-	// delivering fewer of a backlog's (88% vs 92%, bench/README.md).
+	// and a smaller share kept calls on time no better while delivering
+	// fewer of a backlog's (docs/design.md, the law's measurements).
 	deadlineShare = 1.0
 	// deadlineSamples answers make the percentile (a ring), from
 	// deadlineMinSamples on. The 99th percentile of 200 is the second
 	// slowest answer, so one long answer moved the cap by a fifth; of 400
-	// it is the fourth (bench/metastable: the cap held 113-120 instead of
-	// swinging 88-140, pulse calls delivered 97.4-98.7% vs 95.2-95.3%,
-	// hold calls on time 99.3-99.4% vs 99.4-99.5%).
+	// it is the fourth, and the cap holds steady instead of swinging
+	// (docs/design.md, the law's measurements).
 	deadlineSamples    = 400
 	deadlineMinSamples = 50
 	// nearShare: answers that ran beside at least this share of the cap
 	// judge it (deadlineCeiling). 1/2 let answers from the bottom of the
-	// range, whose r overstates the cost, hold the cap near 85-95 where a
-	// fixed 112 kept the same deadlines (bench/metastable).
+	// range, whose r overstates the cost, hold the cap well below a fixed
+	// cap that kept the same deadlines.
 	nearShare = 0.75
 	// roomyStretch: while the engine's queue is empty, the cap may grow to
 	// this multiple of a ceiling extrapolated from lighter load (below the
 	// knee answers barely slow as more run beside them). At 1 the cap
-	// took ~100 s of a surge to reach what the engine could run.
+	// took most of a surge to reach what the engine could run.
 	roomyStretch = 2.0
 	// tightenEvery: the saturated verdict cuts the cap at most this often
 	// (alerts.resolve_after's default: one cut per saturation incident).
@@ -121,8 +119,7 @@ const (
 	// since the cap last changed. They are kept across windows: long
 	// prompts reach an engine a couple a second, so a window of a second
 	// rarely held the three that judge the p90, and the cap grew past the
-	// objective unjudged (bench/goodput longprompt, ttft_target at its
-	// 0.69 s objective: TTFT p50 636 ms, 58% of the streams within it).
+	// objective unjudged.
 	ttftKeep = 100
 	// ttftMin first tokens judge the cap (slow): the p90 of fewer is one
 	// unlucky prompt.
@@ -265,6 +262,11 @@ func (a *autoLimit) markDemand() { a.demand = true }
 
 // observeTTFT feeds a streamed answer's upstream time to first byte.
 func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time.Time) bool {
+	// Until the engine's counters tell the prompts short, the first-token
+	// limit judges them as long: growths passed on the short prompts'
+	// floor in the first second of a fast engine, before two readings had
+	// come, and the limit then took most of a run to come back down.
+	a.gate.long = !a.prefill.short()
 	gated := a.gate.observe(admitted, ttft, now, a.cap())
 	if admitted.Before(a.lastChange) {
 		return gated
@@ -455,9 +457,9 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		// Streamed answers' first tokens wait out any queue, so for them
 		// the first request waiting ends the probing, a prefill backlog
 		// too: probing on through one (x1.25 a window, before the TTFT of
-		// each step shows) ran the cap to 173 on bench/goodput's
-		// longprompt workload, 104 in flight, goodput 0.13x the best
-		// fixed cap; growing a turnover at a time, 54 in flight, 0.46x.
+		// each step shows) runs the cap far past what the engine
+		// prefills in time, where growing a turnover at a time does not
+		// (docs/design.md, the law's measurements).
 		a.probing = false
 	}
 	old := a.limit

@@ -14,12 +14,8 @@ import (
 // of both. The in-flight cap cannot tell a prompt being prefilled from an
 // answer being decoded, which costs the others almost nothing; this limit
 // can, because the first byte of a stream marks the end of its prefill.
-//
-// On bench/goodput's longprompt workload (ttft_target at the 0.69 s
-// objective) the in-flight cap alone held 9-21 in flight for 1.02-1.12
-// streams a second within the objective, no more than the no-queue gateway
-// at a fixed cap of 8; with one stream at a time awaiting its first token
-// and no in-flight bound to speak of, 1.82 (bench/README.md).
+// (What it gained, and on which engines: docs/design.md, the law's
+// measurements.)
 const (
 	// firstTokenInitial: where the limit starts: one prefill at a time,
 	// until first tokens show that more come faster.
@@ -34,12 +30,45 @@ const (
 	// tokens grew by at least this share of the growth (see worth).
 	// Twelve-thousand-token prompts on a step budget of 8,192 tokens
 	// gain about 0.3 of the ideal from a second prefill beside the first
-	// (TTFT about 0.4 s alone, 0.6 s in pairs: bench/goodput longprompt);
-	// prompts that share a step, all of it.
+	// (the second waits for most of the first's steps); prompts that share
+	// a step, all of it.
 	kneeShare = 0.5
 	// kneeHold: after a growth that did not pay off, no growth for this
-	// long; a limit held this long probes a step below.
+	// long; a limit held this long probes a step below. It is the hold
+	// until the engine's prefill time is known; then see hold.
 	kneeHold = 30 * time.Second
+	// holdTurns: the hold is this many of the engine's prefill times
+	// (turn), from holdMin up to kneeHold. On the engine the law was
+	// shaped on a lone 12,000-token prompt takes a third of a second or
+	// more, so kneeHold stays there; on an engine ten times faster 30 s
+	// hold the limit for hundreds of judgements, and it misses the knee
+	// when the prompts change. The ceiling stays kneeHold: on slower
+	// engines a longer hold was not measured to help (a move's judgement
+	// waits for its kneeSamples first tokens anyway).
+	holdTurns = 90
+	holdMin   = time.Second
+	// impliedShare: a growth of the limit over long prompts stays only
+	// when the rate of first tokens its TTFTs imply (limit/mean TTFT) grew
+	// by this share of it too (see worth). 12,000-token prompts on a step
+	// of 8,192 tokens imply about 1.3x in pairs on any engine: the second
+	// waits for most of the first's steps.
+	impliedShare = 0.4
+	// floorShare and floorShareLong: the TTFT a larger limit may add and
+	// still be worth it whatever the rate (see worth) is at most this
+	// share of the engine's prefill time (turn), and kneeFloor at most;
+	// floorShareLong while the prompts are long (see long). Short prompts
+	// share a step and its overhead, so their TTFT grows by a step at
+	// most as more go together, and a floor of twice their prefill (the
+	// wall 50 ms on the engine the law was shaped on) lets them. A long
+	// prompt's prefill is whole steps of its own, a pair's mean TTFT
+	// about 1.6x one's, so such a floor would pass any growth.
+	floorShare     = 2.0
+	floorShareLong = 0.25
+	// turnRelax: the engine's prefill time (turn) follows a longer mean
+	// TTFT at one stream by this share of the difference per first token
+	// (a shorter one sets it at once), so longer prompts or a slower
+	// engine are relearned within some fifty first tokens.
+	turnRelax = 0.05
 )
 
 // firstTokenGate is the law of the first-token limit, against the TTFT
@@ -71,6 +100,17 @@ type firstTokenGate struct {
 	moved                    int
 	from, fromTTFT, fromRate float64
 	probeAfter               time.Time
+	// long: the prompts are long (a step's token budget or more each), so
+	// two of them never share a step, or not known to be short; the
+	// autoLimit sets it from the engine's counters (prefillMeter.short)
+	// before each first token.
+	long bool
+	// turn is the engine's own prefill time for the prompts it is sent
+	// (seconds; 0: unknown): the mean TTFT while one stream at a time
+	// awaits its first token, its least value relaxed upward by
+	// turnRelax per first token. It sets the pace of the law's hold and
+	// floor (see hold, floor).
+	turn float64
 }
 
 func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
@@ -114,6 +154,14 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 		return false
 	}
 	p90 := g.ttfts.p90()
+	mean := g.ttfts.mean()
+	if streams(g.limit) == 1 {
+		if g.turn == 0 || mean < g.turn {
+			g.turn = mean
+		} else {
+			g.turn += turnRelax * (mean - g.turn)
+		}
+	}
 	old := g.bound()
 	switch {
 	case p90 > g.target && g.limit > 1:
@@ -123,20 +171,36 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 		// Past the knee: back to where the limit came from, and no
 		// growth for a while (the mix of prompts may change).
 		g.change(g.from, now)
-		g.probeAfter = now.Add(kneeHold)
+		g.probeAfter = now.Add(g.hold())
 	case g.moved < 0 && g.worth(g.limit, g.from, g.rate(), g.fromRate, g.ttfts.mean(), g.fromTTFT):
 		g.change(g.from, now) // the larger limit was worth it after all
 	case g.moved != 0:
 		g.moved = 0 // the move stays
 	case g.demand && p90 <= growBand*g.target && g.limit < float64(cap) && !now.Before(g.probeAfter):
 		g.move(+1, min(float64(cap), max(g.limit+1, g.limit*(1+firstTokenGain))), now)
-	case g.limit > 1 && now.Sub(g.changed) >= kneeHold:
+	case g.limit > 1 && now.Sub(g.changed) >= g.hold():
 		// Held this long: probe below, so that a growth that passed on a
 		// lucky judgement (an engine's hiccup in the rate it was judged
 		// against) is judged again instead of staying for good.
 		g.move(-1, max(1, g.limit/(1+firstTokenGain)), now)
 	}
 	return g.bound() != old
+}
+
+// hold is how long the limit waits after a growth that did not pay off,
+// and how long a limit holds before it probes below. Over long prompts,
+// holdTurns of the engine's prefill time, from holdMin up to kneeHold:
+// at one stream at a time the evidence of a move (kneeSamples first
+// tokens) comes in a number of prefill times, whatever their length, so
+// the hold counts in them too. Over short prompts first tokens come at
+// the arrivals' pace, not the prefill's, and a hold of 90 prefills (a few
+// seconds) let the limit test growths most of the time on an engine
+// bound by decode, whose TTFT then doubled; kneeHold stays there.
+func (g *firstTokenGate) hold() time.Duration {
+	if g.turn <= 0 || !g.long {
+		return kneeHold
+	}
+	return min(kneeHold, max(holdMin, time.Duration(holdTurns*g.turn*float64(time.Second))))
 }
 
 // move changes the limit to limit, to be judged by its knee.
@@ -156,19 +220,56 @@ func (g *firstTokenGate) move(dir int, limit float64, now time.Time) {
 // A limit the streams did not fill (the cap or the arrivals bound them)
 // does not raise the rate either: a growth nobody used goes, since long
 // prompts let through in pairs when load rises are what it would cost
-// (with the rate taken as limit/TTFT, such a growth stayed and the limit
-// sat at 2-3).
+// (with the rate taken as limit/TTFT alone, such a growth stayed).
 //
-// A larger limit whose mean TTFT is less than kneeFloor longer is worth it
-// whatever the rate: that is within an engine step or two, which short
-// prompts pay as their batch grows (bench: TTFT 24 ms alone, 33 ms in
-// pairs, on an engine whose batch runs 40).
+// A larger limit whose mean TTFT is longer by less than floor (a share of
+// the engine's own prefill time, kneeFloor at most) is worth it whatever
+// the rate: that is within an engine step or two, which short prompts pay
+// as their batch grows. A floor in wall time alone let long prompts
+// through in pairs on an engine ten times faster, where a pair's whole
+// prefill is some 26 ms longer than one's.
 func (g *firstTokenGate) worth(small, big, smallRate, bigRate, smallTTFT, bigTTFT float64) bool {
-	if bigTTFT < smallTTFT+kneeFloor.Seconds() {
+	if bigTTFT < smallTTFT+g.floor() {
 		return true
 	}
 	n, m := float64(streams(small)), float64(streams(big))
-	return bigRate >= smallRate*(1+kneeShare*(m-n)/n)
+	if !g.long {
+		return bigRate >= smallRate*(1+kneeShare*(m-n)/n)
+	}
+	// Long prompts: the rate measured must grow by kneeShare of the
+	// growth, and the rate the TTFTs imply by Little's law (limit/TTFT) by
+	// impliedShare of it. The measured one alone passed pairs of long
+	// prompts on a fast engine: one prompt at a time leaves the engine idle
+	// between a first token and the next prompt's start (the proxy's round
+	// trip, a larger share of a short prefill), which a pair hides, so
+	// first tokens came nearly 1.5x as fast while each came 1.6x as late.
+	// The implied one alone passes a growth nobody used (see above).
+	//
+	// At one stream the implied rate is taken from the engine's own
+	// prefill time (turn) when that is shorter: the first streams after a
+	// probe down wait for the prefills let through at the larger limit,
+	// and a lone TTFT measured with them favoured the larger limit.
+	if n == 1 && g.turn > 0 {
+		smallTTFT = min(smallTTFT, g.turn)
+	}
+	return bigRate >= smallRate*(1+kneeShare*(m-n)/n) && m*smallTTFT >= n*bigTTFT*(1+impliedShare*(m-n)/n)
+}
+
+// floor is the TTFT a larger limit may add and be worth it whatever the
+// rate: a share of the engine's own prefill time (turn), kneeFloor at
+// most: two prefills' worth for prompts that share a step, a quarter of
+// one for long ones (see long). Of the engine's prefill time, not of the
+// smaller limit's mean TTFT: a limit grown past the knee has a longer
+// mean, which would let the next growth pass on the floor alone.
+func (g *firstTokenGate) floor() float64 {
+	if g.turn <= 0 {
+		return kneeFloor.Seconds()
+	}
+	share := floorShare
+	if g.long {
+		share = floorShareLong
+	}
+	return min(kneeFloor.Seconds(), share*g.turn)
 }
 
 // rate is first tokens a second since the limit last changed, to the

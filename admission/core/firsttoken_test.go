@@ -243,3 +243,120 @@ func TestStreamsWaitForTheFirstTokenLimit(t *testing.T) {
 		}
 	})
 }
+
+// The law's hold and floor follow the engine's own prefill time (turn),
+// so on an engine ten times faster the limit probes ten times as often,
+// and long prompts (which never share a step) pass no growth on a floor
+// of wall milliseconds.
+func TestTheFirstTokenLimitKeepsTheEnginesPace(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// run grows the limit from 1 (first tokens of TTFT lone, one every
+	// lone) to 2, then judges it by kneeSamples first tokens of TTFT pair
+	// coming rateGain times as fast as at one.
+	run := func(long bool, lone, pair time.Duration, rateGain float64) (*firstTokenGate, time.Time) {
+		g := newFirstTokenGate(2*time.Second, t0)
+		g.long = long
+		g.markDemand()
+		at := t0
+		for range kneeSamples {
+			at = at.Add(lone)
+			g.observe(at, lone, at, 64)
+		}
+		if g.bound() != 2 {
+			t.Fatalf("limit %d after first tokens well within the objective with demand, want 2", g.bound())
+		}
+		gap := time.Duration(float64(lone) / rateGain)
+		for range kneeSamples {
+			at = at.Add(gap)
+			g.observe(at, pair, at, 64)
+		}
+		return &g, at
+	}
+	for _, tc := range []struct {
+		name string
+		long bool
+		want int
+	}{
+		// 12,000-token prompts on an engine ten times faster: 40 ms alone,
+		// 65 ms in pairs, first tokens 1.45x as fast (the round trip
+		// between a first token and the next prompt hidden by the pair).
+		{"long prompts: 1.45x the rate measured but 1.23x implied, back to one", true, 1},
+		// Short prompts that share a step stay in pairs: within two of
+		// their prefills (and kneeFloor), whatever the rate.
+		{"short prompts: within the floor, the pair stays", false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, _ := run(tc.long, 40*time.Millisecond, 65*time.Millisecond, 1.45)
+			if g.bound() != tc.want {
+				t.Errorf("limit %d, want %d", g.bound(), tc.want)
+			}
+		})
+	}
+	t.Run("the hold is 90 prefill times, up to kneeHold", func(t *testing.T) {
+		g, at := run(true, 40*time.Millisecond, 80*time.Millisecond, 1)
+		if g.bound() != 1 {
+			t.Fatalf("limit %d after pairs no faster, want 1", g.bound())
+		}
+		if h := g.hold(); h < 3500*time.Millisecond || h > 3700*time.Millisecond {
+			t.Errorf("hold %v on an engine whose prefill takes 40 ms, want 90 x 40 ms", h)
+		}
+		at = at.Add(g.hold())
+		g.markDemand()
+		for range kneeSamples {
+			at = at.Add(40 * time.Millisecond)
+			g.observe(at, 40*time.Millisecond, at, 64)
+		}
+		if g.bound() != 2 {
+			t.Errorf("limit %d after the hold, want 2: it probes again", g.bound())
+		}
+		slow := newFirstTokenGate(2*time.Second, t0)
+		slow.long = true
+		if h := slow.hold(); h != kneeHold {
+			t.Errorf("hold %v before the engine's prefill time is known, want kneeHold", h)
+		}
+		for _, c := range []struct {
+			turn float64
+			want time.Duration
+		}{{0.4, kneeHold}, {7, kneeHold}, {0.002, holdMin}} {
+			slow.turn = c.turn
+			if h := slow.hold(); h != c.want {
+				t.Errorf("hold %v on an engine whose prefill takes %vs, want %v", h, c.turn, c.want)
+			}
+		}
+		slow.long, slow.turn = false, 0.04
+		if h := slow.hold(); h != kneeHold {
+			t.Errorf("hold %v over short prompts, want kneeHold", h)
+		}
+	})
+}
+
+// After a probe down from 2 to 1 over long prompts, the first streams at
+// one wait for the pair's prefills: their mean TTFT overstates a lone
+// prefill. Judged against the engine's own prefill time (turn), the pair
+// is not worth going back to.
+func TestAProbeDownIsJudgedAgainstTheEnginesOwnPrefill(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	g := newFirstTokenGate(2*time.Second, t0)
+	g.long = true
+	at := t0
+	for range kneeSamples { // learn turn: 400 ms alone
+		at = at.Add(400 * time.Millisecond)
+		g.observe(at, 400*time.Millisecond, at, 64)
+	}
+	g.change(2, at) // as if a growth to 2 had passed
+	for end := at.Add(kneeHold); at.Before(end); {
+		at = at.Add(325 * time.Millisecond) // 2 at 650 ms each
+		g.observe(at, 650*time.Millisecond, at, 64)
+	}
+	if g.bound() != 1 {
+		t.Fatalf("limit %d after kneeHold at 2, want the probe at 1", g.bound())
+	}
+	// At 1: 500 ms on average (the first ones waited), one every 500 ms.
+	for range kneeSamples {
+		at = at.Add(500 * time.Millisecond)
+		g.observe(at, 500*time.Millisecond, at, 64)
+	}
+	if g.bound() != 1 {
+		t.Errorf("limit %d after the probe, want 1: pairs at 650 ms imply 1.23x a lone 400 ms prefill's rate", g.bound())
+	}
+}

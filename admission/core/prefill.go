@@ -33,10 +33,9 @@ const (
 	// budget, one admitted a step, while the engine still has seats and KV
 	// cache for them: that queue is the engine at full prefill, not a cap
 	// above what it can run. Shorter prompts are admitted several a step,
-	// and there the queue rule stands as it was: at 2048 the chat workload
-	// of bench/goodput (2,000 +- 1,000-token prompts) read as long half of
-	// the time, the cap ran to 256 and goodput fell from 1.00x to 0.59x of
-	// the best fixed cap.
+	// and there the queue rule stands as it was: at 2048 chat-sized
+	// prompts (2,000 +- 1,000 tokens) read as long half of the time and
+	// the cap ran to its ceiling.
 	longPrompt = 8192
 	// prefillMemory: prefill progress and the mean prompt length are
 	// averaged over about this long (decaying), several long prefills: a
@@ -64,6 +63,7 @@ type prefillMeter struct {
 	// The last reading (-1: none).
 	prevPrompt, prevFirst float64
 	prevAt                time.Time
+	readings              int
 }
 
 func newPrefillMeter(seats int) prefillMeter {
@@ -83,6 +83,26 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 		m.dSpan = time.Duration(float64(m.dSpan)*keep) + dt
 	}
 	m.prevPrompt, m.prevFirst, m.prevAt = g.PromptTokens, g.FirstTokens, now
+	m.readings++
+}
+
+// long reports whether the prompts prefilled lately are long (longPrompt
+// tokens or more on average): each needs a step's token budget of its
+// own, so two never share a step.
+func (m *prefillMeter) long() bool {
+	return m.dFirst > 0 && m.dPrompt/m.dFirst >= longPrompt
+}
+
+// short reports whether the prompts are known to be short: prefilled
+// lately under longPrompt tokens on average, or the engine's readings lack
+// the prompt-token and first-token counters, so their length cannot be
+// known (the first-token limit then judges as it did before it could
+// tell). Until two readings have come it is not known either way.
+func (m *prefillMeter) short() bool {
+	if m.dFirst > 0 {
+		return m.dPrompt/m.dFirst < longPrompt
+	}
+	return m.readings >= 2 && (m.prevPrompt < 0 || m.prevFirst < 0)
 }
 
 // backlog is how many of the engine's waiting requests (w; r running) are
@@ -98,7 +118,7 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 // gets a seat once its turn at the token budget comes. Past them the queue
 // is a real one.
 func (m *prefillMeter) backlog(w, r, kv float64) float64 {
-	if w <= 0 || m.dFirst <= 0 || m.dSpan <= 0 || m.dPrompt/m.dFirst < longPrompt {
+	if w <= 0 || m.dSpan <= 0 || !m.long() {
 		return 0
 	}
 	if kv >= kvFull {

@@ -140,3 +140,36 @@ func TestAFixedCapUnderASaturatedVerdict(t *testing.T) {
 		})
 	}
 }
+
+// The first-token limit judges prompts as long until the engine's
+// counters tell them short, or tell that they cannot (no such counters).
+func TestPromptsAreShortOnlyOnceTheCountersSaySo(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	read := func(prompt, first float64) EngineLoad {
+		return EngineLoad{Waiting: 0, Running: 4, KVUsage: 0.1, PromptTokens: prompt, FirstTokens: first}
+	}
+	m := newPrefillMeter(0)
+	if m.short() {
+		t.Error("short before any reading")
+	}
+	m.note(read(0, 0), t0)
+	if m.short() {
+		t.Error("short after one reading")
+	}
+	m.note(read(4000, 2), t0.Add(250*time.Millisecond))
+	if !m.short() {
+		t.Error("not short after 2,000-token prompts")
+	}
+	long := newPrefillMeter(0)
+	long.note(read(0, 0), t0)
+	long.note(read(24000, 2), t0.Add(250*time.Millisecond))
+	if long.short() {
+		t.Error("short after 12,000-token prompts")
+	}
+	none := newPrefillMeter(0)
+	none.note(QueueOnly(0, 4), t0)
+	none.note(QueueOnly(0, 4), t0.Add(250*time.Millisecond))
+	if !none.short() {
+		t.Error("not short after two readings without the counters: their length cannot be known")
+	}
+}

@@ -20,9 +20,13 @@ import (
 // n times slower at n x scale and window x n), so each arm takes about
 // the same wall time while vigil keeps its clock at the engine's wall
 // ratio: against vigil's time constants a fast model is fast and a slow
-// one slow. The TTFT objective scales by 1/n with the engine, and so do
-// vigil's configured durations (ttft_target, queue waits), as an operator
-// would set them for that engine; its built-in constants do not.
+// one slow. The TTFT objective scales with the engine's own prefill of the
+// paper's call (enginesim.MeasureTTFT against the default engine's): by
+// 1/n for a model n times faster, by about 3 for prefill-bound, whose
+// prompts alone take longer than the default's objective (the first family
+// run scored every arm 0 there). vigil's configured durations (ttft_target,
+// queue waits) scale by 1/n, as an operator would set them for that
+// engine; its built-in constants do not.
 
 // familyCall draws one call of a model's workload: prompts uniform within
 // 10% of the mean, the shared prefix as given, lognormal answers whose
@@ -44,6 +48,16 @@ func familyCall(w enginesim.Workload) func(*rand.Rand) simclient.SimCall {
 	}
 }
 
+// familyObjective is the TTFT objective on the engine cfg: base (the
+// default engine's) times the ratio of the two engines' prefill of the
+// paper's call, alone and its prefix cached.
+func familyObjective(base time.Duration, cfg enginesim.Config) time.Duration {
+	ref := enginesim.CostModels()[0].Workload
+	own := enginesim.MeasureTTFT(cfg, ref)
+	def := enginesim.MeasureTTFT(engineConfig(1), ref)
+	return time.Duration(float64(base) * float64(own) / float64(def)).Round(time.Millisecond)
+}
+
 // familyRow is one model's summary.
 type familyRow struct {
 	model                enginesim.CostModel
@@ -52,25 +66,42 @@ type familyRow struct {
 	objective            time.Duration
 }
 
+// familySetup is one model's run: its engine, calls, arrival rate, window
+// and objective, at the options' scale, window and load.
+type familySetup struct {
+	spec              spec
+	scale, capacity   float64
+	rate              float64 // arrivals a second, engine time
+	window, objective time.Duration
+}
+
+func (o options) familySetup(m enginesim.CostModel) familySetup {
+	scale := max(1, o.long.scale/m.Speed)
+	cfg := engineConfig(scale)
+	m.Apply(&cfg)
+	c := enginesim.MeasureCapacity(cfg, m.Workload)
+	return familySetup{
+		spec:  spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply, speed: m.Speed},
+		scale: scale, capacity: c, rate: o.load * c,
+		window:    time.Duration(float64(o.long.window) / m.Speed),
+		objective: familyObjective(o.long.objective, cfg),
+	}
+}
+
 func familyExperiment(ctx context.Context, o options, models []enginesim.CostModel, stdout, stderr io.Writer) error {
 	var rows []familyRow
 	for _, m := range models {
-		scale := max(1, o.long.scale/m.Speed)
-		window := time.Duration(float64(o.long.window) / m.Speed)
-		objective := time.Duration(float64(o.long.objective) / m.Speed)
-		cfg := engineConfig(scale)
-		m.Apply(&cfg)
-		c := enginesim.MeasureCapacity(cfg, m.Workload)
+		f := o.familySetup(m)
+		sp, scale, window, objective, c := f.spec, f.scale, f.window, f.objective, f.capacity
 		fmt.Fprintf(stdout, "== model %s: %s\n", m.Name, m.About)
 		fmt.Fprintf(stdout, "Capacity C %.3f calls/s of %d-token prompts (%d shared), %d-token mean answers; scale %g; window %v at %.1f C; TTFT objective %v\n\n",
 			c, m.Workload.PromptTokens, m.Workload.PrefixTokens, m.Workload.OutputTokens, scale, window, o.load, objective)
-		sp := spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply, speed: m.Speed}
 		list := []arm{{name: "ungated", cap: -1}}
 		for _, n := range o.caps {
 			list = append(list, arm{name: fmt.Sprintf("cap %d", n), cap: n})
 		}
 		list = append(list, arm{name: "vigil defaults (automatic cap)"})
-		rs, err := runArms(ctx, o, sp, list, o.load*c, window, objective, stderr)
+		rs, err := runArms(ctx, o, sp, list, f.rate, window, objective, stderr)
 		if err != nil {
 			return fmt.Errorf("model %s: %w", m.Name, err)
 		}
@@ -96,7 +127,7 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 func printFamily(w io.Writer, rows []familyRow) {
 	fmt.Fprintln(w, "== family summary (same-run ratios)")
 	t := humanize.Table{Header: []string{"model", "best fixed cap", "goodput/s", "no-queue gateway", "vigil defaults",
-		"vigil / best fixed", "vigil / gateway", "vigil mean in-flight"}}
+		"vigil / best fixed", "vigil / gateway", "vigil mean in-flight", "vigil mean first-token limit"}}
 	ratio := func(a, b *result) string {
 		if a == nil || b == nil || b.goodput == 0 {
 			return "n/a"
@@ -110,14 +141,15 @@ func printFamily(w io.Writer, rows []familyRow) {
 		return fmt.Sprintf("%.3f", r.goodput)
 	}
 	for _, r := range rows {
-		best, inflight := "n/a", ""
+		best, inflight, ft := "n/a", "", ""
 		if r.best != nil {
 			best = r.best.arm.name
 		}
 		if r.vigil != nil {
 			inflight = fmt.Sprint(r.vigil.meanInFlight)
+			ft = fmt.Sprintf("%.1f", r.vigil.meanFirstToken)
 		}
-		t.Add(r.model.Name, best, gp(r.best), gp(r.gateway), gp(r.vigil), ratio(r.vigil, r.best), ratio(r.vigil, r.gateway), inflight)
+		t.Add(r.model.Name, best, gp(r.best), gp(r.gateway), gp(r.vigil), ratio(r.vigil, r.best), ratio(r.vigil, r.gateway), inflight, ft)
 	}
 	t.Print(w)
 }

@@ -219,6 +219,9 @@ type result struct {
 	engineWaiting        float64
 	limiter              string
 	meanInFlight, maxCap int
+	// meanFirstToken is the first-token limit averaged over the window
+	// (0: none).
+	meanFirstToken float64
 }
 
 func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error {
@@ -372,7 +375,7 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 	r := result{arm: a, calls: make([]simclient.Result, len(arrivals))}
 	// Sample the limiter's cap and in-flight count over the window.
 	var sampler sync.WaitGroup
-	var inSum, waitSum, samples int
+	var inSum, waitSum, samples, ftSum int
 	sampler.Go(func() {
 		for t := time.Second; t < window; t += time.Second {
 			if !clock.SleepUntil(ctx, t) {
@@ -384,6 +387,7 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 			if lim != nil {
 				s := lim.Stats()
 				inSum += s.InFlight
+				ftSum += s.FirstTokenLimit
 				r.maxCap = max(r.maxCap, s.Cap)
 			}
 		}
@@ -404,6 +408,7 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 	}
 	if samples > 0 {
 		r.meanInFlight = inSum / samples
+		r.meanFirstToken = float64(ftSum) / float64(samples)
 		r.engineWaiting = float64(waitSum) / float64(samples)
 	}
 	if lim != nil {
