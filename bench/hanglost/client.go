@@ -167,7 +167,7 @@ func (c *client) attempt(ctx context.Context, cl call, n int) (a attempt) {
 			a.code = strings.Trim(string(mustJSON(e.Error.Code)), `"`)
 		}
 		a.outcome = httpError
-		a.retryable = shouldRetry(resp.StatusCode, resp.Header)
+		a.retryable = simclient.ShouldRetry(resp.StatusCode, resp.Header)
 		if ra, ok := simclient.RetryAfter(resp.Header, time.Now()); ok {
 			a.retryAfter = ra // the limiter keeps engine time: its seconds are the client's
 		}
@@ -184,18 +184,6 @@ func (c *client) attempt(ctx context.Context, cl call, n int) (a attempt) {
 		a.outcome = okAnswer
 	}
 	return a
-}
-
-// shouldRetry is the SDKs' rule for an error status.
-func shouldRetry(status int, h http.Header) bool {
-	switch h.Get("x-should-retry") {
-	case "true":
-		return true
-	case "false":
-		return false
-	}
-	return status == http.StatusRequestTimeout || status == http.StatusConflict ||
-		status == http.StatusTooManyRequests || status >= 500
 }
 
 func mustJSON(v any) []byte {

@@ -274,7 +274,7 @@ func (c *Caller) decide(a attemptResult) (bool, time.Duration) {
 		return true, c.backoff()
 	case a.status == http.StatusOK:
 		return false, 0 // a broken answer to a 200: the SDKs raise, no retry
-	case !shouldRetry(a.status, a.header):
+	case !ShouldRetry(a.status, a.header):
 		return false, 0
 	}
 	if ra, ok := RetryAfter(a.header, time.Now()); ok {
@@ -304,9 +304,9 @@ func (c *Caller) backoff() time.Duration {
 	return lo + time.Duration(f*float64(hi-lo))
 }
 
-// shouldRetry is the SDKs' rule for an HTTP answer: x-should-retry wins,
+// ShouldRetry is the SDKs' rule for an HTTP answer: x-should-retry wins,
 // then 408, 409, 429 and 5xx are retried.
-func shouldRetry(status int, h http.Header) bool {
+func ShouldRetry(status int, h http.Header) bool {
 	switch h.Get("x-should-retry") {
 	case "true":
 		return true

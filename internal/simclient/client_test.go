@@ -58,8 +58,8 @@ func TestShouldRetry(t *testing.T) {
 			if tc.header != "" {
 				h.Set("x-should-retry", tc.header)
 			}
-			if got := shouldRetry(tc.status, h); got != tc.want {
-				t.Errorf("shouldRetry(%d, %q) = %v, want %v", tc.status, tc.header, got, tc.want)
+			if got := ShouldRetry(tc.status, h); got != tc.want {
+				t.Errorf("ShouldRetry(%d, %q) = %v, want %v", tc.status, tc.header, got, tc.want)
 			}
 		})
 	}
