@@ -94,30 +94,48 @@ func (l *Limiter) count(c *identity) {
 // query and headers minus hop-by-hop ones; the engine's key instead of the
 // client's when injection is on.
 func (l *Limiter) upstreamRequest(ctx context.Context, r *http.Request, body io.Reader, n int64) *http.Request {
-	u := *l.upstream
-	u.Path = strings.TrimSuffix(l.upstream.Path, "/") + r.URL.Path
-	u.RawPath = ""
-	u.RawQuery = r.URL.RawQuery
-	req, _ := http.NewRequestWithContext(ctx, r.Method, u.String(), body)
+	req, _ := http.NewRequestWithContext(ctx, r.Method, l.engineURL(r.URL.Path, r.URL.RawQuery), body)
 	req.ContentLength = n
 	if n == 0 {
 		req.Body = http.NoBody
 	}
+	req.Header = l.withEngineKey(forwardHeader(r))
+	req.Host = ""
+	return req
+}
+
+// engineURL is the engine's URL for a client's path and query.
+func (l *Limiter) engineURL(path, rawQuery string) string {
+	u := *l.upstream
+	u.Path = strings.TrimSuffix(l.upstream.Path, "/") + path
+	u.RawPath = ""
+	u.RawQuery = rawQuery
+	return u.String()
+}
+
+// forwardHeader is the client's header as it goes on: without hop-by-hop
+// fields and Accept-Encoding (identity, so usage can be read on the
+// way), with the client's address added to X-Forwarded-For.
+func forwardHeader(r *http.Request) http.Header {
 	h := r.Header.Clone()
 	removeHop(h)
-	h.Del("Accept-Encoding") // identity, so usage can be read on the way
-	if l.cfg.InjectAPIKey && l.engineKey != "" {
-		h.Set("Authorization", "Bearer "+l.engineKey.Value())
-	}
+	h.Del("Accept-Encoding")
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := h.Get("X-Forwarded-For"); prior != "" {
 			ip = prior + ", " + ip
 		}
 		h.Set("X-Forwarded-For", ip)
 	}
-	req.Header = h
-	req.Host = ""
-	return req
+	return h
+}
+
+// withEngineKey puts the engine's key in h in place of the client's, when
+// injection is on.
+func (l *Limiter) withEngineKey(h http.Header) http.Header {
+	if l.cfg.InjectAPIKey && l.engineKey != "" {
+		h.Set("Authorization", "Bearer "+l.engineKey.Value())
+	}
+	return h
 }
 
 func removeHop(h http.Header) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 
@@ -20,9 +19,9 @@ const movedFromHeader = "X-Vigil-Moved-From"
 // headers to send it with, so it can be sent again, elsewhere, when the
 // engine it ran on is lost (see outage).
 type relay struct {
-	method, uri string // as the client sent them (path and query)
-	path        string
-	body        []byte
+	method, uri    string // as the client sent them (path and query)
+	path, rawQuery string
+	body           []byte
 	// engine is the header for this vigil's engine (the engine's key
 	// injected); peer the one for a peer's limiter (the client's own key,
 	// the peer injects its engine's).
@@ -36,28 +35,16 @@ type relay struct {
 
 // newRelay reads what a call needs to be sent, now and again.
 func (l *Limiter) newRelay(r *http.Request, body []byte) *relay {
-	h := r.Header.Clone()
-	removeHop(h)
-	h.Del("Accept-Encoding") // identity, so usage can be read on the way
-	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		if prior := h.Get("X-Forwarded-For"); prior != "" {
-			ip = prior + ", " + ip
-		}
-		h.Set("X-Forwarded-For", ip)
-	}
-	rl := &relay{method: r.Method, uri: r.URL.RequestURI(), path: r.URL.Path, body: body,
-		movedIn: h.Get(movedFromHeader) != ""}
+	h := forwardHeader(r)
 	from := h.Get(movedFromHeader)
 	h.Del(movedFromHeader)
-	rl.peer = h.Clone()
+	rl := &relay{method: r.Method, uri: r.URL.RequestURI(), path: r.URL.Path, rawQuery: r.URL.RawQuery,
+		body: body, movedIn: from != "", peer: h.Clone()}
 	if from == "" {
 		from = l.node
 	}
 	rl.peer.Set(movedFromHeader, from)
-	if l.cfg.InjectAPIKey && l.engineKey != "" {
-		h.Set("Authorization", "Bearer "+l.engineKey.Value())
-	}
-	rl.engine = h
+	rl.engine = l.withEngineKey(h)
 	return rl
 }
 
@@ -66,19 +53,9 @@ type dest struct{ peer *Peer }
 
 // request builds the send of body to d.
 func (l *Limiter) relayRequest(ctx context.Context, rl *relay, d dest, body []byte) *http.Request {
-	var target string
-	h := rl.engine
+	target, h := l.engineURL(rl.path, rl.rawQuery), rl.engine
 	if d.peer != nil {
-		target = strings.TrimSuffix(d.peer.URL, "/") + rl.uri
-		h = rl.peer
-	} else {
-		u := *l.upstream
-		u.Path = strings.TrimSuffix(l.upstream.Path, "/") + rl.path
-		u.RawPath = ""
-		target = u.String()
-		if i := strings.IndexByte(rl.uri, '?'); i >= 0 {
-			target += rl.uri[i:]
-		}
+		target, h = strings.TrimSuffix(d.peer.URL, "/")+rl.uri, rl.peer
 	}
 	req, _ := http.NewRequestWithContext(ctx, rl.method, target, bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
