@@ -1,9 +1,10 @@
 package alerts
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // The pager only needs the recovery's vocabulary (recovery.Step and its
@@ -12,18 +13,7 @@ import (
 // pages. go list answers for the package as built (test files aside), in
 // one process.
 func TestAlertsNeverImportsActionsOrDocker(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("go list -deps: %v\n%s", err, stderr)
-	}
-	deps := strings.Fields(string(out))
-	if len(deps) == 0 {
-		t.Fatal("go list -deps printed nothing")
-	}
+	deps := testinfra.Deps(t)
 	for _, p := range deps {
 		if p == "github.com/vigil-dev/vigil/actions" || strings.HasPrefix(p, "github.com/docker/") {
 			t.Errorf("alerts depends on %s; the recovery's types belong in package recovery (recovery.Step, recovery.Reporter, recovery.Refusal)", p)
