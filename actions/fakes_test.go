@@ -40,6 +40,7 @@ type world struct {
 	startID    int
 	restarts   int // by vigil
 	restartErr error
+	stopTakes  time.Duration // the old engine answers this long into a restart
 	statusErr  error
 	unknown    bool                    // restarter cannot tell start times
 	readyAfter time.Duration           // ready this long after a start
@@ -209,6 +210,11 @@ func (f fakeEngine) Restart(ctx context.Context) error {
 		return w.restartErr
 	}
 	w.restarts++
+	if w.stopTakes > 0 {
+		w.mu.Unlock()
+		time.Sleep(w.stopTakes)
+		w.mu.Lock()
+	}
 	w.startLocked()
 	if w.dieAfter("restart") {
 		return errKilled

@@ -523,3 +523,23 @@ func TestNewRecoveryRefusesMissingParts(t *testing.T) {
 		t.Error("a corrupt journal was silently reset")
 	}
 }
+
+// The restart is recorded once the old engine is gone: the watchdog's
+// startup grace runs from it, and an answer the old engine gave while it
+// was being stopped must not end the new engine's grace (CI saw the demo
+// call a restarting engine DOWN that way).
+func TestTheRestartIsRecordedAfterTheOldEngineStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.w.stopTakes = 10 * time.Second // docker stop's default timeout
+		inc, v := hungIncident()
+		h.rec.Recover(context.Background(), inc, v)
+		h.rec.Wait()
+		h.w.mu.Lock()
+		started := h.w.started
+		h.w.mu.Unlock()
+		if got := h.rec.LastRestart(); got.Before(started) {
+			t.Fatalf("restart recorded at %s, %s before the new engine started", got, started.Sub(got))
+		}
+	})
+}

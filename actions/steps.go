@@ -166,7 +166,11 @@ func (r *Recovery) restart(ctx context.Context, resumed bool) (recovery.StepName
 	}
 	r.m.restarts.Inc()
 	c := r.cfg()
-	r.update(func(j *Journal) { *j = recorded(*j, c, began) })
+	// Recorded once Restart returned, when the old engine is gone: the
+	// watchdog's startup grace runs from this, and an answer the old
+	// engine gave while it was being stopped must not end it.
+	done := r.o.Now()
+	r.update(func(j *Journal) { *j = recorded(*j, c, done) })
 	after, err := r.o.Restarter.Status(ctx)
 	detail := "restarted " + r.o.Restarter.String()
 	if err == nil && after.Known {

@@ -178,8 +178,11 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 	}
 	var parts []string
 	var longest time.Duration
-	if m != nil && m.Waiting+m.Running > probe {
-		lim := last.Limiter
+	lim := last.Limiter
+	// Work is in flight when the engine holds more than vigil's probe, or
+	// when the limiter has calls out: the probe may not be in the gauges
+	// yet, and then the one running request is a call, not the probe.
+	if m != nil && (m.Waiting+m.Running > probe || lim != nil && lim.InFlight > 0 && m.Waiting+m.Running > 0) {
 		switch {
 		case lim == nil:
 			return ceiling(fmt.Sprintf("%s requests in the engine and no limiter in front to size them",

@@ -16,15 +16,19 @@ const (
 
 // served is a log of an engine seen serving for an hour: chat-like work
 // (no silence with work pending) at a measured prefill rate.
-func served(rate float64, gaps ...time.Duration) *workLog {
+func served(rate float64, gaps ...time.Duration) *workLog { return servedBy(t0, rate, gaps...) }
+
+// servedBy is served, the hour ending at the given time (a rig on the
+// wall clock forgets a log older than logKeep).
+func servedBy(at time.Time, rate float64, gaps ...time.Duration) *workLog {
 	l := &workLog{Served: 240}
 	for i := range 10 {
 		// Busy cycles of varied rates whose mean over busy time is rate.
 		d := time.Duration(i+1) * time.Second
-		l.Prefill = append(l.Prefill, logged{At: t0.Add(-time.Duration(i) * time.Minute), V: rate * d.Seconds(), D: d})
+		l.Prefill = append(l.Prefill, logged{At: at.Add(-time.Duration(i) * time.Minute), V: rate * d.Seconds(), D: d})
 	}
 	for _, g := range gaps {
-		l.Gaps = append(l.Gaps, logged{At: t0, D: g})
+		l.Gaps = append(l.Gaps, logged{At: at, D: g})
 	}
 	return l
 }
@@ -104,6 +108,20 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 			},
 			log: served(40_000), want: floor, says: "(auto, the floor)",
 		},
+		{
+			// CI saw this: the probe just sent (not yet in the engine's
+			// gauges), the one running request the long prompt. Taking the
+			// running request for the probe left the window at the floor
+			// and a decode-stall rule called the prefill a hang.
+			name: "a long prompt running while vigil's probe is out: sized from the prompt",
+			hist: func() *sim {
+				s := newSim().work(0, 1).tick(2, through(1, 196_763))
+				return s.probeOut(s.at.Add(time.Millisecond)).tick(1, through(1, 196_763))
+			},
+			log:  served(40_000),
+			want: time.Duration(3 * (196_763.0/40_000*float64(time.Second) + float64(time.Second))),
+			says: "longest prefill in flight 196,763 tokens",
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,7 +171,7 @@ func TestTheWindowNeverShrinksWhileAStallIsTimedAndSurvivesARestartOfVigil(t *te
 		o.LimiterLoad = func() LimiterLoad { return LimiterLoad{InFlight: 1, LongestPrompt: 150_000} }
 	})
 	r.w.mu.Lock()
-	r.w.work = *served(10_000)
+	r.w.work = *servedBy(time.Now(), 10_000)
 	r.w.mu.Unlock()
 	r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.mode = 0, 1, "hung" })
 	r.w.Cycle(t.Context())
