@@ -187,7 +187,7 @@ func (l *Limiter) Stats() Stats {
 	s.Automatic = l.fixed == 0
 	s.FirstTokenLimit, s.AwaitingFirstToken = l.firstTokenLimitLocked(), l.awaitingFirst
 	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
-	s.CompletionRate = l.completions.sum(now) / completionSpan.Seconds()
+	s.CompletionRate = l.completionRateLocked(now)
 	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning
 	for route, g := range l.deadlines.learned {
 		if d := g.median(); d > 0 {

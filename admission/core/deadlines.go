@@ -167,10 +167,11 @@ func (l *Limiter) maxWaitLocked(r Request, timeout time.Duration) time.Duration 
 // drainRateLocked is the queue's measured drain rate: admissions per
 // second over the last completionSpan, or since the busy period began
 // when that is shorter (at least a second), so a burst after a quiet
-// spell is not read as a slow engine.
+// spell is not read as a slow engine; over the busy period's last
+// paceEvents admissions when the span holds fewer (a slow engine).
 func (l *Limiter) drainRateLocked(now time.Time) float64 {
 	span := min(completionSpan, max(time.Second, now.Sub(l.busySince)))
-	return l.admissions.sum(now) / span.Seconds()
+	return l.admissions.perSecond(now, span, l.busySince)
 }
 
 // positionLocked is how many live waiters the queue serves before r

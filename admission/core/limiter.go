@@ -17,7 +17,8 @@ import (
 
 const (
 	// completionSpan is the window of the measured completion rate that
-	// Retry-After is computed from.
+	// Retry-After is computed from, and of the queue's drain rate, while
+	// it holds paceEvents of them (see eventRate).
 	completionSpan = 10 * time.Second
 	// unknownWait is the Retry-After when nothing has completed lately, so
 	// no rate is known.
@@ -125,11 +126,11 @@ type Limiter struct {
 	slowFrom        time.Time // zero: no slow start running
 	tenants         *tenantTable
 	budget          *retryBudget
-	completions     *slidingSum
+	completions     *eventRate
 	deadlines       *deadlines
 	// admissions over the last completionSpan, since busySince (when the
 	// last idle spell ended): the queue's drain rate.
-	admissions *slidingSum
+	admissions *eventRate
 	busySince  time.Time
 	// Last reading of the engine's queue gauges (-1: none yet).
 	engineWaiting, engineRunning float64
@@ -161,8 +162,8 @@ func New(cfg configs.Admission, opts ...Option) *Limiter {
 		engineWaiting: -1,
 		engineRunning: -1,
 		budget:        newRetryBudget(cfg.RetryRatio, cfg.RetryWindow),
-		completions:   newSlidingSum(completionSpan, 10),
-		admissions:    newSlidingSum(completionSpan, 10),
+		completions:   newEventRate(),
+		admissions:    newEventRate(),
 		deadlines:     newDeadlines(cfg.ClientTimeouts),
 	}
 	for _, o := range opts {
@@ -332,7 +333,7 @@ func (l *Limiter) behindLocked(now time.Time, r Request, timeout time.Duration) 
 	if ahead == 0 && l.inFlight < l.capLocked(now) {
 		return false
 	}
-	if l.completions.sum(now) <= 0 {
+	if l.completionRateLocked(now) <= 0 {
 		return true // a queue and nothing finishing: behind by any measure
 	}
 	return l.estimatedWaitLocked(now, ahead) > l.maxWaitLocked(r, timeout)
@@ -359,7 +360,7 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	}
 	l.addInFlightLocked(now, 1)
 	l.admitted.Add(1)
-	l.admissions.add(now, 1)
+	l.admissions.add(now)
 	if l.inFlight >= c {
 		l.demandLocked(false)
 	}
@@ -474,11 +475,17 @@ func (l *Limiter) undoLocked(now time.Time, lis *Listener) {
 // estimatedWaitLocked is how long until ahead requests have completed at
 // the measured completion rate: the honest Retry-After.
 func (l *Limiter) estimatedWaitLocked(now time.Time, ahead int) time.Duration {
-	rate := l.completions.sum(now) / completionSpan.Seconds()
+	rate := l.completionRateLocked(now)
 	if rate <= 0 {
 		return unknownWait
 	}
 	return time.Duration(float64(ahead+1) / rate * float64(time.Second))
+}
+
+// completionRateLocked is answers finished a second, at the engine's pace
+// (eventRate).
+func (l *Limiter) completionRateLocked(now time.Time) float64 {
+	return l.completions.perSecond(now, completionSpan, l.busySince)
 }
 
 // addInFlightLocked changes the requests in flight by d at now, keeping

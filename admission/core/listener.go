@@ -95,7 +95,7 @@ func (lis *Listener) Release(o Outcome) {
 		lis.tenant.finish(now, lis.tokens, o.TotalTokens)
 	}
 	if !o.Cancelled {
-		l.completions.add(now, 1)
+		l.completions.add(now)
 	}
 	if o.Success && !o.Streamed {
 		l.engineService = ewma(l.engineService, now.Sub(lis.admitted))

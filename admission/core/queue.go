@@ -201,7 +201,7 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 		w.lis.startAwaitingLocked()
 		l.addInFlightLocked(now, 1)
 		l.admitted.Add(1)
-		l.admissions.add(now, 1)
+		l.admissions.add(now)
 		w.ch <- waitResult{inFlight: l.inFlight, at: now, area: l.inFlightArea}
 	}
 }

@@ -62,8 +62,12 @@ func familyObjective(base time.Duration, cfg enginesim.Config) time.Duration {
 type familyRow struct {
 	model                enginesim.CostModel
 	best, gateway, vigil *result
-	capacity             float64
-	objective            time.Duration
+	// atObjective is vigil's automatic cap told the objective
+	// (ttft_target), as an operator with that SLO sets it; nil without
+	// -slo-arm.
+	atObjective *result
+	capacity    float64
+	objective   time.Duration
 }
 
 // familySetup is one model's run: its engine, calls, arrival rate, window
@@ -101,6 +105,13 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 			list = append(list, arm{name: fmt.Sprintf("cap %d", n), cap: n})
 		}
 		list = append(list, arm{name: "vigil defaults (automatic cap)"})
+		if o.sloArm {
+			// ttft_target is a configured duration, which runArm scales by
+			// the model's speed: given at the default's pace here, it is
+			// the model's objective there.
+			list = append(list, arm{name: fmt.Sprintf("vigil, automatic cap, ttft_target %v", objective),
+				ttftTarget: time.Duration(float64(objective) * m.Speed), atObjective: true})
+		}
 		rs, err := runArms(ctx, o, sp, list, f.rate, window, objective, stderr)
 		if err != nil {
 			return fmt.Errorf("model %s: %w", m.Name, err)
@@ -112,6 +123,8 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 			switch r := &rs[i]; {
 			case r.arm.noQueue:
 				row.gateway = r
+			case r.arm.atObjective:
+				row.atObjective = r
 			case r.arm.cap == 0:
 				row.vigil = r
 			}
@@ -127,7 +140,8 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 func printFamily(w io.Writer, rows []familyRow) {
 	fmt.Fprintln(w, "== family summary (same-run ratios)")
 	t := humanize.Table{Header: []string{"model", "best fixed cap", "goodput/s", "no-queue gateway", "vigil defaults",
-		"vigil / best fixed", "vigil / gateway", "vigil mean in-flight", "vigil mean first-token limit"}}
+		"vigil / best fixed", "vigil / gateway", "vigil mean in-flight", "vigil mean first-token limit",
+		"vigil at the objective", "/ best fixed", "/ gateway", "its mean in-flight"}}
 	ratio := func(a, b *result) string {
 		if a == nil || b == nil || b.goodput == 0 {
 			return "n/a"
@@ -149,7 +163,12 @@ func printFamily(w io.Writer, rows []familyRow) {
 			inflight = fmt.Sprint(r.vigil.meanInFlight)
 			ft = fmt.Sprintf("%.1f", r.vigil.meanFirstToken)
 		}
-		t.Add(r.model.Name, best, gp(r.best), gp(r.gateway), gp(r.vigil), ratio(r.vigil, r.best), ratio(r.vigil, r.gateway), inflight, ft)
+		objInflight := ""
+		if r.atObjective != nil {
+			objInflight = fmt.Sprint(r.atObjective.meanInFlight)
+		}
+		t.Add(r.model.Name, best, gp(r.best), gp(r.gateway), gp(r.vigil), ratio(r.vigil, r.best), ratio(r.vigil, r.gateway), inflight, ft,
+			gp(r.atObjective), ratio(r.atObjective, r.best), ratio(r.atObjective, r.gateway), objInflight)
 	}
 	t.Print(w)
 }

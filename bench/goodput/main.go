@@ -66,6 +66,8 @@ type arm struct {
 	cap        int
 	ttftTarget time.Duration
 	noQueue    bool
+	// atObjective marks the family's arm of vigil told the objective.
+	atObjective bool
 }
 
 // spec is a workload: its engine's time scale, its calls and its clients.
