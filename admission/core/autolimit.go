@@ -210,6 +210,9 @@ type autoLimit struct {
 	// backlog of long prompts on an engine with room (see tighten).
 	backlog bool
 	demand  bool
+	// streams: streamed answers have been seen, so the probing can wait
+	// for their first tokens.
+	streams bool
 	// hold stops growth (the watchdog says the engine is saturated).
 	hold bool
 	// tightened is when the saturated verdict last cut the cap.
@@ -267,6 +270,7 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 	// floor in the first second of a fast engine, before two readings had
 	// come, and the limit then took most of a run to come back down.
 	a.gate.long = !a.prefill.short()
+	a.streams = true
 	gated := a.gate.observe(admitted, ttft, now, a.cap())
 	if admitted.Before(a.lastChange) {
 		return gated
@@ -500,6 +504,13 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		// Near the knee: more in flight would only slow every answer.
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
 		// The engine's queue is readable but was not read this window.
+	case a.probing && a.streams && len(a.ttfts) == 0:
+		// Probing over streams: no first token yet of those admitted
+		// since the last growth, so no evidence of what it did. Growth
+		// waits for it, at the engine's pace: a window is a fraction of
+		// a second, and on an engine whose prefill takes seconds x1.25 a
+		// window ran the cap to many times what the engine prefills in
+		// time before its first token showed.
 	case a.probing || ceiling > 0:
 		// Start-up, or a known ceiling (the clients' deadlines) that
 		// already bounds the step: no need to creep up a turnover at a time.

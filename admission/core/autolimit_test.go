@@ -789,3 +789,32 @@ func TestAStaleServiceEstimateDoesNotHoldTheCap(t *testing.T) {
 			"the stale service estimate held it", a.cap(), 40*serviceSamples, cut)
 	}
 }
+
+// On an engine whose prefill takes seconds, windows of a fraction of a
+// second pass before any first token of what a growth let in: probing
+// over streams grows only once one has come.
+func TestProbingOverStreamsWaitsForTheFirstTokensOfItsLastGrowth(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newAutoLimit(2*time.Second, 0, t0)
+	at := t0.Add(100 * time.Millisecond)
+	a.observeTTFT(t0.Add(-time.Second), time.Second, at) // streams are the traffic
+	grown := func() bool {
+		for range 40 { // 10 s of windows: gauges alone, demand filling the cap
+			a.markDemand()
+			at = at.Add(pollEvery)
+			a.observeEngine(0, float64(a.cap()), at)
+			a.observeDone(at.Add(-5*time.Second), at, 0, true, a.cap(), 300)
+		}
+		return a.cap() > autoInitial
+	}
+	if !a.probing {
+		t.Fatal("not probing at start")
+	}
+	if grown() {
+		t.Fatalf("cap %d with no first token of a stream admitted at %d: grew on no evidence", a.cap(), autoInitial)
+	}
+	a.observeTTFT(at.Add(-time.Second), time.Second, at) // admitted after the start, first token now
+	if !grown() {
+		t.Fatalf("cap %d after a first token of its own: the probing should go on", a.cap())
+	}
+}

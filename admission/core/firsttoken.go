@@ -38,13 +38,13 @@ const (
 	// until the engine's prefill time is known; then see hold.
 	kneeHold = 30 * time.Second
 	// holdTurns: the hold is this many of the engine's prefill times
-	// (turn), from holdMin up to kneeHold. On the engine the law was
-	// shaped on a lone 12,000-token prompt takes a third of a second or
-	// more, so kneeHold stays there; on an engine ten times faster 30 s
-	// hold the limit for hundreds of judgements, and it misses the knee
-	// when the prompts change. The ceiling stays kneeHold: on slower
-	// engines a longer hold was not measured to help (a move's judgement
-	// waits for its kneeSamples first tokens anyway).
+	// (turn), holdMin at least. On the engine the law was shaped on a
+	// lone 12,000-token prompt takes a third of a second or more, so the
+	// hold is kneeHold there; on an engine ten times faster 30 s held the
+	// limit for hundreds of judgements, and it missed the knee when the
+	// prompts changed; on one twenty times slower 30 s are four prefills,
+	// and the limit probed away from its knee about as often as it held
+	// it.
 	holdTurns = 90
 	holdMin   = time.Second
 	// impliedShare: a growth of the limit over long prompts stays only
@@ -189,7 +189,7 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 
 // hold is how long the limit waits after a growth that did not pay off,
 // and how long a limit holds before it probes below. Over long prompts,
-// holdTurns of the engine's prefill time, from holdMin up to kneeHold:
+// holdTurns of the engine's prefill time, holdMin at least:
 // at one stream at a time the evidence of a move (kneeSamples first
 // tokens) comes in a number of prefill times, whatever their length, so
 // the hold counts in them too. Over short prompts first tokens come at
@@ -200,7 +200,7 @@ func (g *firstTokenGate) hold() time.Duration {
 	if g.turn <= 0 || !g.long {
 		return kneeHold
 	}
-	return min(kneeHold, max(holdMin, time.Duration(holdTurns*g.turn*float64(time.Second))))
+	return max(holdMin, time.Duration(holdTurns*g.turn*float64(time.Second)))
 }
 
 // move changes the limit to limit, to be judged by its knee.

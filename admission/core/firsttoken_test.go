@@ -292,7 +292,7 @@ func TestTheFirstTokenLimitKeepsTheEnginesPace(t *testing.T) {
 			}
 		})
 	}
-	t.Run("the hold is 90 prefill times, up to kneeHold", func(t *testing.T) {
+	t.Run("the hold is 90 prefill times", func(t *testing.T) {
 		g, at := run(true, 40*time.Millisecond, 80*time.Millisecond, 1)
 		if g.bound() != 1 {
 			t.Fatalf("limit %d after pairs no faster, want 1", g.bound())
@@ -317,7 +317,7 @@ func TestTheFirstTokenLimitKeepsTheEnginesPace(t *testing.T) {
 		for _, c := range []struct {
 			turn float64
 			want time.Duration
-		}{{0.4, kneeHold}, {7, kneeHold}, {0.002, holdMin}} {
+		}{{1.0 / 3, kneeHold}, {7, 630 * time.Second}, {0.002, holdMin}} {
 			slow.turn = c.turn
 			if h := slow.hold(); h != c.want {
 				t.Errorf("hold %v on an engine whose prefill takes %vs, want %v", h, c.turn, c.want)
@@ -344,12 +344,12 @@ func TestAProbeDownIsJudgedAgainstTheEnginesOwnPrefill(t *testing.T) {
 		g.observe(at, 400*time.Millisecond, at, 64)
 	}
 	g.change(2, at) // as if a growth to 2 had passed
-	for end := at.Add(kneeHold); at.Before(end); {
+	for end := at.Add(g.hold()); at.Before(end); {
 		at = at.Add(325 * time.Millisecond) // 2 at 650 ms each
 		g.observe(at, 650*time.Millisecond, at, 64)
 	}
 	if g.bound() != 1 {
-		t.Fatalf("limit %d after kneeHold at 2, want the probe at 1", g.bound())
+		t.Fatalf("limit %d after the hold at 2, want the probe at 1", g.bound())
 	}
 	// At 1: 500 ms on average (the first ones waited), one every 500 ms.
 	for range kneeSamples {
