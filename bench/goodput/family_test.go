@@ -12,28 +12,40 @@ import (
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
-// familyFloor is, per cost model, the share of the best fixed cap's
-// goodput (caps 8 and 32, same run) that vigil's defaults must reach in
-// TestVigilsDefaultsKeepGoodputOnEveryCostModel: the best fixed cap
-// itself, where three runs of the final law all reached 1.15x it or more
-// (bench/README.md, goodput, the family in CI). Not asserted:
-// decode-bound and big-prefix, which this short run's caps 8 and 32 do
-// not judge (their best fixed cap is 64 or 32 and vigil's defaults fall
-// well short of it in the family run; the short window also spares
-// vigil's cap the growth that costs it there), so they are run and
-// reported only.
-var familyFloor = map[string]float64{
-	"default": 1, "prefill-bound": 1, "kv-bound": 1,
-	"fast10": 1, "fast20": 1, "slow10": 1, "slow20": 1,
+// familyCheck is, per cost model, what TestVigilsDefaultsKeepGoodputOnEveryCostModel
+// asserts: the fixed caps that judge it (same run), whether the arm
+// asserted is vigil told the objective (ttft_target) instead of its
+// defaults, and the share of the best fixed cap's goodput it must reach.
+// On decode-bound and big-prefix the defaults' 2 s target lets the cap
+// trade first tokens past the 0.69 s objective for throughput (by its own
+// target rightly; docs/design.md, the objective vigil is told): there the
+// defaults are run and reported, and vigil told the objective asserted,
+// against caps up to 64, the best fixed cap of the family run.
+type familyCheck struct {
+	caps  []int
+	told  bool
+	floor float64
+}
+
+var familyChecks = map[string]familyCheck{
+	"default": {caps: []int{8, 32}, floor: 1}, "prefill-bound": {caps: []int{8, 32}, floor: 1},
+	"kv-bound": {caps: []int{8, 32}, floor: 1}, "fast10": {caps: []int{8, 32}, floor: 1},
+	"fast20": {caps: []int{8, 32}, floor: 1}, "slow10": {caps: []int{8, 32}, floor: 1},
+	"slow20":       {caps: []int{8, 32}, floor: 1},
+	"decode-bound": {caps: []int{8, 32, 64}, told: true, floor: 1},
+	// One run of this short form gave big-prefix 1.05x told the objective
+	// (1.35x in both family runs): the floor leaves room for the noise of
+	// a 90 s window.
+	"big-prefix": {caps: []int{8, 32, 64}, told: true, floor: 0.9},
 }
 
 // TestVigilsDefaultsKeepGoodputOnEveryCostModel (issue #28) runs, on each
-// engine of enginesim's family, the fixed caps 8 and 32 and vigil's
-// defaults (automatic cap, first-token limit) on the same arrivals at 2x
-// the engine's capacity, time-scaled like bench/goodput -workload family
-// but with a 90 s window (engine time of the default model, divided by
-// the model's speed), and checks that the automatic cap's goodput lands
-// in the band the best fixed cap sets: familyFloor of it at least.
+// engine of enginesim's family, fixed caps and vigil's defaults
+// (automatic cap, first-token limit) on the same arrivals at 2x the
+// engine's capacity, time-scaled like bench/goodput -workload family but
+// with a 90 s window (engine time of the default model, divided by the
+// model's speed), and checks that the automatic cap's goodput lands in
+// the band the best fixed cap sets (familyChecks).
 func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 	testinfra.Alone(t)
 	if testing.Short() {
@@ -44,6 +56,10 @@ func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 	var summary []string
 	for _, m := range enginesim.CostModels() {
 		t.Run(m.Name, func(t *testing.T) {
+			check, ok := familyChecks[m.Name]
+			if !ok {
+				t.Fatalf("cost model %s has no familyChecks entry", m.Name)
+			}
 			f := o.familySetup(m)
 			run := func(a arm) result {
 				r, err := runArm(context.Background(), o, f.spec, a, f.rate, f.window)
@@ -55,31 +71,30 @@ func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 			}
 			var best result
 			var fixed []string
-			for _, n := range []int{8, 32} {
+			for _, n := range check.caps {
 				r := run(arm{name: fmt.Sprintf("cap %d", n), cap: n})
 				fixed = append(fixed, fmt.Sprintf("cap %d %.3f/s", n, r.goodput))
 				if r.goodput > best.goodput {
 					best = r
 				}
 			}
-			auto := run(arm{name: "vigil defaults"})
-			ratio := 0.0
-			if best.goodput > 0 {
-				ratio = auto.goodput / best.goodput
-			}
-			line := fmt.Sprintf("%s: %s; vigil %.3f/s = %.2fx the best fixed cap (in flight %d, first-token limit %.1f on average)",
-				m.Name, strings.Join(fixed, ", "), auto.goodput, ratio, auto.meanInFlight, auto.meanFirstToken)
-			summary = append(summary, line)
-			t.Log(line)
 			if best.goodput == 0 {
 				t.Fatalf("no fixed cap scored: the objective %v is out of the engine's reach", f.objective)
 			}
-			floor, ok := familyFloor[m.Name]
-			switch {
-			case !ok:
-				t.Logf("%s: not asserted (the law does not reach the best fixed cap there in the family run yet)", m.Name)
-			case ratio < floor:
-				t.Errorf("vigil's defaults reached %.2fx the best fixed cap's goodput, want %.2fx at least", ratio, floor)
+			auto := run(arm{name: "vigil defaults"})
+			line := fmt.Sprintf("%s: %s; vigil defaults %.3f/s = %.2fx the best fixed cap (in flight %d, first-token limit %.1f on average)",
+				m.Name, strings.Join(fixed, ", "), auto.goodput, auto.goodput/best.goodput, auto.meanInFlight, auto.meanFirstToken)
+			judged, what := auto, "vigil's defaults"
+			if check.told {
+				told := run(arm{name: "vigil told the objective", ttftTarget: time.Duration(float64(f.objective) * m.Speed)})
+				line += fmt.Sprintf("; told ttft_target %v: %.3f/s = %.2fx (in flight %d)",
+					f.objective, told.goodput, told.goodput/best.goodput, told.meanInFlight)
+				judged, what = told, "vigil told the objective"
+			}
+			summary = append(summary, line)
+			t.Log(line)
+			if ratio := judged.goodput / best.goodput; ratio < check.floor {
+				t.Errorf("%s reached %.2fx the best fixed cap's goodput, want %.2fx at least", what, ratio, check.floor)
 			}
 		})
 	}
