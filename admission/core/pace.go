@@ -28,9 +28,6 @@ func (r *eventRate) add(now time.Time) {
 	r.next = (r.next + 1) % paceEvents
 }
 
-// count is the events of the last completionSpan.
-func (r *eventRate) count(now time.Time) float64 { return r.recent.sum(now) }
-
 // perSecond is the rate at now. span is the time the recent sum is taken
 // over (completionSpan, or less for a busy period that began later);
 // since: events before it do not count in the longer measure (zero: all
