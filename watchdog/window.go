@@ -179,17 +179,21 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 	var parts []string
 	var longest time.Duration
 	lim := last.Limiter
+	inEngine := 0.0
+	if m != nil {
+		inEngine = m.Waiting + m.Running
+	}
 	// Work is in flight when the engine holds more than vigil's probe, or
 	// when the limiter has calls out: the probe may not be in the gauges
 	// yet, and then the one running request is a call, not the probe.
-	if m != nil && (m.Waiting+m.Running > probe || lim != nil && lim.InFlight > 0 && m.Waiting+m.Running > 0) {
+	if inEngine > probe || lim != nil && lim.InFlight > 0 && inEngine > 0 {
 		switch {
 		case lim == nil:
 			return ceiling(fmt.Sprintf("%s requests in the engine and no limiter in front to size them",
-				humanize.Count(m.Waiting+m.Running)))
-		case m.Waiting+m.Running > float64(lim.InFlight)+probe:
+				humanize.Count(inEngine)))
+		case inEngine > float64(lim.InFlight)+probe:
 			return ceiling(fmt.Sprintf("%s requests in the engine, %s of them through the limiter: work it did not admit",
-				humanize.Count(m.Waiting+m.Running), humanize.Count(float64(lim.InFlight))))
+				humanize.Count(inEngine), humanize.Count(float64(lim.InFlight))))
 		case lim.LongestPrompt > 0:
 			rate := l.prefillRate()
 			if rate <= 0 {
