@@ -476,7 +476,12 @@ func TestHangFreezesEverything(t *testing.T) {
 		}
 	}()
 	<-done
-	testinfra.WaitFor(t, 5*time.Second, "load running", func() bool { return e.Stats().GenerationTokens > 10 })
+	// All four in the core before the hang: one still on its way would
+	// arrive while hung beside the arrival below (CI saw Pending 2).
+	testinfra.WaitFor(t, 5*time.Second, "load running", func() bool {
+		st := e.Stats()
+		return st.GenerationTokens > 10 && st.Running+st.Waiting == 4 && st.Pending == 0
+	})
 	e.Hang()
 	before := e.Stats()
 	m1 := scrapeText(t, ts.URL)
