@@ -66,11 +66,15 @@ type Stats struct {
 	// FirstTokenLimit bounds the streams awaiting their first token
 	// (AwaitingFirstToken) at once: the automatic cap's answer to the TTFT
 	// objective (0: none, with a fixed cap or no ttft_target).
-	FirstTokenLimit    int  `json:"first_token_limit"`
-	AwaitingFirstToken int  `json:"awaiting_first_token"`
-	Saturated          bool `json:"saturated"`
-	Recovering         bool `json:"recovering"`
-	SlowStart          bool `json:"slow_start"`
+	FirstTokenLimit    int `json:"first_token_limit"`
+	AwaitingFirstToken int `json:"awaiting_first_token"`
+	// TTFTObjective is the first-token objective in force: ttft_target,
+	// or with auto the one derived from the engine's own time to first
+	// token (0: none).
+	TTFTObjective time.Duration `json:"ttft_objective_ns"`
+	Saturated     bool          `json:"saturated"`
+	Recovering    bool          `json:"recovering"`
+	SlowStart     bool          `json:"slow_start"`
 	// CompletionRate is upstream calls finished per second over the last
 	// 10 s, the rate Retry-After is computed from.
 	CompletionRate float64 `json:"completion_rate"`
@@ -137,6 +141,7 @@ func (l *Limiter) Stats() Stats {
 	s.QueueDepth, s.QueueHeld, s.OldestQueued = cs.QueueDepth, cs.QueueHeld, cs.OldestQueued
 	s.InFlight, s.Cap, s.Automatic = cs.InFlight, cs.Cap, cs.Automatic
 	s.FirstTokenLimit, s.AwaitingFirstToken = cs.FirstTokenLimit, cs.AwaitingFirstToken
+	s.TTFTObjective = cs.TTFTObjective
 	s.Saturated, s.Recovering, s.SlowStart = cs.Saturated, cs.Recovering, cs.SlowStart
 	s.CompletionRate = cs.CompletionRate
 	s.EngineWaiting, s.EngineRunning = cs.EngineWaiting, cs.EngineRunning
@@ -173,6 +178,7 @@ var (
 	descCap       = desc("cap", "In-flight cap in force (automatic or fixed, after slow start and saturation).")
 	descAutomatic = desc("cap_automatic", "1 when the cap is derived automatically (max_in_flight 0).")
 	descFTLimit   = desc("first_token_limit", "Streams that may await their first token at once (0: no limit; automatic cap with ttft_target).")
+	descObjective = desc("ttft_objective_seconds", "The time-to-first-token objective in force: ttft_target, or the one auto derives from the engine (0: none).")
 	descAwaiting  = desc("awaiting_first_token", "Streams forwarded upstream whose first token has not come yet.")
 	descRate      = desc("completion_rate", "Upstream calls finished per second over the last 10 s.")
 	descStored    = desc("stored_results", "Finished results kept for late retries.")
@@ -188,7 +194,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
 		descAbandoned, descRejected, descCoalesced, descAdopted, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
-		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descAwaiting, descRate, descStored, descStoredB, descOrphans, descKeyedRetry,
+		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descObjective, descAwaiting, descRate, descStored, descStoredB, descOrphans, descKeyedRetry,
 		descLostCalls, descHeldNow} {
 		ch <- d
 	}
@@ -232,6 +238,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descAutomatic, auto)
 	gauge(descFTLimit, float64(s.FirstTokenLimit))
+	gauge(descObjective, s.TTFTObjective.Seconds())
 	gauge(descAwaiting, float64(s.AwaitingFirstToken))
 	gauge(descRate, s.CompletionRate)
 	gauge(descStored, float64(s.StoredResults))

@@ -22,7 +22,11 @@ type Admission struct {
 	// TTFTTarget is the time to first token (p90, streamed answers, at the
 	// engine) the automatic cap keeps within, through its first-token
 	// limit (streams awaiting their first token at once) and then the cap;
-	// it is the latency objective, not a capacity figure. 0 = none: the
+	// it is the latency objective, not a capacity figure, and a stream's
+	// queue wait gets what it leaves after the engine's own TTFT.
+	// TTFTAuto (`auto`, the default) = 500 ms, or twice the engine's own
+	// time to first token of the prompts it is sent (one stream at a time)
+	// when that is longer: see package admission/core. 0 = none: the
 	// automatic cap then only keeps the engine's own queue empty (its
 	// maximum throughput), with no first-token limit.
 	TTFTTarget time.Duration `yaml:"ttft_target"`
@@ -136,11 +140,16 @@ type TenantEntry struct {
 	TenantLimits `yaml:",inline"`
 }
 
+// TTFTAuto is ttft_target: auto, the objective derived from the engine's
+// own time to first token (decoded from the word auto; no duration a
+// config can mean is negative).
+const TTFTAuto time.Duration = -1
+
 func defaultAdmission() Admission {
 	return Admission{
 		Enabled:           true,
 		Listen:            "127.0.0.1:8001",
-		TTFTTarget:        2 * time.Second,
+		TTFTTarget:        TTFTAuto,
 		MaxQueue:          1024,
 		MaxQueueBytes:     256 << 20,
 		MaxQueueWait:      5 * time.Minute,
@@ -179,8 +188,8 @@ func (a *Admission) validate(v *validator) {
 	if a.EngineMaxSeqs < 0 {
 		v.errorf("admission.engine_max_seqs", "must be >= 0 (0 = vLLM's default, 256)")
 	}
-	if a.TTFTTarget < 0 {
-		v.errorf("admission.ttft_target", "must be >= 0 (0 = no latency objective)")
+	if a.TTFTTarget < 0 && a.TTFTTarget != TTFTAuto {
+		v.errorf("admission.ttft_target", "must be >= 0 (0 = no latency objective), or auto")
 	}
 	if a.MaxQueue < 0 {
 		v.errorf("admission.max_queue", "must be >= 0")

@@ -68,6 +68,7 @@ var invalidCases = []struct {
 	{"admission-client-timeouts", `admission.client_timeouts[0].path (line 3): must be a request path starting with /, ` +
 		`e.g. /v1/chat/completions; got "v1/completions"`},
 	{"admission-stream-queue-wait", "admission.stream_queue_wait (line 2): must be >= 0 (0 = ttft_target less the engine's time to first token, or 10s without a target)"},
+	{"admission-ttft-target", "admission.ttft_target (line 3): must be >= 0 (0 = no latency objective), or auto"},
 	{"status-runbook-credentials", "status.runbook_url (line 4): must not carry credentials (user:password@): the status page shows it"},
 	{"status-runbook", `status.runbook_url (line 4): must be an http(s) URL, got "wiki/vllm-hung"`},
 	{"status-remote", "status.listen (line 4): 0.0.0.0:9108 is not a loopback address: " +
@@ -178,6 +179,29 @@ func TestOverrideValuesAreTypeChecked(t *testing.T) {
 		err := ValidateOverride(o, now)
 		if (err == nil) != tc.valid || err != nil && !strings.Contains(err.Error(), tc.key) {
 			t.Errorf("%s=%s: err = %v, want valid=%v (naming the key)", tc.key, tc.value, err, tc.valid)
+		}
+	}
+}
+
+// ttft_target takes auto (the default: derived from the engine), a
+// duration, or 0 for no objective; auto is no duration a file could write
+// by accident.
+func TestTTFTTargetIsAutoADurationOrNone(t *testing.T) {
+	for _, tc := range []struct {
+		yml  string
+		want time.Duration
+	}{
+		{"", TTFTAuto},
+		{"admission:\n  ttft_target: auto\n", TTFTAuto},
+		{"admission:\n  ttft_target: 700ms\n", 700 * time.Millisecond},
+		{"admission:\n  ttft_target: 0s\n", 0},
+	} {
+		cfg, err := Parse([]byte("engine:\n  url: http://127.0.0.1:8000\n"+tc.yml), now)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yml, err)
+		}
+		if got := cfg.Admission.TTFTTarget; got != tc.want {
+			t.Errorf("%q: ttft_target %v, want %v", tc.yml, got, tc.want)
 		}
 	}
 }

@@ -3,8 +3,6 @@ package configs
 import (
 	"reflect"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Change is one key whose value differs between two configs. Old and New
@@ -90,12 +88,12 @@ func secretSourceKey(t reflect.Type) string {
 // text ("15s") and secrets left out (only where they come from shows), for
 // JSON views such as /status.
 func (c *Config) Map() map[string]any {
-	data, err := yaml.Marshal(c)
+	root, err := c.display() // auto durations as auto
 	if err != nil {
 		return map[string]any{"error": err.Error()}
 	}
 	var m map[string]any
-	if err := yaml.Unmarshal(data, &m); err != nil {
+	if err := root.Decode(&m); err != nil {
 		return map[string]any{"error": err.Error()}
 	}
 	return m

@@ -246,6 +246,9 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string) {
 			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line,
 				Msg: fmt.Sprintf("%s is a bare number; write a duration with a unit, e.g. %ss, or auto", n.Value, n.Value)})
 		}
+	case t == durationType && path == "admission.ttft_target" && n.Kind == yaml.ScalarNode && n.Value == "auto":
+		// Not an autoDurations key: 0 already means "no objective" here.
+		n.Value, n.Tag = TTFTAuto.String(), "!!str"
 	case t == durationType:
 		if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") && n.Value != "0" {
 			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line,
@@ -378,11 +381,49 @@ func editDistance(a, b string) int {
 }
 
 // Redacted renders the config as YAML for display (check-config, /status):
-// secrets show as <redacted>.
+// secrets show as <redacted>, and the durations that are auto as auto, as
+// the file would say it (not their encodings, 0s and -1ns).
 func (c *Config) Redacted() string {
+	root, err := c.display()
+	if err != nil {
+		return fmt.Sprintf("# cannot render the config: %v\n", err)
+	}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	_ = enc.Encode(c)
+	_ = enc.Encode(root)
 	return buf.String()
+}
+
+// display is the config as a YAML tree for display: secrets redacted (by
+// their own encoding), auto durations as auto.
+func (c *Config) display() (*yaml.Node, error) {
+	var root yaml.Node
+	if err := root.Encode(c); err != nil {
+		return nil, err
+	}
+	if c.Watchdog.HangAfterAuto() {
+		setScalar(&root, "auto", "watchdog", "hang_after")
+	}
+	if c.Admission.TTFTTarget == TTFTAuto {
+		setScalar(&root, "auto", "admission", "ttft_target")
+	}
+	return &root, nil
+}
+
+// setScalar sets the scalar at path (mapping keys) under n to value.
+func setScalar(n *yaml.Node, value string, path ...string) {
+	for _, key := range path {
+		var next *yaml.Node
+		for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return
+		}
+		n = next
+	}
+	n.Kind, n.Tag, n.Value = yaml.ScalarNode, "!!str", value
 }

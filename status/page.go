@@ -20,10 +20,11 @@ import (
 // and refreshes itself every pageRefresh.
 
 var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
-	"num":   humanize.Tenths,
-	"secs":  seconds,
-	"pct":   humanize.Pct,
-	"upper": strings.ToUpper,
+	"num":    humanize.Tenths,
+	"secs":   seconds,
+	"nsSecs": func(ns float64) float64 { return ns / 1e9 },
+	"pct":    humanize.Pct,
+	"upper":  strings.ToUpper,
 }).Parse(pageHTML))
 
 // pageRefresh is the meta refresh: the watchdog samples every 15 s by
@@ -93,6 +94,7 @@ type pageDoc struct {
 		Automatic          bool              `json:"automatic"`
 		FirstTokenLimit    int               `json:"first_token_limit"`
 		AwaitingFirstToken int               `json:"awaiting_first_token"`
+		TTFTObjectiveNS    float64           `json:"ttft_objective_ns"`
 		Saturated          bool              `json:"saturated"`
 		Recovering         bool              `json:"recovering"`
 		SlowStart          bool              `json:"slow_start"`
@@ -344,6 +346,7 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 {{with .Limiter}}<table class="kv">
 <tr><th>in flight / cap</th><td class="n">{{.InFlight}} / {{.Cap}} ({{if .Automatic}}automatic{{else}}fixed{{end}}{{if .SlowStart}}, slow start{{end}}{{if .Saturated}}, engine saturated{{end}}{{if .Recovering}}, recovering{{end}})</td></tr>
 {{if .FirstTokenLimit}}<tr><th>streams awaiting first token / limit</th><td class="n">{{.AwaitingFirstToken}} / {{.FirstTokenLimit}}</td></tr>
+{{end}}{{if .TTFTObjectiveNS}}<tr><th>first-token objective</th><td class="n">{{secs (nsSecs .TTFTObjectiveNS)}} (p90)</td></tr>
 {{end}}<tr><th>queue</th><td class="n">{{.QueueDepth}} waiting{{if .QueueDepth}}, oldest {{secs $.OldestWait}}{{end}}</td></tr>
 {{if or .Recovering .HeldNow}}<tr><th>held for the recovery</th><td class="n">{{.HeldNow}} calls cut from the engine, sent again once it serves</td></tr>
 {{end}}{{if or .Moved .Continued .Lost}}<tr><th>calls cut by a lost engine</th><td class="n">{{num .Moved}} moved to peers, {{num .Continued}} streams continued, {{$.LostCalls}}</td></tr>

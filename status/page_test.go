@@ -43,7 +43,7 @@ func hungSnapshot() Snapshot {
 		Recovery: actions.Snapshot{Active: true, Step: "drain", StepAt: at.Add(-10 * time.Second), Drained: true,
 			RestartsInWindow: 1, Budget: 3, BudgetWindow: "6h0m0s", LastError: "haproxy: show stat: 3 sessions still open"},
 		Limiter: admission.Stats{Calls: 41200, Executions: 40100, Admitted: 39800, InFlight: 6, Cap: 24,
-			FirstTokenLimit: 2, AwaitingFirstToken: 1, QueueDepth: 9, OldestQueued: 14 * time.Second, Recovering: true,
+			FirstTokenLimit: 2, AwaitingFirstToken: 1, TTFTObjective: 668 * time.Millisecond, QueueDepth: 9, OldestQueued: 14 * time.Second, Recovering: true,
 			Rejected: map[string]uint64{admission.ReasonRecovering: 312, admission.ReasonQueueFull: 0}},
 		Pool: []pool.Member{{Node: "gpu-node-08", State: "saturated", Waiting: 31, Running: 64},
 			{Node: "gpu-node-09", Err: "dial tcp 10.0.0.9:9108: connection refused"}},
@@ -107,7 +107,7 @@ func TestRenderPage(t *testing.T) {
 			`<title>HUNG · vigil · gpu-node-07</title>`, `class="state bad">HUNG<`, "no progress for 3m05s",
 			"12 / 6", "3m05s", "vllm:request_success_total", "outstanding for 3m0s",
 			"gpu-node-07-20250601T115657Z-3", "3m00s ago as HUNG", "drain (10s ago)", "1 of 3 in 6h0m0s",
-			"3 sessions still open", "6 / 24 (fixed, recovering)", "streams awaiting first token / limit</th><td class=\"n\">1 / 2", "9 waiting, oldest 14s", "41,200 / 40,100",
+			"3 sessions still open", "6 / 24 (fixed, recovering)", "streams awaiting first token / limit</th><td class=\"n\">1 / 2", "first-token objective</th><td class=\"n\">668ms (p90)", "9 waiting, oldest 14s", "41,200 / 40,100",
 			"rejected: recovering", "312", "gpu-node-08", "SATURATED", "31 / 64", "unreachable: dial tcp 10.0.0.9:9108",
 		}, []string{"rejected: queue_full", "DRY RUN"}},
 		{"saturated, dry run", saturated, []string{

@@ -184,7 +184,7 @@ const (
 type autoLimit struct {
 	limit   float64
 	probing bool
-	target  time.Duration // TTFT objective; 0: none
+	target  time.Duration // ttft_target as configured (configs.TTFTAuto: auto); see gate.objective
 
 	lastChange time.Time
 	winStart   time.Time
@@ -429,7 +429,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		return false
 	}
 	p90 := a.ttfts.p90()
-	target := a.target.Seconds()
+	target := a.gate.objective()
 	var w, r float64
 	if a.gauges > 0 {
 		w, r = a.waiting/float64(a.gauges), a.running/float64(a.gauges)

@@ -158,7 +158,10 @@ type Stats struct {
 	// FirstTokenLimit bounds the streams awaiting their first token
 	// (AwaitingFirstToken) at once; 0: no such limit.
 	FirstTokenLimit, AwaitingFirstToken int
-	Saturated, Recovering, SlowStart    bool
+	// TTFTObjective is the TTFT objective in force (ttft_target, or the
+	// one auto derived from the engine); 0: none.
+	TTFTObjective                    time.Duration
+	Saturated, Recovering, SlowStart bool
 	// CompletionRate: answers finished per second over the last 10 s.
 	CompletionRate float64
 	// EngineWaiting and EngineRunning: the engine's gauges as last read
@@ -186,6 +189,7 @@ func (l *Limiter) Stats() Stats {
 	s.Cap = l.capLocked(now)
 	s.Automatic = l.fixed == 0
 	s.FirstTokenLimit, s.AwaitingFirstToken = l.firstTokenLimitLocked(), l.awaitingFirst
+	s.TTFTObjective = l.objectiveLocked()
 	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
 	s.CompletionRate = l.completionRateLocked(now)
 	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning

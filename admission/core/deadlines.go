@@ -133,7 +133,7 @@ func (l *Limiter) timeoutLocked(r Request) time.Duration {
 	return l.deadlines.infer(r.Route, l.tenants.clientTimeout(r.Tenant))
 }
 
-// streamQueueWait bounds the queue wait of a stream whose client announced
+// streamQueueWaitLocked bounds the queue wait of a stream whose client announced
 // no timeout: stream_queue_wait; else what ttft_target leaves once the
 // engine's own time to first token (engineTTFT) is spent, at least a tenth
 // of the target; else defaultStreamWait.
@@ -142,12 +142,13 @@ func (l *Limiter) timeoutLocked(r Request) time.Duration {
 // only what the target leaves: bounded by the whole target, the queue
 // doubled a TTFT the automatic cap held near the objective
 // (docs/design.md, queue bounds).
-func (l *Limiter) streamQueueWait() time.Duration {
+func (l *Limiter) streamQueueWaitLocked() time.Duration {
 	switch {
 	case l.cfg.StreamQueueWait > 0:
 		return l.cfg.StreamQueueWait
-	case l.cfg.TTFTTarget > 0:
-		return max(l.cfg.TTFTTarget/10, l.cfg.TTFTTarget-l.engineTTFT)
+	case l.objectiveLocked() > 0:
+		obj := l.objectiveLocked()
+		return max(obj/10, obj-l.engineTTFT)
 	}
 	return defaultStreamWait
 }
@@ -159,7 +160,7 @@ func (l *Limiter) streamQueueWait() time.Duration {
 func (l *Limiter) maxWaitLocked(r Request, timeout time.Duration) time.Duration {
 	d := l.queueWaitFor(timeout, r.Coalesced)
 	if r.Stream && r.Timeout <= 0 {
-		d = min(d, l.streamQueueWait())
+		d = min(d, l.streamQueueWaitLocked())
 	}
 	return d
 }
@@ -200,6 +201,15 @@ func (l *Limiter) streamCheckLocked(now time.Time, r Request, ph *waiter, bound 
 	pos := l.positionLocked(r, ph)
 	rate := l.drainRateLocked(now)
 	if rate <= 0 && pos == 0 {
+		return nil
+	}
+	if pos == 0 && now.Sub(l.busySince) < bound {
+		// The busy period is younger than the stream's bound: the rate
+		// counts its first admissions over a whole second (see
+		// drainRateLocked) and reads a burst's start as a slow engine.
+		// A stream served next waits at most its bound anyway; turned
+		// away here, a fresh vigil answered 503 to streams of a burst
+		// that the engine served in a step (a 500 ms objective).
 		return nil
 	}
 	if rate > 0 && float64(pos+1)/rate <= bound.Seconds() {

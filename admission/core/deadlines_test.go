@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
@@ -94,6 +95,16 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 		}, nil, Request{Stream: true, Route: "/s"}, 2 * time.Second},
 		{"a plain call keeps max_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = time.Second },
 			nil, Request{}, 2 * time.Second},
+		{"auto, nothing measured: the floor", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			nil, Request{Stream: true}, autoObjectiveFloor},
+		{"auto, short first tokens: the floor less them", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			[]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, Request{Stream: true}, 400 * time.Millisecond},
+		{"auto on a fixed cap: twice the streams' typical first token, less it", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			[]time.Duration{time.Second, time.Second}, Request{Stream: true}, time.Second},
+		{"auto on the automatic cap: twice the engine's lone prefill, less the typical first token", func(c *configs.Admission) {
+			c.TTFTTarget, c.MaxInFlight, c.MaxQueueWait = configs.TTFTAuto, 0, time.Minute
+		}, []time.Duration{3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second},
+			Request{Stream: true}, 3 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
@@ -137,4 +148,41 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 			t.Errorf("%s, retry %v: position %d, want %d", tc.order, tc.r.Retry, got, tc.want)
 		}
 	}
+}
+
+// The door check turns a stream away when the queue would not reach it
+// within its bound at the measured drain rate; in a busy period younger
+// than that bound the rate counts its first admissions over a whole
+// second and reads the burst's start as a slow engine. A fresh vigil
+// (ttft_target auto: 500 ms) answered 503 to the second stream of a
+// burst that the engine served in a step (internal/cli's restart test,
+// 6 streams at once); it now queues, and the check applies once the busy
+// period has lasted the bound.
+func TestABurstsStartIsNoSlowEngine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig()
+		cfg.MaxInFlight = 0 // the automatic cap: first-token limit 1
+		cfg.TTFTTarget = configs.TTFTAuto
+		l := New(cfg)
+		first := mustAcquire(t, l, Request{Stream: true})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		second := acquireAsync(ctx, l, Request{Stream: true})
+		untilQueued(t, l, 1) // before: 503 stream_deadline at once
+		first.FirstToken(20 * time.Millisecond)
+		a := get(t, second)
+		if a.lis == nil {
+			t.Fatalf("the second stream: %v %v, want a slot once the first's first token came", a.rj, a.err)
+		}
+		// The busy period (one stream awaiting its first token, the second)
+		// now lasts past the bound: at one admission a second, the queue
+		// would not reach a new stream within 500 ms.
+		advance(600 * time.Millisecond)
+		lis, rj, err := l.Acquire(ctx, Request{Stream: true})
+		if lis != nil || err != nil || rj == nil || rj.Reason != ReasonStreamDeadline {
+			t.Errorf("a stream 600 ms into the busy period: %v %v %v, want %s", lis, rj, err, ReasonStreamDeadline)
+		}
+		first.Release(Outcome{})
+		a.lis.Release(Outcome{})
+	})
 }

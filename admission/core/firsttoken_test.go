@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/vigil-dev/vigil/configs"
 )
 
 func TestTheFirstTokenLimitsLaw(t *testing.T) {
@@ -209,6 +211,10 @@ func TestStreamsWaitForTheFirstTokenLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig()
 		cfg.MaxInFlight = 0
+		// An objective whose queue bound (2 s) the second stream fits at the
+		// drain rate one admission implies; the automatic one's 500 ms
+		// would turn it away at once.
+		cfg.TTFTTarget = 2 * time.Second
 		lim := &gateLimit{fixedCap: fixedCap{n: 8}, firstTokens: 1}
 		l := New(cfg, WithLimit(lim))
 		first := mustAcquire(t, l, Request{Stream: true})
@@ -358,5 +364,69 @@ func TestAProbeDownIsJudgedAgainstTheEnginesOwnPrefill(t *testing.T) {
 	}
 	if g.bound() != 1 {
 		t.Errorf("limit %d after the probe, want 1: pairs at 650 ms imply 1.23x a lone 400 ms prefill's rate", g.bound())
+	}
+}
+
+// ttft_target: auto derives the objective from the engine's own time to
+// first token (turn): twice it, at least autoObjectiveFloor. The turns are
+// enginesim's family: a short prompt on a decode-bound engine, the paper's
+// 12,000-token call on the default engine and on one twenty times slower.
+func TestTheAutomaticObjectiveFollowsTheEnginesPrefill(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		turn time.Duration
+		want time.Duration
+	}{
+		{"not known yet: the floor", 0, autoObjectiveFloor},
+		{"a short prompt's step: the floor", 26 * time.Millisecond, autoObjectiveFloor},
+		{"a long prompt on the default engine: two prefills", 334 * time.Millisecond, 668 * time.Millisecond},
+		{"the same on an engine twenty times slower", 6684 * time.Millisecond, 13368 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := AutoObjective(tc.turn); got != tc.want {
+				t.Errorf("AutoObjective(%v) = %v, want %v", tc.turn, got, tc.want)
+			}
+		})
+	}
+}
+
+// With auto, the first-token limit starts at one stream like any
+// objective, learns the engine's prefill from lone first tokens, and
+// judges by twice it: 3 s lone prefills (a slow engine) keep a limit that
+// a 2 s objective (the old default) would cut, and 7 s ones cut it.
+func TestTheFirstTokenLimitJudgesByTheAutomaticObjective(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	feed := func(g *firstTokenGate, n int, ttft time.Duration, from time.Time) time.Time {
+		at := from
+		for range n {
+			at = at.Add(ttft)
+			g.observe(at.Add(-ttft), ttft, at, 64)
+		}
+		return at
+	}
+	g := newFirstTokenGate(configs.TTFTAuto, t0)
+	if g.bound() != firstTokenInitial || g.objective() != autoObjectiveFloor.Seconds() {
+		t.Fatalf("starts at %d streams, objective %vs; want %d and the floor", g.bound(), g.objective(), firstTokenInitial)
+	}
+	at := feed(&g, ttftMin, 3*time.Second, t0)
+	if got := g.objective(); got != 6 {
+		t.Fatalf("objective %vs after lone 3 s first tokens, want 6s", got)
+	}
+	g.change(4, at)
+	at = feed(&g, ttftMin, 4*time.Second, at)
+	if g.bound() != 4 {
+		t.Errorf("limit %d after first tokens of 4 s under a 6 s objective, want 4 (kept)", g.bound())
+	}
+	g.change(4, at)
+	feed(&g, ttftMin, 7*time.Second, at)
+	if g.bound() >= 4 {
+		t.Errorf("limit %d after first tokens of 7 s under a 6 s objective, want it cut", g.bound())
+	}
+	fixed := newFirstTokenGate(2*time.Second, t0)
+	if fixed.objective() != 2 {
+		t.Errorf("a configured ttft_target: objective %vs, want 2s", fixed.objective())
+	}
+	if none := newFirstTokenGate(0, t0); none.bound() != 0 || none.objective() != 0 {
+		t.Errorf("ttft_target 0: limit %d, objective %vs; want none", none.bound(), none.objective())
 	}
 }

@@ -53,6 +53,14 @@ type FirstTokenLimiter interface {
 	OnFirstTokenDemand()
 }
 
+// Objectiver is a Limit that keeps first tokens within an objective it
+// derives (ttft_target: auto); the core budgets a stream's queue wait
+// against it.
+type Objectiver interface {
+	// Objective is the TTFT objective in force.
+	Objective() time.Duration
+}
+
 // The parts each cap has; the core finds them by type assertion, so one
 // missing here would silently go unused.
 var (
@@ -62,6 +70,7 @@ var (
 		Learner
 		Prober
 		FirstTokenLimiter
+		Objectiver
 	} = (*autoLimit)(nil)
 	_ interface {
 		Limit
@@ -93,7 +102,7 @@ const (
 )
 
 // NewAuto is the automatic cap (see autoLimit): no capacity figure, only
-// the TTFT objective (0: none) and the engine's max_num_seqs when known
+// the TTFT objective (0: none; configs.TTFTAuto: derived) and the engine's max_num_seqs when known
 // (engine_max_seqs; 0: vLLM's default).
 func NewAuto(ttftTarget time.Duration, seats int, now time.Time) Limit {
 	return newAutoLimit(ttftTarget, seats, now)
@@ -118,6 +127,12 @@ func (a *autoLimit) OnFirstToken(admitted time.Time, ttft time.Duration, now tim
 }
 
 func (a *autoLimit) OnDemand() { a.markDemand() }
+
+// Objective is the objective the cap and the first-token limit keep: the
+// configured ttft_target, or the one derived from the engine with auto.
+func (a *autoLimit) Objective() time.Duration {
+	return time.Duration(a.gate.objective() * float64(time.Second))
+}
 
 // FirstTokenLimit is the first-token limit's bound (see firstTokenGate).
 func (a *autoLimit) FirstTokenLimit() int { return a.gate.bound() }

@@ -213,6 +213,20 @@ func (l *Limiter) demandLocked(firstToken bool) {
 	}
 }
 
+// objectiveLocked is the TTFT objective in force (0: none): ttft_target,
+// or with auto the automatic cap's (AutoObjective of the engine's own
+// prefill time). A fixed cap measures no lone prefill; the streams'
+// typical TTFT under it stands in.
+func (l *Limiter) objectiveLocked() time.Duration {
+	if l.cfg.TTFTTarget != configs.TTFTAuto {
+		return l.cfg.TTFTTarget
+	}
+	if o, ok := l.limitLocked().(Objectiver); ok {
+		return o.Objective()
+	}
+	return AutoObjective(l.engineTTFT)
+}
+
 // firstTokenLimitLocked is the first-token limit in force; 0: none.
 func (l *Limiter) firstTokenLimitLocked() int {
 	if f, ok := l.limitLocked().(FirstTokenLimiter); ok {

@@ -154,13 +154,13 @@ func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain time.Duration) bo
 		// at all waits a few of its typical answers.
 		deadline = patienceServices * service
 	}
-	if w.lis.stream && l.cfg.TTFTTarget > 0 {
+	if obj := l.objectiveLocked(); w.lis.stream && obj > 0 {
 		// A stream's first token is worth ttft_target, whatever the
 		// client would put up with: a queue that cannot serve its newest
 		// stream within it serves the newest first, so fresh streams keep
 		// their first token on time while the old still wait within their
 		// bound.
-		deadline = min(deadline, l.cfg.TTFTTarget)
+		deadline = min(deadline, obj)
 	}
 	return max(now.Sub(w.at), drain)+service <= deadline
 }

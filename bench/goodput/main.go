@@ -26,6 +26,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +98,9 @@ type options struct {
 	limiterTime harness.TimeMode
 	caps        []int
 	sloArm      bool
+	// allGateways runs the no-queue gateway at every fixed cap instead of
+	// at the best one only.
+	allGateways bool
 	workload    string
 	long        longOptions
 }
@@ -111,6 +115,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.sloFor, "slo-window", 120*time.Second, "window at half capacity that sets the TTFT SLO (engine time)")
 	fs.Float64Var(&o.load, "load", 2, "offered load as a multiple of capacity")
 	caps := fs.String("caps", "8,32,64", "fixed caps to compare")
+	fs.BoolVar(&o.allGateways, "all-gateways", false, "run the no-queue gateway at every -caps value, not only at the best fixed cap's (family: always)")
 	fs.BoolVar(&o.sloArm, "slo-arm", true, "also run vigil's automatic cap with ttft_target set to the measured SLO")
 	limiterTime := fs.String("limiter-time", "clock", "how vigil keeps time beside the time-scaled engine: clock or config (see bench/README.md)")
 	fs.StringVar(&o.workload, "workload", "both", "chat, longprompt, both, or family (every arm on each -models engine)")
@@ -279,7 +284,13 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 }
 
 // runArms runs list (ungated and fixed caps first), then the no-queue
-// gateway at the best fixed cap of the run, scoring each against slo.
+// gateway at the best fixed cap of the run (o.allGateways: at every fixed
+// cap, the grid of caps doubled past its largest while that is the best),
+// scoring each against slo.
+// maxGridCap: the grid of fixed caps stops at vLLM's default
+// --max-num-seqs; past it the engine queues whatever it is sent.
+const maxGridCap = 256
+
 func runArms(ctx context.Context, o options, sp spec, list []arm, rate float64, window, slo time.Duration,
 	stderr io.Writer) ([]result, error) {
 	var rs []result
@@ -303,9 +314,28 @@ func runArms(ctx context.Context, o options, sp spec, list []arm, rate float64, 
 			return nil, err
 		}
 	}
-	if best := bestFixed(rs); best != nil {
-		if err := run(arm{name: fmt.Sprintf("no-queue gateway, cap %d (max_queue: 0)", best.arm.cap),
-			cap: best.arm.cap, noQueue: true}); err != nil {
+	caps := o.caps
+	if o.allGateways {
+		// The grid grows until the best fixed cap is inside it: a best at
+		// its largest cap says only that more in flight paid, and the bar
+		// vigil is held to would be set by a cap nobody ran.
+		for best := bestFixed(rs); best != nil && best.arm.cap == slices.Max(caps) && best.arm.cap < maxGridCap; best = bestFixed(rs) {
+			n := min(maxGridCap, 2*best.arm.cap)
+			caps = append(caps, n)
+			if err := run(arm{name: fmt.Sprintf("cap %d", n), cap: n}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	gateways := caps
+	if !o.allGateways {
+		gateways = nil
+		if best := bestFixed(rs); best != nil {
+			gateways = []int{best.arm.cap}
+		}
+	}
+	for _, n := range gateways {
+		if err := run(arm{name: fmt.Sprintf("no-queue gateway, cap %d (max_queue: 0)", n), cap: n, noQueue: true}); err != nil {
 			return nil, err
 		}
 	}
@@ -319,10 +349,16 @@ func runArms(ctx context.Context, o options, sp spec, list []arm, rate float64, 
 
 // bestFixed is the fixed-cap arm (with a queue) of the highest goodput, or
 // nil without one.
-func bestFixed(rs []result) *result {
+func bestFixed(rs []result) *result { return bestOf(rs, false) }
+
+// bestGateway is the no-queue gateway arm of the highest goodput, or nil
+// without one.
+func bestGateway(rs []result) *result { return bestOf(rs, true) }
+
+func bestOf(rs []result, noQueue bool) *result {
 	var best *result
 	for i := range rs {
-		if r := &rs[i]; r.arm.cap > 0 && !r.arm.noQueue && (best == nil || r.goodput > best.goodput) {
+		if r := &rs[i]; r.arm.cap > 0 && r.arm.noQueue == noQueue && (best == nil || r.goodput > best.goodput) {
 			best = r
 		}
 	}

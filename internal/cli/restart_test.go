@@ -65,7 +65,11 @@ func stream(url string, tokens int) error {
 // (admission.shutdown_grace) while new connections wait in the socket's
 // backlog, and the next vigil answers them.
 func TestARestartOfVigilCutsNoStreamAndLosesNoConnection(t *testing.T) {
-	s := startEngine(t, func(c *enginesim.Config) { c.Scale = 1 }) // 60 tokens: ~0.6 s
+	// 60 tokens: ~0.6 s. Seats for every stream at once: with the usual 4,
+	// the fifth waits in the engine for a whole stream and the sixth in
+	// vigil's queue past ttft_target (auto: 500 ms here), which answers it
+	// 503 on any vigil, restarted or not.
+	s := startEngine(t, func(c *enginesim.Config) { c.Scale, c.MaxNumSeqs = 1, 8 })
 	yml := daemonConfig(t, s.URL())
 	addr := strings.TrimPrefix(strings.SplitN(strings.SplitN(yml, "admission:\n  listen: ", 2)[1], "\n", 2)[0], "http://")
 	sock, err := net.Listen("tcp", addr)

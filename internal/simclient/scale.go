@@ -27,7 +27,9 @@ func ScaleAdmission(a configs.Admission, scale float64) configs.Admission {
 func scaleDurations(v reflect.Value, scale float64) {
 	switch {
 	case v.Type() == durationType:
-		v.SetInt(int64(float64(v.Int()) / scale))
+		if v.Int() > 0 { // a negative one is a sentinel (configs.TTFTAuto)
+			v.SetInt(int64(float64(v.Int()) / scale))
+		}
 	case v.Kind() == reflect.Struct:
 		for i := range v.NumField() {
 			if v.Type().Field(i).IsExported() {
