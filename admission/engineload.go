@@ -13,6 +13,9 @@ import (
 var (
 	kvUsageMetrics      = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}
 	promptTokensMetrics = []string{"vllm:prompt_tokens_total"}
+	// Prompt tokens found in the prefix cache (vLLM v1, in tokens), which
+	// the engine does not prefill.
+	cachedTokensMetrics = []string{"vllm:prefix_cache_hits_total"}
 	// One observation per request at its first output token, i.e. when
 	// its prefill completed; vLLM counts its whole prompt in
 	// prompt_tokens_total at the same moment.
@@ -22,7 +25,7 @@ var (
 // loadExtras fills the series beyond the queue gauges from a parsed scrape,
 // each summed over its label sets (one per data-parallel engine).
 func loadExtras(g *core.EngineLoad, fams map[string]*dto.MetricFamily) {
-	g.KVUsage, g.PromptTokens, g.FirstTokens = -1, -1, -1
+	g.KVUsage, g.PromptTokens, g.FirstTokens, g.CachedTokens = -1, -1, -1, -1
 	if v, n, ok := sumFamily(fams, kvUsageMetrics); ok && n > 0 {
 		// Each rank reports its own cache's share: the engine's is the mean.
 		g.KVUsage = v / float64(n)
@@ -32,6 +35,9 @@ func loadExtras(g *core.EngineLoad, fams map[string]*dto.MetricFamily) {
 	}
 	if v, _, ok := sumFamily(fams, firstTokensMetrics); ok {
 		g.FirstTokens = v
+	}
+	if v, _, ok := sumFamily(fams, cachedTokensMetrics); ok {
+		g.CachedTokens = v
 	}
 }
 

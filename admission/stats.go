@@ -72,9 +72,14 @@ type Stats struct {
 	// or with auto the one derived from the engine's own time to first
 	// token (0: none).
 	TTFTObjective time.Duration `json:"ttft_objective_ns"`
-	Saturated     bool          `json:"saturated"`
-	Recovering    bool          `json:"recovering"`
-	SlowStart     bool          `json:"slow_start"`
+	// Service and ServiceBaseline: the automatic cap's latest estimate of
+	// the mean service time (admission to last byte) and the minimum it
+	// judges that against (its knee: 3x); 0 until measured.
+	Service         time.Duration `json:"service_ns"`
+	ServiceBaseline time.Duration `json:"service_baseline_ns"`
+	Saturated       bool          `json:"saturated"`
+	Recovering      bool          `json:"recovering"`
+	SlowStart       bool          `json:"slow_start"`
 	// CompletionRate is upstream calls finished per second over the last
 	// 10 s, the rate Retry-After is computed from.
 	CompletionRate float64 `json:"completion_rate"`
@@ -142,6 +147,7 @@ func (l *Limiter) Stats() Stats {
 	s.InFlight, s.Cap, s.Automatic = cs.InFlight, cs.Cap, cs.Automatic
 	s.FirstTokenLimit, s.AwaitingFirstToken = cs.FirstTokenLimit, cs.AwaitingFirstToken
 	s.TTFTObjective = cs.TTFTObjective
+	s.Service, s.ServiceBaseline = cs.Service, cs.ServiceBaseline
 	s.Saturated, s.Recovering, s.SlowStart = cs.Saturated, cs.Recovering, cs.SlowStart
 	s.CompletionRate = cs.CompletionRate
 	s.EngineWaiting, s.EngineRunning = cs.EngineWaiting, cs.EngineRunning

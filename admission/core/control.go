@@ -170,6 +170,8 @@ type Stats struct {
 	// ServiceBaseline is the automatic cap's minimum service time of
 	// answers (its knee's baseline; 0: not learned or another Limit).
 	ServiceBaseline time.Duration
+	// Service is its latest estimate of the mean service time (0: none).
+	Service time.Duration
 	// LearnedTimeouts are the client timeouts learned per route from
 	// clients giving up (see GaveUp), for requests that announce none.
 	LearnedTimeouts map[string]time.Duration
@@ -203,6 +205,7 @@ func (l *Limiter) Stats() Stats {
 	}
 	if a, ok := l.auto.(*autoLimit); ok {
 		s.ServiceBaseline = time.Duration(a.svcMin * float64(time.Second))
+		s.Service = time.Duration(a.svc * float64(time.Second))
 	}
 	return s
 }

@@ -16,12 +16,15 @@ type EngineLoad struct {
 	KVUsage float64
 	// PromptTokens and FirstTokens are counters: prompt tokens counted and
 	// prefills completed (first tokens) since the engine started.
-	PromptTokens, FirstTokens float64
+	// CachedTokens counts the prompt tokens found in the prefix cache
+	// (vllm:prefix_cache_hits), which the engine does not prefill; -1 (or
+	// 0) when unknown, and every prompt token then counts as prefilled.
+	PromptTokens, FirstTokens, CachedTokens float64
 }
 
 // QueueOnly is a reading of the queue gauges alone.
 func QueueOnly(waiting, running float64) EngineLoad {
-	return EngineLoad{Waiting: waiting, Running: running, KVUsage: -1, PromptTokens: -1, FirstTokens: -1}
+	return EngineLoad{Waiting: waiting, Running: running, KVUsage: -1, PromptTokens: -1, FirstTokens: -1, CachedTokens: -1}
 }
 
 const (
@@ -57,17 +60,19 @@ const (
 type prefillMeter struct {
 	// seats is the engine's max_num_seqs when configured (0: vLLM's
 	// default, autoMax).
-	seats           int
+	seats int
+	// dPrompt is the prompt tokens prefilled (counted less those the
+	// prefix cache held), dFirst the prefills completed.
 	dPrompt, dFirst float64
 	dSpan           time.Duration
 	// The last reading (-1: none).
-	prevPrompt, prevFirst float64
-	prevAt                time.Time
-	readings              int
+	prevPrompt, prevFirst, prevCached float64
+	prevAt                            time.Time
+	readings                          int
 }
 
 func newPrefillMeter(seats int) prefillMeter {
-	return prefillMeter{seats: seats, prevPrompt: -1, prevFirst: -1}
+	return prefillMeter{seats: seats, prevPrompt: -1, prevFirst: -1, prevCached: -1}
 }
 
 // note keeps the decaying growth of the counters. A counter that went
@@ -78,17 +83,26 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 		g.PromptTokens >= m.prevPrompt && g.FirstTokens >= m.prevFirst {
 		dt := now.Sub(m.prevAt)
 		keep := math.Exp(-dt.Seconds() / prefillMemory.Seconds())
-		m.dPrompt = m.dPrompt*keep + g.PromptTokens - m.prevPrompt
+		prompt := g.PromptTokens - m.prevPrompt
+		if g.CachedTokens >= m.prevCached && m.prevCached >= 0 {
+			// A prompt's cached prefix is no prefill: 12,000-token prompts
+			// behind a 10,000-token shared prefix prefill 2,000 tokens
+			// each, four to a step, and judged long they went through the
+			// first-token limit one or two at a time, 30-60 in flight
+			// where the engine ran 64 well (bench/goodput big-prefix).
+			prompt = max(0, prompt-(g.CachedTokens-m.prevCached))
+		}
+		m.dPrompt = m.dPrompt*keep + prompt
 		m.dFirst = m.dFirst*keep + g.FirstTokens - m.prevFirst
 		m.dSpan = time.Duration(float64(m.dSpan)*keep) + dt
 	}
-	m.prevPrompt, m.prevFirst, m.prevAt = g.PromptTokens, g.FirstTokens, now
+	m.prevPrompt, m.prevFirst, m.prevCached, m.prevAt = g.PromptTokens, g.FirstTokens, g.CachedTokens, now
 	m.readings++
 }
 
 // long reports whether the prompts prefilled lately are long (longPrompt
-// tokens or more on average): each needs a step's token budget of its
-// own, so two never share a step.
+// tokens or more prefilled on average, their cached prefix aside): each
+// needs a step's token budget of its own, so two never share a step.
 func (m *prefillMeter) long() bool {
 	return m.dFirst > 0 && m.dPrompt/m.dFirst >= longPrompt
 }

@@ -166,6 +166,20 @@ func TestPromptsAreShortOnlyOnceTheCountersSaySo(t *testing.T) {
 	if long.short() {
 		t.Error("short after 12,000-token prompts")
 	}
+	// The same 12,000-token prompts behind a 10,000-token prefix the
+	// prefix cache holds prefill 2,000 tokens each: short (judged long
+	// before, as the prompt counter alone counts the cached prefix too).
+	cached := newPrefillMeter(0)
+	readCached := func(prompt, first, hits float64) EngineLoad {
+		g := read(prompt, first)
+		g.CachedTokens = hits
+		return g
+	}
+	cached.note(readCached(0, 0, 0), t0)
+	cached.note(readCached(24000, 2, 20000), t0.Add(250*time.Millisecond))
+	if !cached.short() {
+		t.Error("not short after 12,000-token prompts of which 10,000 came from the prefix cache")
+	}
 	none := newPrefillMeter(0)
 	none.note(QueueOnly(0, 4), t0)
 	none.note(QueueOnly(0, 4), t0.Add(250*time.Millisecond))

@@ -101,8 +101,12 @@ type options struct {
 	// allGateways runs the no-queue gateway at every fixed cap instead of
 	// at the best one only.
 	allGateways bool
-	workload    string
-	long        longOptions
+	// trace prints the automatic cap's state every 10 s of engine time to
+	// traceTo (stderr).
+	trace    bool
+	traceTo  io.Writer
+	workload string
+	long     longOptions
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -116,6 +120,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.load, "load", 2, "offered load as a multiple of capacity")
 	caps := fs.String("caps", "8,32,64", "fixed caps to compare")
 	fs.BoolVar(&o.allGateways, "all-gateways", false, "run the no-queue gateway at every -caps value, not only at the best fixed cap's (family: always)")
+	fs.BoolVar(&o.trace, "trace", false, "print the automatic cap's state every 10 s of engine time (stderr)")
+	o.traceTo = stderr
 	fs.BoolVar(&o.sloArm, "slo-arm", true, "also run vigil's automatic cap with ttft_target set to the measured SLO")
 	limiterTime := fs.String("limiter-time", "clock", "how vigil keeps time beside the time-scaled engine: clock or config (see bench/README.md)")
 	fs.StringVar(&o.workload, "workload", "both", "chat, longprompt, both, or family (every arm on each -models engine)")
@@ -427,6 +433,11 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 				inSum += s.InFlight
 				ftSum += s.FirstTokenLimit
 				r.maxCap = max(r.maxCap, s.Cap)
+				if o.trace && a.cap == 0 && t%(10*time.Second) == 0 {
+					fmt.Fprintf(o.traceTo, "goodput: %s: %s: t %v: in flight %d, cap %d, first-token limit %d, objective %v, service %v (min %v), engine waiting %d running %d\n",
+						sp.name, a.name, t, s.InFlight, s.Cap, s.FirstTokenLimit, s.TTFTObjective.Round(time.Millisecond),
+						s.Service.Round(time.Millisecond), s.ServiceBaseline.Round(time.Millisecond), e.Waiting+e.Pending, e.Running)
+				}
 			}
 		}
 	})
