@@ -456,14 +456,19 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	a.svcFresh = false
 	ceiling, near := a.deadlineCeiling()
 	late := near && a.limit > ceiling
-	if queued || (len(a.ttfts) > 0 && w > 0) {
+	if queued || (len(a.ttfts) > 0 && w > 0 && !a.prefill.measuredShort()) {
 		// The engine has started to queue: near its capacity, probe gently.
 		// Streamed answers' first tokens wait out any queue, so for them
 		// the first request waiting ends the probing, a prefill backlog
 		// too: probing on through one (x1.25 a window, before the TTFT of
 		// each step shows) runs the cap far past what the engine
 		// prefills in time, where growing a turnover at a time does not
-		// (docs/design.md, the law's measurements).
+		// (docs/design.md, the law's measurements). Unless the counters
+		// say the prompts are short: those are admitted several a step,
+		// and one waiting is a request between two steps, not a backlog;
+		// ended there, the cap crept up a turnover at a time from 68 to
+		// 100 over 5 min of 50 s answers (decode-bound) where 128 served
+		// best. Their first tokens near the objective stop it instead.
 		a.probing = false
 	}
 	old := a.limit
@@ -499,7 +504,13 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		// may be hung), so no reason to send it more. Any answer counts
 		// here, whenever admitted: answers as long as a minute would
 		// otherwise allow one step per minute.
-	case ttftRules && target > 0 && p90 > growBand*target:
+	case target > 0 && p90 > growBand*target:
+		// First tokens near the objective: more in flight only makes each
+		// engine step longer, whichever limit cuts when they pass it. Only
+		// at the first-token limit's floor did this hold the cap: above it
+		// the cap grew while the limit shrank, on an engine whose first
+		// tokens wait on its steps, not on each other's prefill
+		// (decode-bound: the cap ran to 233, the p99 first token to 1.5 s).
 	case a.svc > growBand*knee:
 		// Near the knee: more in flight would only slow every answer.
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:

@@ -111,6 +111,15 @@ func TestAutoLimitLaw(t *testing.T) {
 			t.Errorf("cap %d, first-token limit %d after p90 250ms against 200ms; want the cap not cut and 2 (4 x 0.8, twice)", a.cap(), a.gate.bound())
 		}
 	})
+	t.Run("first tokens near the objective hold the cap whatever the first-token limit", func(t *testing.T) {
+		a := newAutoLimit(time.Second, 0, t0)
+		a.limit = 40
+		a.gate.limit = 4
+		window(a, t0, 900*time.Millisecond, 0, 40, true)
+		if a.cap() != 40 || a.gate.bound() != 4 {
+			t.Errorf("cap %d, first-token limit %d after p90 900ms against 1s; want both held (40, 4)", a.cap(), a.gate.bound())
+		}
+	})
 	t.Run("it starts at 16 and grows by a quarter while demand fills the cap", func(t *testing.T) {
 		a := newAutoLimit(time.Second, 0, t0)
 		if a.cap() != autoInitial {
@@ -145,6 +154,33 @@ func TestAutoLimitLaw(t *testing.T) {
 		window(a, t0, 100*time.Millisecond, 1, 15, true)
 		if a.cap() != autoInitial || a.probing {
 			t.Errorf("cap %d (probing %v), want %d, no longer probing", a.cap(), a.probing, autoInitial)
+		}
+	})
+	t.Run("one request waiting between steps of short prompts leaves the probing over streams on", func(t *testing.T) {
+		for _, tc := range []struct {
+			prompt  float64 // tokens per prefill, by the engine's counters
+			probing bool
+		}{{500, true}, {12000, false}} {
+			a := newAutoLimit(0, 0, t0)
+			var tokens, firsts float64
+			read := func(waiting float64, at time.Time) {
+				tokens, firsts = tokens+2*tc.prompt, firsts+2
+				a.observeLoad(EngineLoad{Waiting: waiting, Running: 15, KVUsage: 0.1, PromptTokens: tokens, FirstTokens: firsts}, at)
+			}
+			read(0, t0)
+			read(0, t0.Add(250*time.Millisecond)) // no demand yet: the cap holds
+			a.markDemand()
+			at := t0.Add(250 * time.Millisecond)
+			for i := range windowMinSamples {
+				at = at.Add(15 * time.Millisecond)
+				a.observeTTFT(at, 100*time.Millisecond, at)
+				if i%5 == 4 {
+					read(1, at)
+				}
+			}
+			if a.probing != tc.probing {
+				t.Errorf("%v-token prompts, one waiting: probing %v, want %v", tc.prompt, a.probing, tc.probing)
+			}
 		}
 	})
 	t.Run("one request waiting beside plain answers is prefill's pipeline: the probing goes on", func(t *testing.T) {

@@ -107,6 +107,12 @@ func (m *prefillMeter) long() bool {
 	return m.dFirst > 0 && m.dPrompt/m.dFirst >= longPrompt
 }
 
+// measuredShort reports whether the engine's counters say the prompts
+// prefilled lately are short (not merely that their length is unknown).
+func (m *prefillMeter) measuredShort() bool {
+	return m.dFirst > 0 && m.dPrompt/m.dFirst < longPrompt
+}
+
 // short reports whether the prompts are known to be short: prefilled
 // lately under longPrompt tokens on average, or the engine's readings lack
 // the prompt-token and first-token counters, so their length cannot be

@@ -12,7 +12,9 @@
 // objective (see longprompt.go).
 //
 // family (issue #28): every arm on each engine of enginesim's cost models
-// (-models), the paper's call shape unless the model is about the calls.
+// (-models), the paper's call shape unless the model is about the calls;
+// there the no-queue gateway runs at every fixed cap, and the caps double
+// past the largest while it is the best.
 //
 //	go run ./bench/goodput [-workload both|family] [-scale 5] [-window 120s] [-load 2]
 package main
