@@ -12,24 +12,32 @@ import (
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
-// familyCaps are, per cost model, the fixed caps vigil's defaults are
-// judged against in TestVigilsDefaultsKeepGoodputOnEveryCostModel (same
-// run): 8 and 32 where the family's best fixed cap is 8, up to 64 where
-// more in flight pays (decode-bound, big-prefix: best at 64 in every family
-// run, 128 below it).
-var familyCaps = map[string][]int{
-	"default": {8, 32}, "prefill-bound": {8, 32}, "kv-bound": {8, 32},
-	"fast10": {8, 32}, "fast20": {8, 32}, "slow10": {8, 32}, "slow20": {8, 32},
-	"decode-bound": {8, 32, 64}, "big-prefix": {8, 32, 64},
+// familyCheck is, per cost model, what
+// TestVigilsDefaultsKeepGoodputOnEveryCostModel judges vigil's defaults
+// against: the fixed caps run beside them (the same arrivals) and the
+// share of the best one's goodput they must reach.
+type familyCheck struct {
+	caps  []int
+	floor float64
 }
 
-// familyFloor: vigil's defaults reach the best fixed cap's goodput at
-// least, on every model (the family runs give 1.1x or more; a 90 s window
-// is noisier than their 5 min).
-const familyFloor = 1.0
+// familyChecks: 8 and 32 where the family's best fixed cap is 8; 64 on
+// big-prefix, whose best it is. On decode-bound the best is 128, where the
+// engine's throughput has flattened (each sequence adds to every step):
+// no cap serves 1.1x what 128 does there, vigil's defaults reached
+// 0.88-0.99x of it in five 5 min runs (bench/README.md), and the floor
+// guards against the old defaults (0.79x cap 64, about 0.6x cap 128), not
+// the noise. Elsewhere they reach the best at least (1.1x or more in the
+// family runs; a 90 s window is noisier than their 5 min).
+var familyChecks = map[string]familyCheck{
+	"default": {[]int{8, 32}, 1}, "prefill-bound": {[]int{8, 32}, 1}, "kv-bound": {[]int{8, 32}, 1},
+	"fast10": {[]int{8, 32}, 1}, "fast20": {[]int{8, 32}, 1}, "slow10": {[]int{8, 32}, 1}, "slow20": {[]int{8, 32}, 1},
+	"big-prefix":   {[]int{8, 32, 64}, 1},
+	"decode-bound": {[]int{32, 64, 128}, 0.8},
+}
 
-// familyLongWindow: the models whose best fixed cap is 64 run the family's
-// own 5 min window. Their first-token limit grows over prompts that share
+// familyLongWindow: the models whose best fixed cap is 64 or more run the
+// family's own 5 min window. Their first-token limit grows over prompts that share
 // a step one growth at a time and holds 30 s after one that did not pay,
 // so 90 s judged mostly its start (big-prefix: limit 1.1 on average and
 // 1.05x the best fixed cap in 90 s, 3-7 and 1.31x over 5 min).
@@ -41,7 +49,7 @@ var familyLongWindow = map[string]bool{"decode-bound": true, "big-prefix": true}
 // engine's capacity, time-scaled like bench/goodput -workload family but
 // with a 90 s window (engine time of the default model, divided by the
 // model's speed; 5 min on familyLongWindow's), and checks that the automatic cap's goodput lands in
-// the band the best fixed cap sets (familyCaps, familyFloor).
+// the band the best fixed cap sets (familyChecks).
 func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 	testinfra.Alone(t)
 	if testing.Short() {
@@ -52,9 +60,9 @@ func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 	var summary []string
 	for _, m := range enginesim.CostModels() {
 		t.Run(m.Name, func(t *testing.T) {
-			caps, ok := familyCaps[m.Name]
+			check, ok := familyChecks[m.Name]
 			if !ok {
-				t.Fatalf("cost model %s has no familyCaps entry", m.Name)
+				t.Fatalf("cost model %s has no familyChecks entry", m.Name)
 			}
 			mo := o
 			if familyLongWindow[m.Name] {
@@ -71,7 +79,7 @@ func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 			}
 			var best result
 			var fixed []string
-			for _, n := range caps {
+			for _, n := range check.caps {
 				r := run(arm{name: fmt.Sprintf("cap %d", n), cap: n})
 				fixed = append(fixed, fmt.Sprintf("cap %d %.3f/s", n, r.goodput))
 				if r.goodput > best.goodput {
@@ -86,8 +94,8 @@ func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 				m.Name, strings.Join(fixed, ", "), auto.goodput, auto.goodput/best.goodput, auto.meanInFlight, auto.meanFirstToken)
 			summary = append(summary, line)
 			t.Log(line)
-			if ratio := auto.goodput / best.goodput; ratio < familyFloor {
-				t.Errorf("vigil's defaults reached %.2fx the best fixed cap's goodput, want %.2fx at least", ratio, familyFloor)
+			if ratio := auto.goodput / best.goodput; ratio < check.floor {
+				t.Errorf("vigil's defaults reached %.2fx the best fixed cap's goodput, want %.2fx at least", ratio, check.floor)
 			}
 		})
 	}
