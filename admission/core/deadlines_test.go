@@ -95,10 +95,10 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 		}, nil, Request{Stream: true, Route: "/s"}, 2 * time.Second},
 		{"a plain call keeps max_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = time.Second },
 			nil, Request{}, 2 * time.Second},
-		{"auto, nothing measured: the floor", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
-			nil, Request{Stream: true}, autoObjectiveFloor},
-		{"auto, short first tokens: the floor less them", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
-			[]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, Request{Stream: true}, 400 * time.Millisecond},
+		{"auto, nothing measured: a person's patience, past the objective's floor", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			nil, Request{Stream: true}, autoStreamPatience},
+		{"auto, short first tokens: that patience less them", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			[]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, Request{Stream: true}, autoStreamPatience - 100*time.Millisecond},
 		{"auto on a fixed cap: twice the streams' typical first token, less it", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
 			[]time.Duration{time.Second, time.Second}, Request{Stream: true}, time.Second},
 		{"auto on the automatic cap: twice the engine's lone prefill, less the typical first token", func(c *configs.Admission) {
@@ -154,15 +154,15 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 // within its bound at the measured drain rate; in a busy period younger
 // than that bound the rate counts its first admissions over a whole
 // second and reads the burst's start as a slow engine. A fresh vigil
-// (ttft_target auto: 500 ms) answered 503 to the second stream of a
-// burst that the engine served in a step (internal/cli's restart test,
-// 6 streams at once); it now queues, and the check applies once the busy
-// period has lasted the bound.
+// with a 500 ms bound answered 503 to the second stream of a burst that
+// the engine served in a step (internal/cli's restart test, 6 streams at
+// once, when auto bounded streams by the objective); it now queues, and
+// the check applies once the busy period has lasted the bound.
 func TestABurstsStartIsNoSlowEngine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig()
 		cfg.MaxInFlight = 0 // the automatic cap: first-token limit 1
-		cfg.TTFTTarget = configs.TTFTAuto
+		cfg.TTFTTarget = 500 * time.Millisecond
 		l := New(cfg)
 		first := mustAcquire(t, l, Request{Stream: true})
 		ctx, cancel := context.WithCancel(context.Background())
