@@ -23,7 +23,8 @@ type Admission struct {
 	// engine) the automatic cap keeps within, through its first-token
 	// limit (streams awaiting their first token at once) and then the cap;
 	// it is the latency objective, not a capacity figure, and a stream's
-	// queue wait gets what it leaves after the engine's own TTFT.
+	// queue wait gets what it leaves after the engine's own TTFT (with
+	// auto, what 2 s leaves, or the objective when longer).
 	// TTFTAuto (`auto`, the default) = 500 ms, or twice the engine's own
 	// time to first token of the prompts it is sent (one stream at a time)
 	// when that is longer: see package admission/core. 0 = none: the
@@ -51,7 +52,8 @@ type Admission struct {
 	// client announced no timeout: past it the first token is worth little
 	// (a chat user has given up on it). 0 (the default) = what ttft_target
 	// leaves once the engine's own time to first token is spent (at least
-	// a tenth of it), or 10 s when there is no objective. A new stream that the queue could
+	// a tenth of it; with auto, what 2 s or the objective when longer
+	// leaves), or 10 s when there is no objective. A new stream that the queue could
 	// not reach within its bound, at the measured drain rate, is answered
 	// at once with 503 and an honest Retry-After instead of queueing.
 	// Plain (unary) calls keep max_queue_wait.
