@@ -151,19 +151,20 @@ func (l *Limiter) streamQueueWaitLocked() time.Duration {
 	switch {
 	case l.cfg.StreamQueueWait > 0:
 		return l.cfg.StreamQueueWait
-	case l.cfg.TTFTTarget == configs.TTFTAuto:
-		// A stream whose client said nothing of its patience is worth
-		// serving past the derived objective, to a person's patience: the
-		// objective orders the queue (newest first once it would be
-		// missed) and steers the limits; bounded by it instead, patient
-		// clients (the Node SDK streaming 12,000-token prompts at 1.5x
-		// capacity, bench/harness) got 49 % of their calls delivered
-		// against 73 % straight at the engine, and 84 % with this bound.
-		patience := max(l.objectiveLocked(), autoStreamPatience)
-		return max(patience/10, patience-l.engineTTFT)
 	case l.objectiveLocked() > 0:
-		obj := l.objectiveLocked()
-		return max(obj/10, obj-l.engineTTFT)
+		bound := l.objectiveLocked()
+		if l.cfg.TTFTTarget == configs.TTFTAuto {
+			// A stream whose client said nothing of its patience is worth
+			// serving past the derived objective, to a person's patience:
+			// the objective orders the queue (newest first once it would
+			// be missed) and steers the limits; bounded by it instead,
+			// patient clients (the Node SDK streaming 12,000-token prompts
+			// at 1.5x capacity, bench/harness) got 49 % of their calls
+			// delivered against 73 % straight at the engine, and 84 % with
+			// this bound.
+			bound = max(bound, autoStreamPatience)
+		}
+		return max(bound/10, bound-l.engineTTFT)
 	}
 	return defaultStreamWait
 }

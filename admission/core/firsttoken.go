@@ -136,9 +136,9 @@ type firstTokenGate struct {
 }
 
 func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
-	g := firstTokenGate{target: target.Seconds(), auto: target == configs.TTFTAuto, changed: now}
-	if g.auto {
-		g.target = 0
+	g := firstTokenGate{auto: target == configs.TTFTAuto, changed: now}
+	if !g.auto {
+		g.target = target.Seconds()
 	}
 	if target != 0 {
 		g.limit = firstTokenInitial

@@ -120,7 +120,7 @@ func (m *prefillMeter) measuredShort() bool {
 // tell). Until two readings have come it is not known either way.
 func (m *prefillMeter) short() bool {
 	if m.dFirst > 0 {
-		return m.dPrompt/m.dFirst < longPrompt
+		return m.measuredShort()
 	}
 	return m.readings >= 2 && (m.prevPrompt < 0 || m.prevFirst < 0)
 }

@@ -114,6 +114,7 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	if rate := l.drainRateLocked(now); rate > 0 {
 		drain = time.Duration(float64(l.liveWaitersLocked()) / rate * float64(time.Second))
 	}
+	objective := l.objectiveLocked() // once a pass, not once a waiter
 	for e := l.waiters.Back(); e != nil; e = e.Prev() {
 		if !live(e) {
 			continue
@@ -122,7 +123,7 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		switch {
 		case w.retry:
 			oldestRetry = e
-		case l.onTimeLocked(w, now, drain):
+		case l.onTimeLocked(w, now, drain, objective):
 			newest, onTime = cmp.Or(newest, e), e
 		default:
 			newest = cmp.Or(newest, e)
@@ -135,12 +136,13 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 // now) and, served now, still gets its answer within it (at the engine's
 // typical time to first token for a stream, to the last byte otherwise),
 // and so would the newest waiter behind it once the queue drains (drain:
-// the live queue over its drain rate). Then the queue is a burst the
+// the live queue over its drain rate; a stream's first token is due
+// within objective, the TTFT objective in force). Then the queue is a burst the
 // engine absorbs, and newest_first serves the oldest such waiter first,
 // as the engine itself would: serving the newest instead would let the
 // oldest time out in the queue. In an overload the queue does not drain
 // within the timeout, and the newest go first.
-func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain time.Duration) bool {
+func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain, objective time.Duration) bool {
 	service := l.engineService
 	if w.lis.stream {
 		service = l.engineTTFT
@@ -154,13 +156,13 @@ func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain time.Duration) bo
 		// at all waits a few of its typical answers.
 		deadline = patienceServices * service
 	}
-	if obj := l.objectiveLocked(); w.lis.stream && obj > 0 {
+	if w.lis.stream && objective > 0 {
 		// A stream's first token is worth ttft_target, whatever the
 		// client would put up with: a queue that cannot serve its newest
 		// stream within it serves the newest first, so fresh streams keep
 		// their first token on time while the old still wait within their
 		// bound.
-		deadline = min(deadline, obj)
+		deadline = min(deadline, objective)
 	}
 	return max(now.Sub(w.at), drain)+service <= deadline
 }

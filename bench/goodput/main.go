@@ -291,14 +291,14 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 	return nil
 }
 
-// runArms runs list (ungated and fixed caps first), then the no-queue
-// gateway at the best fixed cap of the run (o.allGateways: at every fixed
-// cap, the grid of caps doubled past its largest while that is the best),
-// scoring each against slo.
 // maxGridCap: the grid of fixed caps stops at vLLM's default
 // --max-num-seqs; past it the engine queues whatever it is sent.
 const maxGridCap = 256
 
+// runArms runs list (ungated and fixed caps first), then the no-queue
+// gateway at the best fixed cap of the run (o.allGateways: at every fixed
+// cap, the grid of caps doubled past its largest while that is the best),
+// scoring each against slo.
 func runArms(ctx context.Context, o options, sp spec, list []arm, rate float64, window, slo time.Duration,
 	stderr io.Writer) ([]result, error) {
 	var rs []result
