@@ -95,10 +95,16 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 		}, nil, Request{Stream: true, Route: "/s"}, 2 * time.Second},
 		{"a plain call keeps max_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = time.Second },
 			nil, Request{}, 2 * time.Second},
-		{"auto, nothing measured: a person's patience, past the objective's floor", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
-			nil, Request{Stream: true}, autoStreamPatience},
-		{"auto, short first tokens: that patience less them", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
-			[]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, Request{Stream: true}, autoStreamPatience - 100*time.Millisecond},
+		{"auto, nothing measured: the objective's floor", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			nil, Request{Stream: true}, 500 * time.Millisecond},
+		{"auto, short first tokens: the objective less them", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			[]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, Request{Stream: true}, 400 * time.Millisecond},
+		{"auto, a retry, nothing measured: a person's patience, past the objective", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			nil, Request{Stream: true, Retry: true}, autoStreamPatience},
+		{"auto, a retry, short first tokens: that patience less them", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+			[]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, Request{Stream: true, Retry: true}, autoStreamPatience - 100*time.Millisecond},
+		{"a configured ttft_target holds a retry to it", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
+			[]time.Duration{time.Second, time.Second}, Request{Stream: true, Retry: true}, 500 * time.Millisecond},
 		{"auto on a fixed cap: twice the streams' typical first token, less it", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
 			[]time.Duration{time.Second, time.Second}, Request{Stream: true}, time.Second},
 		{"auto on the automatic cap: twice the engine's lone prefill, less the typical first token", func(c *configs.Admission) {
@@ -185,4 +191,68 @@ func TestABurstsStartIsNoSlowEngine(t *testing.T) {
 		first.Release(Outcome{})
 		a.lis.Release(Outcome{})
 	})
+}
+
+// TestPatienceIsWhatTheClientsShow: under ttft_target auto a first
+// attempt's stream waits up to the objective unless its route's clients
+// came back for at least half the streams it turned away lately; then,
+// like a retry, it waits up to a person's patience.
+func TestPatienceIsWhatTheClientsShow(t *testing.T) {
+	const route = "/v1/completions"
+	first := Request{Stream: true, Route: route}
+	back := Request{Stream: true, Route: route, Retry: true, NeverExecuted: true}
+	type event struct {
+		r          Request
+		turnedAway bool
+	}
+	turned, cameBack := event{first, true}, event{back, false}
+	repeat := func(n int, evs ...event) []event {
+		var out []event
+		for range n {
+			out = append(out, evs...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		ttft   time.Duration // 0: auto
+		events []event
+		want   time.Duration
+	}{
+		{"nothing seen: the objective", 0, nil, 500 * time.Millisecond},
+		{"turned away, never back: the objective", 0, repeat(20, turned), 500 * time.Millisecond},
+		{"every one turned away came back: patience", 0, repeat(5, turned, cameBack), autoStreamPatience},
+		{"one in four came back: the objective", 0, repeat(6, turned, turned, turned, cameBack), 500 * time.Millisecond},
+		{"they stopped coming back: the objective again", 0,
+			append(repeat(5, turned, cameBack), repeat(12, turned)...), 500 * time.Millisecond},
+		{"a retry that had run is no comeback", 0,
+			append(repeat(5, turned), repeat(5, event{Request{Stream: true, Route: route, Retry: true}, false})...),
+			500 * time.Millisecond},
+		{"another route's clients say nothing of this one's", 0,
+			repeat(5, event{Request{Stream: true, Route: "/other"}, true}, event{Request{Stream: true, Route: "/other", Retry: true, NeverExecuted: true}, false}),
+			500 * time.Millisecond},
+		{"streams with an announced timeout are not counted", 0,
+			repeat(5, event{Request{Stream: true, Route: route, Timeout: time.Minute}, true},
+				event{Request{Stream: true, Route: route, Timeout: time.Minute, Retry: true, NeverExecuted: true}, false}),
+			500 * time.Millisecond},
+		{"a configured ttft_target is the bound whatever the clients do", 1500 * time.Millisecond,
+			repeat(5, turned, cameBack), 1500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.TTFTTarget, cfg.MaxQueueWait = configs.TTFTAuto, time.Minute
+			if tc.ttft > 0 {
+				cfg.TTFTTarget = tc.ttft
+			}
+			l := New(cfg)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			for _, ev := range tc.events {
+				l.noteStreamLocked(ev.r, ev.turnedAway)
+			}
+			if got := l.maxWaitLocked(first, 0); got != tc.want {
+				t.Errorf("a first attempt's bound %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

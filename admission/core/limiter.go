@@ -260,6 +260,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	l.mu.Lock()
 	now := l.clock.Now()
 	timeout := l.timeoutLocked(r)
+	l.noteStreamLocked(r, false)
 	lis, rj := l.chargeLocked(now, r, timeout)
 	if rj != nil {
 		l.mu.Unlock()
@@ -446,6 +447,7 @@ func (l *Limiter) expire(r Request, w *waiter) {
 	}
 	now := l.clock.Now()
 	rj := queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.aheadLocked(w)))
+	l.noteStreamLocked(r, true)
 	if r.Keyed && l.held[r.Key] == nil {
 		// The client comes back after Retry-After: keep its place that
 		// long, plus cancel_after for the retry's own delays.
