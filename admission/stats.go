@@ -109,6 +109,10 @@ type Stats struct {
 	// LearnedClientTimeouts are the client timeouts learned per path from
 	// clients that announce none and give up (see admission.client_timeouts).
 	LearnedClientTimeouts map[string]time.Duration `json:"learned_client_timeouts_ns,omitempty"`
+	// PatientStreamRoutes are the paths whose clients come back for the
+	// streams turned away: under ttft_target auto their streams wait up
+	// to a person's patience, not only the objective.
+	PatientStreamRoutes []string `json:"patient_stream_routes,omitempty"`
 }
 
 // Stats returns a snapshot.
@@ -152,6 +156,7 @@ func (l *Limiter) Stats() Stats {
 	s.CompletionRate = cs.CompletionRate
 	s.EngineWaiting, s.EngineRunning = cs.EngineWaiting, cs.EngineRunning
 	s.LearnedClientTimeouts = cs.LearnedTimeouts
+	s.PatientStreamRoutes = cs.PatientRoutes
 	return s
 }
 

@@ -52,8 +52,10 @@ type Admission struct {
 	// client announced no timeout: past it the first token is worth little
 	// (a chat user has given up on it). 0 (the default) = what ttft_target
 	// leaves once the engine's own time to first token is spent (at least
-	// a tenth of it; with auto, what 2 s or the objective when longer
-	// leaves), or 10 s when there is no objective. A new stream that the queue could
+	// a tenth of it; with auto, what the objective leaves, or what 2 s
+	// (or the objective when longer) leaves for a retry or on a path
+	// whose clients come back for the streams it turns away), or 10 s
+	// when there is no objective. A new stream that the queue could
 	// not reach within its bound, at the measured drain rate, is answered
 	// at once with 503 and an honest Retry-After instead of queueing.
 	// Plain (unary) calls keep max_queue_wait.

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -175,6 +176,10 @@ type Stats struct {
 	// LearnedTimeouts are the client timeouts learned per route from
 	// clients giving up (see GaveUp), for requests that announce none.
 	LearnedTimeouts map[string]time.Duration
+	// PatientRoutes are the routes whose clients come back for the streams
+	// turned away (under ttft_target auto, their streams wait up to a
+	// person's patience), sorted.
+	PatientRoutes []string
 }
 
 // Stats returns a snapshot.
@@ -203,6 +208,12 @@ func (l *Limiter) Stats() Stats {
 			s.LearnedTimeouts[route] = d
 		}
 	}
+	for route, c := range l.deadlines.returns {
+		if c.patient() {
+			s.PatientRoutes = append(s.PatientRoutes, route)
+		}
+	}
+	slices.Sort(s.PatientRoutes)
 	if a, ok := l.auto.(*autoLimit); ok {
 		s.ServiceBaseline = time.Duration(a.svcMin * float64(time.Second))
 		s.Service = time.Duration(a.svc * float64(time.Second))

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -250,8 +251,15 @@ func TestPatienceIsWhatTheClientsShow(t *testing.T) {
 			for _, ev := range tc.events {
 				l.noteStreamLocked(ev.r, ev.turnedAway)
 			}
-			if got := l.maxWaitLocked(first, 0); got != tc.want {
+			got := l.maxWaitLocked(first, 0)
+			if got != tc.want {
 				t.Errorf("a first attempt's bound %v, want %v", got, tc.want)
+			}
+			l.mu.Unlock()
+			patient := slices.Contains(l.Stats().PatientRoutes, route)
+			l.mu.Lock()
+			if want := got == autoStreamPatience; patient != want {
+				t.Errorf("stats list %q as patient: %v, want %v", route, patient, want)
 			}
 		})
 	}

@@ -314,7 +314,9 @@ func runSDK(t *testing.T, load float64, viaVigil bool) sdkRun {
 		run.p50, run.p99 = ttfts[n/2], ttfts[min(n-1, n*99/100)]
 	}
 	if tg.lim != nil {
-		run.limiter = tg.lim.Summary() + " learned=" + formatLearned(tg.lim.Stats().LearnedClientTimeouts)
+		st := tg.lim.Stats()
+		run.limiter = tg.lim.Summary() + " learned=" + formatLearned(st.LearnedClientTimeouts) +
+			fmt.Sprintf(" patient=%v", st.PatientStreamRoutes)
 	}
 	return run
 }
