@@ -132,27 +132,23 @@ func (d *deadlines) comebacksOf(route string) *comebacks {
 	return c
 }
 
-// streamTurnedAway and streamCameBack record the two events; each reports
-// whether the route's clients read as patient before and after.
-func (d *deadlines) streamTurnedAway(route string) (before, now bool) {
+// streamSeen records a stream of route turned away (back false) or come
+// back for (back true); it reports whether the route's clients read as
+// patient before and after.
+func (d *deadlines) streamSeen(route string, back bool) (before, now bool) {
 	c := d.comebacksOf(route)
 	if c == nil {
 		return false, false
 	}
 	before = c.patient()
-	c.turned = c.turned*(1-comebackWeight) + comebackWeight
-	c.back *= 1 - comebackWeight
-	return before, c.patient()
-}
-
-func (d *deadlines) streamCameBack(route string) (before, now bool) {
-	c := d.comebacksOf(route)
-	if c == nil {
-		return false, false
+	var turned, came float64
+	if back {
+		came = 1
+	} else {
+		turned = 1
 	}
-	before = c.patient()
-	c.back = c.back*(1-comebackWeight) + comebackWeight
-	c.turned *= 1 - comebackWeight
+	c.turned = c.turned*(1-comebackWeight) + comebackWeight*turned
+	c.back = c.back*(1-comebackWeight) + comebackWeight*came
 	return before, c.patient()
 }
 
@@ -164,15 +160,10 @@ func (l *Limiter) noteStreamLocked(r Request, turnedAway bool) {
 	if !r.Stream || r.Timeout > 0 || l.cfg.TTFTTarget != configs.TTFTAuto {
 		return
 	}
-	var before, now bool
-	switch {
-	case turnedAway:
-		before, now = l.deadlines.streamTurnedAway(r.Route)
-	case r.Retry && r.NeverExecuted:
-		before, now = l.deadlines.streamCameBack(r.Route)
-	default:
+	if !turnedAway && !(r.Retry && r.NeverExecuted) {
 		return
 	}
+	before, now := l.deadlines.streamSeen(r.Route, !turnedAway)
 	if before != now {
 		msg := "admission: the clients of a route come back for streams turned away; its streams now wait up to a person's patience"
 		if !now {
