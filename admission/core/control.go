@@ -209,7 +209,7 @@ func (l *Limiter) Stats() Stats {
 		}
 	}
 	for route, c := range l.deadlines.returns {
-		if c.patient() {
+		if c.patient {
 			s.PatientRoutes = append(s.PatientRoutes, route)
 		}
 	}

@@ -115,12 +115,15 @@ func (d *deadlines) gaveUp(route string, after time.Duration) (before, now time.
 // comebacks weighs a route's streams turned away (by their queue bound)
 // against retries of streams that never got an execution: both
 // exponential averages over the same events, so back/turned is the share
-// of turned-away streams whose clients asked again.
-type comebacks struct{ turned, back float64 }
+// of turned-away streams whose clients asked again. The route reads as
+// patient from half of them on, and stops at a third: a share near one
+// threshold does not flip it (and its log line) at every event.
+type comebacks struct {
+	turned, back float64
+	patient      bool
+}
 
-// patient: at least half the streams the route turned away lately were
-// asked for again.
-func (c *comebacks) patient() bool { return c != nil && c.back > 0 && 2*c.back >= c.turned }
+func (c *comebacks) isPatient() bool { return c != nil && c.patient }
 
 // comebacksOf is the route's comebacks, nil past maxLearnedRoutes.
 func (d *deadlines) comebacksOf(route string) *comebacks {
@@ -140,7 +143,7 @@ func (d *deadlines) streamSeen(route string, back bool) (before, now bool) {
 	if c == nil {
 		return false, false
 	}
-	before = c.patient()
+	before = c.patient
 	var turned, came float64
 	if back {
 		came = 1
@@ -149,7 +152,13 @@ func (d *deadlines) streamSeen(route string, back bool) (before, now bool) {
 	}
 	c.turned = c.turned*(1-comebackWeight) + comebackWeight*turned
 	c.back = c.back*(1-comebackWeight) + comebackWeight*came
-	return before, c.patient()
+	switch {
+	case !c.patient && c.back > 0 && 2*c.back >= c.turned:
+		c.patient = true
+	case c.patient && 3*c.back < c.turned:
+		c.patient = false
+	}
+	return before, c.patient
 }
 
 // noteStreamLocked records, for a stream whose client announced no
@@ -222,7 +231,7 @@ func (l *Limiter) streamQueueWaitLocked(r Request) time.Duration {
 		return l.cfg.StreamQueueWait
 	case l.objectiveLocked() > 0:
 		bound := l.objectiveLocked()
-		if l.cfg.TTFTTarget == configs.TTFTAuto && (r.Retry || l.deadlines.returns[r.Route].patient()) {
+		if l.cfg.TTFTTarget == configs.TTFTAuto && (r.Retry || l.deadlines.returns[r.Route].isPatient()) {
 			// A derived objective says what the engine can do, not what
 			// the client will wait for. A stream is held to it unless its
 			// client has shown patience: a late stream holds a seat and
