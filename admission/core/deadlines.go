@@ -24,9 +24,10 @@ const (
 	// waits for a first word before giving up.
 	defaultStreamWait = 10 * time.Second
 	// autoStreamPatience bounds, with ttft_target: auto, the queue wait
-	// plus first token of a retried stream whose client announced no
-	// timeout (the objective when longer): a chat user's patience, the
-	// 2 s the objective's default was before auto.
+	// plus first token of a stream whose client announced no timeout but
+	// has shown patience (a retry, or a route whose clients come back;
+	// see streamQueueWaitLocked), the objective when longer: a chat
+	// user's patience, the 2 s the objective's default was before auto.
 	autoStreamPatience = 2 * time.Second
 	// comebackWeight is the weight of each stream turned away, or come
 	// back for, in a route's comeback share (an exponential average over
