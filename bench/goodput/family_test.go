@@ -28,12 +28,14 @@ type familyCheck struct {
 // 0.86-0.99x of it in the family's 5 min runs (bench/README.md) and
 // 0.79-0.88x in this test's (a CI run read 0.79x against a floor of
 // 0.8), and the floor guards against the old defaults (0.79x cap 64,
-// about 0.6x cap 128), not the noise. Elsewhere they reach the best at least (1.1x or more in the
+// about 0.6x cap 128), not the noise. big-prefix's floor is 0.9 for the
+// same reason: 1.10-1.14x in CI runs and 1.12-1.26x in the family's, but
+// a CI run read 0.99x; the old defaults were 0.25-0.49x there. Elsewhere they reach the best at least (1.1x or more in the
 // family runs; a 90 s window is noisier than their 5 min).
 var familyChecks = map[string]familyCheck{
 	"default": {[]int{8, 32}, 1}, "prefill-bound": {[]int{8, 32}, 1}, "kv-bound": {[]int{8, 32}, 1},
 	"fast10": {[]int{8, 32}, 1}, "fast20": {[]int{8, 32}, 1}, "slow10": {[]int{8, 32}, 1}, "slow20": {[]int{8, 32}, 1},
-	"big-prefix":   {[]int{8, 32, 64}, 1},
+	"big-prefix":   {[]int{8, 32, 64}, 0.9},
 	"decode-bound": {[]int{32, 64, 128}, 0.7},
 }
 
