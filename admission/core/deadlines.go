@@ -145,14 +145,13 @@ func (d *deadlines) streamSeen(route string, back bool) (before, now bool) {
 		return false, false
 	}
 	before = c.patient
-	var turned, came float64
+	c.turned *= 1 - comebackWeight
+	c.back *= 1 - comebackWeight
 	if back {
-		came = 1
+		c.back += comebackWeight
 	} else {
-		turned = 1
+		c.turned += comebackWeight
 	}
-	c.turned = c.turned*(1-comebackWeight) + comebackWeight*turned
-	c.back = c.back*(1-comebackWeight) + comebackWeight*came
 	switch {
 	case !c.patient && c.back > 0 && 2*c.back >= c.turned:
 		c.patient = true
