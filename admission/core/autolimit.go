@@ -231,6 +231,10 @@ type autoLimit struct {
 	svcMinAt   time.Time
 	svcSizeSum float64
 	svcMinSize float64
+	// svcStreamN counts the streamed answers of the estimate being
+	// built; svcStreamed: most of the last estimate's were streamed.
+	svcStreamN  int
+	svcStreamed bool
 	// judged counts the answers judged by their deadline since the last
 	// one that fed the service time: at serviceSamples the estimate no
 	// longer describes the traffic and is dropped (see observeDone).
@@ -300,7 +304,7 @@ func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration,
 		}
 	} else {
 		a.judged = 0
-		a.observeService(now.Sub(admitted), size, now)
+		a.observeService(now.Sub(admitted), size, streamed, now)
 	}
 	a.finished++
 	if admitted.Before(a.lastChange) {
@@ -321,16 +325,20 @@ func answerSize(promptTokens, outputTokens int) int {
 // than sizeShift times larger or smaller on average than those that set
 // the minimum starts a new one (as the first estimate does), so the
 // minimum is never that of another kind of request.
-func (a *autoLimit) observeService(d time.Duration, size int, now time.Time) {
+func (a *autoLimit) observeService(d time.Duration, size int, streamed bool, now time.Time) {
 	a.svcSum += d.Seconds()
 	a.svcSizeSum += float64(max(1, size))
 	a.svcN++
+	if streamed {
+		a.svcStreamN++
+	}
 	if a.svcN < serviceSamples {
 		return
 	}
 	a.svc = a.svcSum / float64(a.svcN)
 	sz := a.svcSizeSum / float64(a.svcN)
-	a.svcSum, a.svcSizeSum, a.svcN = 0, 0, 0
+	a.svcStreamed = 2*a.svcStreamN > a.svcN
+	a.svcSum, a.svcSizeSum, a.svcN, a.svcStreamN = 0, 0, 0, 0
 	a.svcFresh = true
 	if a.svcMin > 0 {
 		a.svcMin *= math.Exp2(now.Sub(a.svcMinAt).Seconds() / serviceMinDoubling.Seconds())
@@ -452,7 +460,17 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	ttftRules := a.gate.atFloor()
 	slow := ttftRules && target > 0 && len(a.ttfts) >= ttftMin && p90 > target
 	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
-	pastKnee := a.svcFresh && a.svc > knee
+	// The knee judges answers whose only evidence is their length. A
+	// stream whose first token is judged against an objective has better:
+	// its TTFT says when the engine stops starting work in time, and its
+	// engine's queue when it stops starting it at all. Its service time is
+	// the engine's per-token pace, which a decode-bound batch trades for
+	// throughput up to the engine's own max-num-seqs: held to three times
+	// the lightest load's, the cap sat at 28-130 where 256 served every
+	// first token in time and 1.35x the streams (bench/README.md, the
+	// knee and streams).
+	kneeJudges := !(a.svcStreamed && target > 0)
+	pastKnee := kneeJudges && a.svcFresh && a.svc > knee
 	a.svcFresh = false
 	ceiling, near := a.deadlineCeiling()
 	late := near && a.limit > ceiling
@@ -511,7 +529,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		// the cap grew while the limit shrank, on an engine whose first
 		// tokens wait on its steps, not on each other's prefill
 		// (decode-bound: the cap ran to 233, the p99 first token to 1.5 s).
-	case a.svc > growBand*knee:
+	case kneeJudges && a.svc > growBand*knee:
 		// Near the knee: more in flight would only slow every answer.
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
 		// The engine's queue is readable but was not read this window.
