@@ -20,7 +20,9 @@ import (
 // n times slower at n x scale and window x n), so each arm takes about
 // the same wall time while vigil keeps its clock at the engine's wall
 // ratio: against vigil's time constants a fast model is fast and a slow
-// one slow. The TTFT objective scales with the engine's own prefill of the
+// one slow. A model that streams more tokens an engine second than its
+// speed accounts for runs at a lower scale still (familySetup), so the
+// machine carries the same events a wall second on every model. The TTFT objective scales with the engine's own prefill of the
 // paper's call (enginesim.MeasureTTFT against the default engine's): by
 // 1/n for a model n times faster, by about 3 for prefill-bound, whose
 // prompts alone take longer than the default's objective (the first family
@@ -80,10 +82,28 @@ type familySetup struct {
 }
 
 func (o options) familySetup(m enginesim.CostModel) familySetup {
-	scale := max(1, o.long.scale/m.Speed)
-	cfg := engineConfig(scale)
+	cfg := engineConfig(1)
 	m.Apply(&cfg)
 	c := enginesim.MeasureCapacity(cfg, m.Workload)
+	// Every model streams as many tokens a wall second, at its capacity,
+	// as the default does at -long-scale: each token is an SSE event the
+	// engine writes, vigil relays and the client reads, all on this
+	// machine. decode-bound (1,200-token answers) and big-prefix (little
+	// prefill a call) stream 2.5 and 3.3 times the default's tokens an
+	// engine second; at the default's scale the machine, not the engine,
+	// made their first tokens late (decode-bound, cap 256: TTFT p50 0.9 s
+	// at scale 30, 0.2 s at 10, where the engine's steps put it) and the
+	// best fixed cap looked like 128 where it is 256. For the fast and
+	// slow models this is the 1/speed rule: their tokens an engine second
+	// scale with their speed. vigil keeps engine time (-limiter-time
+	// clock), so the scale changes the wall time an arm takes, not what
+	// it measures.
+	def := enginesim.CostModels()[0]
+	defCfg := engineConfig(1)
+	def.Apply(&defCfg)
+	defRate := enginesim.MeasureCapacity(defCfg, def.Workload) * float64(def.Workload.OutputTokens)
+	scale := max(1, o.long.scale*defRate/(c*float64(m.Workload.OutputTokens)))
+	cfg.Scale = scale
 	return familySetup{
 		spec:  spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply, speed: m.Speed},
 		scale: scale, capacity: c, rate: o.load * c,
@@ -102,7 +122,7 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 		f := o.familySetup(m)
 		sp, scale, window, objective, c := f.spec, f.scale, f.window, f.objective, f.capacity
 		fmt.Fprintf(stdout, "== model %s: %s\n", m.Name, m.About)
-		fmt.Fprintf(stdout, "Capacity C %.3f calls/s of %d-token prompts (%d shared), %d-token mean answers; scale %g; window %v at %.1f C; TTFT objective %v\n\n",
+		fmt.Fprintf(stdout, "Capacity C %.3f calls/s of %d-token prompts (%d shared), %d-token mean answers; scale %.3g; window %v at %.1f C; TTFT objective %v\n\n",
 			c, m.Workload.PromptTokens, m.Workload.PrefixTokens, m.Workload.OutputTokens, scale, window, o.load, objective)
 		list := []arm{{name: "ungated", cap: -1}}
 		for _, n := range o.caps {
