@@ -21,22 +21,22 @@ type familyCheck struct {
 	floor float64
 }
 
-// familyChecks: 8 and 32 where the family's best fixed cap is 8; 64 on
-// big-prefix, whose best it is. On decode-bound the best is 128, where the
-// engine's throughput has flattened (each sequence adds to every step):
-// no cap serves 1.1x what 128 does there, vigil's defaults reached
-// 0.86-0.99x of it in the family's 5 min runs (bench/README.md) and
-// 0.79-0.88x in this test's (a CI run read 0.79x against a floor of
-// 0.8), and the floor guards against the old defaults (0.79x cap 64,
-// about 0.6x cap 128), not the noise. big-prefix's floor is 0.9 for the
-// same reason: 1.10-1.14x in CI runs and 1.12-1.26x in the family's, but
-// a CI run read 0.99x; the old defaults were 0.25-0.49x there. Elsewhere they reach the best at least (1.1x or more in the
-// family runs; a 90 s window is noisier than their 5 min).
+// familyChecks: 8 and 32 where the family's best fixed cap is 8. On
+// decode-bound the best is 256, the engine's own max-num-seqs, where it
+// starts every stream it runs within the objective (693 of 694 in the
+// family run, bench/README.md): no cap or law serves more, so vigil's
+// defaults are held to parity less the noise (1.00x there). big-prefix's
+// best is 128 (1.14x in the family run); its floor is 0.9, as before the
+// scale fix: CI runs read 0.99-1.14x against 64, the old defaults
+// 0.25-0.49x. Those two run their best cap only: at the token rate this
+// machine carries (familySetup) an arm of theirs takes 35-45 s of wall
+// time. Elsewhere vigil's defaults reach the best at least (1.1x or more
+// in the family runs; a 90 s window is noisier than their 5 min).
 var familyChecks = map[string]familyCheck{
 	"default": {[]int{8, 32}, 1}, "prefill-bound": {[]int{8, 32}, 1}, "kv-bound": {[]int{8, 32}, 1},
 	"fast10": {[]int{8, 32}, 1}, "fast20": {[]int{8, 32}, 1}, "slow10": {[]int{8, 32}, 1}, "slow20": {[]int{8, 32}, 1},
-	"big-prefix":   {[]int{8, 32, 64}, 0.9},
-	"decode-bound": {[]int{32, 64, 128}, 0.7},
+	"big-prefix":   {[]int{128}, 0.9},
+	"decode-bound": {[]int{256}, 0.9},
 }
 
 // familyLongWindow: the models that run the family's own 5 min window.
