@@ -1,13 +1,14 @@
 package core
 
 import (
-	"github.com/vigil-dev/vigil/configs"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/vigil-dev/vigil/configs"
 )
 
 // engineModel is a toy continuous-batching engine fed by a saturated
@@ -868,7 +869,7 @@ func TestProbingOverStreamsWaitsForTheFirstTokensOfItsLastGrowth(t *testing.T) {
 // fills: 20 s beside 16 others, 135 s beside 255. Streams whose first
 // tokens an objective judges are not held at three times the lightest
 // load's service time: their engine starts them in time up to its own
-// max-num-seqs, where it delivers a third more of them than at 128
+// max-num-seqs, where it delivers a fifth more of them than at 128
 // (bench/README.md, the knee and streams; there the knee took the cap from
 // 256 to 28). Answers with nothing but their length to judge them keep the
 // knee.

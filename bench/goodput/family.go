@@ -22,13 +22,14 @@ import (
 // ratio: against vigil's time constants a fast model is fast and a slow
 // one slow. A model that streams more tokens an engine second than its
 // speed accounts for runs at a lower scale still (familySetup), so the
-// machine carries the same events a wall second on every model. The TTFT objective scales with the engine's own prefill of the
-// paper's call (enginesim.MeasureTTFT against the default engine's): by
-// 1/n for a model n times faster, by about 3 for prefill-bound, whose
-// prompts alone take longer than the default's objective (the first family
-// run scored every arm 0 there). vigil's configured durations (ttft_target,
-// queue waits) scale by 1/n, as an operator would set them for that
-// engine; its built-in constants do not.
+// machine carries the same events a wall second on every model. The TTFT
+// objective scales with the engine's own prefill of the paper's call
+// (enginesim.MeasureTTFT against the default engine's): by 1/n for a model
+// n times faster, by about 3 for prefill-bound, whose prompts alone take
+// longer than the default's objective (the first family run scored every
+// arm 0 there). vigil's configured durations (ttft_target, queue waits)
+// scale by 1/n, as an operator would set them for that engine; its
+// built-in constants do not.
 
 // familyCall draws one call of a model's workload: prompts uniform within
 // 10% of the mean, the shared prefix as given, lognormal answers whose
