@@ -77,9 +77,13 @@ type Stats struct {
 	// judges that against (its knee: 3x); 0 until measured.
 	Service         time.Duration `json:"service_ns"`
 	ServiceBaseline time.Duration `json:"service_baseline_ns"`
-	Saturated       bool          `json:"saturated"`
-	Recovering      bool          `json:"recovering"`
-	SlowStart       bool          `json:"slow_start"`
+	// ServiceKneeApplies: the knee judges the cap by Service; false while
+	// Service is of streams under a TTFT objective, whose first tokens
+	// judge it (a decode-bound engine's streams slow with the batch).
+	ServiceKneeApplies bool `json:"service_knee_applies"`
+	Saturated          bool `json:"saturated"`
+	Recovering         bool `json:"recovering"`
+	SlowStart          bool `json:"slow_start"`
 	// CompletionRate is upstream calls finished per second over the last
 	// 10 s, the rate Retry-After is computed from.
 	CompletionRate float64 `json:"completion_rate"`
@@ -151,7 +155,7 @@ func (l *Limiter) Stats() Stats {
 	s.InFlight, s.Cap, s.Automatic = cs.InFlight, cs.Cap, cs.Automatic
 	s.FirstTokenLimit, s.AwaitingFirstToken = cs.FirstTokenLimit, cs.AwaitingFirstToken
 	s.TTFTObjective = cs.TTFTObjective
-	s.Service, s.ServiceBaseline = cs.Service, cs.ServiceBaseline
+	s.Service, s.ServiceBaseline, s.ServiceKneeApplies = cs.Service, cs.ServiceBaseline, cs.ServiceKneeApplies
 	s.Saturated, s.Recovering, s.SlowStart = cs.Saturated, cs.Recovering, cs.SlowStart
 	s.CompletionRate = cs.CompletionRate
 	s.EngineWaiting, s.EngineRunning = cs.EngineWaiting, cs.EngineRunning

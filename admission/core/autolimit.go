@@ -349,6 +349,19 @@ func (a *autoLimit) observeService(d time.Duration, size int, streamed bool, now
 	a.svcMinAt = now
 }
 
+// kneeJudges reports whether the service time's knee judges the cap. It
+// judges answers whose only evidence is their length. A stream whose
+// first token is judged against an objective has better: its TTFT says
+// when the engine stops starting work in time, and its engine's queue
+// when it stops starting it at all. Its service time is the engine's
+// per-token pace, which a decode-bound batch trades for throughput up to
+// the engine's own max-num-seqs: held to three times the lightest load's,
+// the cap sat at 28-130 where 256 served every first token in time and
+// 1.35x the streams (bench/README.md, the knee and streams).
+func (a *autoLimit) kneeJudges() bool {
+	return !(a.svcStreamed && a.gate.objective() > 0)
+}
+
 // observeDeadline adds one answer's share of its client's timeout per
 // request in flight.
 func (a *autoLimit) observeDeadline(r dlSample) {
@@ -460,16 +473,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	ttftRules := a.gate.atFloor()
 	slow := ttftRules && target > 0 && len(a.ttfts) >= ttftMin && p90 > target
 	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
-	// The knee judges answers whose only evidence is their length. A
-	// stream whose first token is judged against an objective has better:
-	// its TTFT says when the engine stops starting work in time, and its
-	// engine's queue when it stops starting it at all. Its service time is
-	// the engine's per-token pace, which a decode-bound batch trades for
-	// throughput up to the engine's own max-num-seqs: held to three times
-	// the lightest load's, the cap sat at 28-130 where 256 served every
-	// first token in time and 1.35x the streams (bench/README.md, the
-	// knee and streams).
-	kneeJudges := !(a.svcStreamed && target > 0)
+	kneeJudges := a.kneeJudges()
 	pastKnee := kneeJudges && a.svcFresh && a.svc > knee
 	a.svcFresh = false
 	ceiling, near := a.deadlineCeiling()

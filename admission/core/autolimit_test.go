@@ -899,6 +899,11 @@ func TestStreamsJudgedByTheirFirstTokensPassTheKnee(t *testing.T) {
 			if lo, hi := slices.Min(last), slices.Max(last); float64(lo) < tc.wantLo || float64(hi) > tc.wantHi {
 				t.Errorf("cap %d..%d over the 10th minute, want within [%.0f, %.0f]", lo, hi, tc.wantLo, tc.wantHi)
 			}
+			// What the stats show an operator beside a service time
+			// far over its baseline (service_knee_applies).
+			if want := !(tc.streamed && tc.target != 0); a.kneeJudges() != want {
+				t.Errorf("the knee applies: %v, want %v", a.kneeJudges(), want)
+			}
 		})
 	}
 }

@@ -173,6 +173,10 @@ type Stats struct {
 	ServiceBaseline time.Duration
 	// Service is its latest estimate of the mean service time (0: none).
 	Service time.Duration
+	// ServiceKneeApplies: the knee (3x ServiceBaseline) judges the cap
+	// by Service. False while Service is an estimate of streams under a
+	// TTFT objective, whose first tokens judge the cap instead.
+	ServiceKneeApplies bool
 	// LearnedTimeouts are the client timeouts learned per route from
 	// clients giving up (see GaveUp), for requests that announce none.
 	LearnedTimeouts map[string]time.Duration
@@ -217,6 +221,7 @@ func (l *Limiter) Stats() Stats {
 	if a, ok := l.auto.(*autoLimit); ok {
 		s.ServiceBaseline = time.Duration(a.svcMin * float64(time.Second))
 		s.Service = time.Duration(a.svc * float64(time.Second))
+		s.ServiceKneeApplies = a.kneeJudges()
 	}
 	return s
 }
