@@ -666,14 +666,9 @@ type sizedPhase struct {
 
 // driveSized runs the controller against e through the phases: every
 // 10 ms the answers that the cap in force completes in 10 ms finish (at
-// least one), every 250 ms one scrape of the engine's gauges. It returns
-// the cap every second of the last phase.
-func driveSized(a *autoLimit, e sizedEngine, phases []sizedPhase) []int {
-	return driveSizedAs(a, e, true, phases)
-}
-
-// driveSizedAs is driveSized with the answers streamed or not.
-func driveSizedAs(a *autoLimit, e sizedEngine, streamed bool, phases []sizedPhase) []int {
+// least one, streamed or not), every 250 ms one scrape of the engine's
+// gauges. It returns the cap every second of the last phase.
+func driveSized(a *autoLimit, e sizedEngine, streamed bool, phases []sizedPhase) []int {
 	now := time.Unix(1000, 0)
 	var caps []int
 	due, answer := 0.0, 0
@@ -734,7 +729,7 @@ func TestTheKneeIsJudgedBySize(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newAutoLimit(0, 0, time.Unix(1000, 0))
-			caps := driveSized(a, e, tc.phases)
+			caps := driveSized(a, e, true, tc.phases)
 			// Bounded recovery: judged from 20 s into the last phase.
 			tail := caps[20:]
 			mean := 0.0
@@ -894,7 +889,7 @@ func TestStreamsJudgedByTheirFirstTokensPassTheKnee(t *testing.T) {
 			// ran beside a light load, as on an engine that took traffic
 			// before the surge: the cap then grows a turnover at a time.
 			a.probing = false
-			caps := driveSizedAs(a, e, tc.streamed, []sizedPhase{{size: 1200, d: 10 * time.Minute}})
+			caps := driveSized(a, e, tc.streamed, []sizedPhase{{size: 1200, d: 10 * time.Minute}})
 			last := caps[len(caps)-60:] // the last minute
 			if lo, hi := slices.Min(last), slices.Max(last); float64(lo) < tc.wantLo || float64(hi) > tc.wantHi {
 				t.Errorf("cap %d..%d over the 10th minute, want within [%.0f, %.0f]", lo, hi, tc.wantLo, tc.wantHi)

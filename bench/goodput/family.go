@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
@@ -82,6 +83,16 @@ type familySetup struct {
 	window, objective time.Duration
 }
 
+// defaultTokenRate is the default model's answer tokens an engine second
+// at capacity, the rate familySetup holds every model to: measured once
+// (MeasureCapacity drives the scheduler through thousands of calls).
+var defaultTokenRate = sync.OnceValue(func() float64 {
+	def := enginesim.CostModels()[0]
+	cfg := engineConfig(1)
+	def.Apply(&cfg)
+	return enginesim.MeasureCapacity(cfg, def.Workload) * float64(def.Workload.OutputTokens)
+})
+
 func (o options) familySetup(m enginesim.CostModel) familySetup {
 	cfg := engineConfig(1)
 	m.Apply(&cfg)
@@ -99,11 +110,7 @@ func (o options) familySetup(m enginesim.CostModel) familySetup {
 	// scale with their speed. vigil keeps engine time (-limiter-time
 	// clock), so the scale changes the wall time an arm takes, not what
 	// it measures.
-	def := enginesim.CostModels()[0]
-	defCfg := engineConfig(1)
-	def.Apply(&defCfg)
-	defRate := enginesim.MeasureCapacity(defCfg, def.Workload) * float64(def.Workload.OutputTokens)
-	scale := max(1, o.long.scale*defRate/(c*float64(m.Workload.OutputTokens)))
+	scale := max(1, o.long.scale*defaultTokenRate()/(c*float64(m.Workload.OutputTokens)))
 	cfg.Scale = scale
 	return familySetup{
 		spec:  spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply, speed: m.Speed},
