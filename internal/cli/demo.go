@@ -60,29 +60,34 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// demoCommand is how to run the demo, first found wins:
-//   - vigil-demo beside vigil's own executable: a package installs both;
+// demoCommand is how to run the demo, first found wins, and only where
+// a package or `go run` puts it:
+//   - vigil-demo beside vigil's own executable: a package installs both
+//     (so does `go install ./cmd/...`). Not when vigil's directory is a
+//     source tree's root: a vigil-demo there is a build output of some
+//     earlier checkout, and would run a demo of another version;
 //   - in a source tree (./cmd/vigil-demo here, go on PATH), as for the
 //     README's `go run ./cmd/vigil demo`: `go run ./cmd/vigil-demo`, so
-//     the demo is built from the same source as this vigil, not some
-//     other version on PATH;
-//   - vigil-demo on PATH.
+//     the demo is built from the same source as this vigil.
+//
+// Not PATH: a vigil-demo found there is as likely a stale one from
+// another checkout as the package's, which is beside vigil anyway.
 func demoCommand(self string, lookPath func(string) (string, error), isDir func(string) bool) ([]string, error) {
 	if self != "" {
-		if p := filepath.Join(filepath.Dir(self), demoBinary); isExecutable(p) {
+		dir := filepath.Dir(self)
+		if p := filepath.Join(dir, demoBinary); !isDir(filepath.Join(dir, demoSource)) && isExecutable(p) {
 			return []string{p}, nil
 		}
 	}
 	if isDir(demoSource) {
-		if gobin, err := lookPath("go"); err == nil {
-			return []string{gobin, "run", demoSource}, nil
+		gobin, err := lookPath("go")
+		if err != nil {
+			return nil, fmt.Errorf("this is a source tree (%s) but go is not on PATH: install Go to run the demo from source", demoSource)
 		}
+		return []string{gobin, "run", demoSource}, nil
 	}
-	if p, err := lookPath(demoBinary); err == nil {
-		return []string{p}, nil
-	}
-	return nil, fmt.Errorf("%s is neither beside %s nor on PATH, and this is no source tree with go on PATH "+
-		"(./cmd/vigil-demo): install the package's %s, or run `go run ./cmd/vigil demo` from vigil's source", demoBinary, self, demoBinary)
+	return nil, fmt.Errorf("%s is not beside %s and this is no source tree (%s): install the package, which puts %s beside vigil, "+
+		"or run `go run ./cmd/vigil demo` from vigil's source", demoBinary, self, demoSource, demoBinary)
 }
 
 func isExecutable(p string) bool {
