@@ -397,7 +397,7 @@ func TestMetricsExposition(t *testing.T) {
 func TestMetricsMatchFixture(t *testing.T) {
 	raw, err := readFixture()
 	if err != nil {
-		t.Skip("fixture not available:", err)
+		t.Fatal(err)
 	}
 	_, ts := startEngine(t, DefaultConfig())
 	resp, err := http.Get(ts.URL + "/metrics")

@@ -29,7 +29,7 @@ func TestPyFloat(t *testing.T) {
 func TestExpositionShapeMatchesFixture(t *testing.T) {
 	raw, err := readFixture()
 	if err != nil {
-		t.Skip("fixture not available:", err)
+		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
 	m := newMetrics(cfg)

@@ -5,15 +5,11 @@ import (
 	"path/filepath"
 )
 
-// readFixture loads the shared realistic vLLM scrape, when the tree has it.
+// readFixture loads the realistic vLLM v1 scrape the tests compare the
+// simulated engine's exposition against: the one the metrics parser is
+// tested on, in probes/testdata, so the comparison needs nothing outside
+// the repository.
 func readFixture() (string, error) {
-	for _, p := range []string{
-		filepath.Join("..", "..", "shared", "fixtures", "vllm-v1-metrics.txt"),
-		filepath.Join("..", "testdata", "vllm-v1-metrics.txt"),
-	} {
-		if b, err := os.ReadFile(p); err == nil {
-			return string(b), nil
-		}
-	}
-	return "", os.ErrNotExist
+	b, err := os.ReadFile(filepath.Join("..", "probes", "testdata", "vllm-v1-metrics.txt"))
+	return string(b), err
 }
