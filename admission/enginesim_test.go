@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // simEngine runs the simulated vLLM behind an httptest server.
@@ -199,9 +200,7 @@ func within(r loadResult, slo time.Duration) int {
 // below the watchdog's saturation threshold (8 waiting), and complete at
 // least 85% of what a cap fixed at the batch size completes.
 func TestTheAutomaticCapFindsTheEnginesBatch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the simulated engine for a few seconds")
-	}
+	testinfra.Long(t, "runs the simulated engine for a few seconds")
 	const batch, clients = 40, 120
 	fixed := runSim(t, batch, clients, batch, 0, 2*time.Second, 2500*time.Millisecond)
 	auto := runSim(t, batch, clients, 0, 0, 2*time.Second, 2500*time.Millisecond)
@@ -233,9 +232,7 @@ func TestTheAutomaticCapFindsTheEnginesBatch(t *testing.T) {
 // near the objective, the cap stay near the engine's batch, and nearly as
 // much complete as with a cap fixed at the batch.
 func TestATTFTObjectiveHoldsFirstTokensNearIt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the simulated engine for a few seconds")
-	}
+	testinfra.Long(t, "runs the simulated engine for a few seconds")
 	const batch, target = 40, 150 * time.Millisecond
 	fixed := runSim(t, batch, 120, batch, target, 2*time.Second, 2*time.Second)
 	run := runSim(t, batch, 120, 0, target, 2*time.Second, 2*time.Second)
@@ -332,9 +329,7 @@ func callSlowBody(c *http.Client, base, body string, parts int, gap time.Duratio
 // The control run, the same load without the burst, shows where the cap
 // belongs; after the burst it must get there within the same warm-up.
 func TestTinyCallsFirstDoNotPoisonTheAutomaticCap(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the simulated engine for a few seconds")
-	}
+	testinfra.Long(t, "runs the simulated engine for a few seconds")
 	const batch, clients = 40, 120
 	control := runSim(t, batch, clients, 0, 0, 2*time.Second, 2*time.Second)
 	burst := runSimAfter(t, batch, clients, 0, 0, 2*time.Second, 2*time.Second, tinyBurst(t, 300))

@@ -150,9 +150,7 @@ func runLongPrompts(t *testing.T, ecfg enginesim.Config, seats int, load float64
 // export it) or by the KV cache (read from vllm:kv_cache_usage_perc).
 func TestTheAutomaticCapReachesTheEnginesConcurrencyWithLongPrompts(t *testing.T) {
 	testinfra.Alone(t)
-	if testing.Short() {
-		t.Skip("runs the simulated engine for several seconds")
-	}
+	testinfra.Long(t, "runs the simulated engine for several seconds")
 	const concurrency = 64
 	for _, tc := range []struct {
 		name  string
@@ -203,9 +201,7 @@ func TestTheAutomaticCapReachesTheEnginesConcurrencyWithLongPrompts(t *testing.T
 // their first token never exceed it.
 func TestLongPromptsArePrefilledOneAtATime(t *testing.T) {
 	testinfra.Alone(t)
-	if testing.Short() {
-		t.Skip("runs the simulated engine for several seconds")
-	}
+	testinfra.Long(t, "runs the simulated engine for several seconds")
 	ecfg := enginesim.DefaultConfig()
 	ecfg.Scale = 20
 	run := runLongPrompts(t, ecfg, 0, 1.5, 160*time.Second, 2*time.Second)

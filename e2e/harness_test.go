@@ -46,9 +46,7 @@ const (
 
 func skipShort(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end recovery tests take a minute; skipped with -short")
-	}
+	testinfra.Long(t, "end-to-end recovery tests take a minute")
 }
 
 // ---------------------------------------------------------------------------

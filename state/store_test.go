@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 type journal struct {
@@ -88,7 +90,7 @@ func TestConcurrentSavesLeaveAValidFile(t *testing.T) {
 func TestOpenRefusesAStateDirectoryItCannotWrite(t *testing.T) {
 	// /proc refuses new files even to root, unlike a chmod-ed directory.
 	if _, err := os.Stat("/proc/self"); err != nil {
-		t.Skip("no /proc on this system")
+		testinfra.Unavailable(t, "PROC", testinfra.RequireProcEnv, err)
 	}
 	_, err := Open("/proc/vigil-state.json")
 	if err == nil || !strings.Contains(err.Error(), "state: directory /proc of /proc/vigil-state.json is not writable") {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -316,21 +317,12 @@ func tagless(dom string) string {
 	return strings.Join(strings.Fields(strings.NewReplacer("&amp;", "&", "&lt;", "<", "&gt;", ">").Replace(b.String())), " ")
 }
 
-// findChromium is the headless browser's path. Without one the test
-// skips, except under CI=true, where test.sh installs it and a skip would
-// hide a broken page.
+// findChromium is the headless browser's path, under testinfra's require
+// rule: without one the test skips, except in CI, where test.sh installs
+// it and a skip would hide a broken page.
 func findChromium(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed (apt-get install chromium); CI=true requires this test to run")
-	}
-	t.Skip("chromium not installed")
-	return ""
+	return testinfra.LookPath(t, "CHROMIUM", testinfra.RequireChromiumEnv, "chromium", "chromium-browser", "google-chrome")
 }
 
 // serveSnapshot serves the status endpoints for snap on a loopback port

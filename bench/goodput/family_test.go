@@ -59,9 +59,7 @@ var familyLongWindow = map[string]bool{"decode-bound": true, "big-prefix": true,
 // the band the best fixed cap sets (familyChecks).
 func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 	testinfra.Alone(t)
-	if testing.Short() {
-		t.Skip("runs the simulated engine of every cost model")
-	}
+	testinfra.Long(t, "runs the simulated engine of every cost model")
 	o := options{seed: 1, load: 2, limiterTime: harness.TimeClock,
 		long: longOptions{scale: 30, window: 90 * time.Second, objective: 690 * time.Millisecond}}
 	var summary []string

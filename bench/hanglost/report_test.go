@@ -110,9 +110,7 @@ func boolToInt(b bool) int {
 // must be the uninterrupted text (issue 24); moving off loses the calls
 // in the engine. Three time-scaled hangs, about 25 s: a load test.
 func TestArmsEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs three simulated hangs (about 25 s)")
-	}
+	testinfra.Long(t, "runs three simulated hangs (about 25 s)")
 	testinfra.Alone(t)
 	o := options{scale: 10, seqs: 16, load: 1, peerLoad: 0.5, warmup: 10 * time.Second, detect: 5 * time.Second,
 		restart: 10 * time.Second, tail: 5 * time.Second, drain: 2 * time.Minute, seed: 7}

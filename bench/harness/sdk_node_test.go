@@ -23,10 +23,6 @@ import (
 // real SDK's timeout and backoff cannot be time-scaled. The engine is the
 // simulated one at nodeScale, i.e. simply a fast engine.
 
-// RequireNodeEnv makes a missing node or sdkclients/node_modules a
-// failure instead of a skip (CI sets it).
-const RequireNodeEnv = "VIGIL_REQUIRE_NODE"
-
 const (
 	nodeScale = 1
 	// nodeSeqs: the engine's batch, small enough that a full one answers
@@ -95,12 +91,10 @@ func nodeClients(t *testing.T) string {
 	return dir
 }
 
+// nodeUnavailable is the require rule for node or sdkclients/node_modules.
 func nodeUnavailable(t *testing.T, err error) {
 	t.Helper()
-	if os.Getenv(RequireNodeEnv) == "1" {
-		t.Fatalf("node clients UNAVAILABLE: %v (%s=1 requires them)", err, RequireNodeEnv)
-	}
-	t.Skipf("node clients UNAVAILABLE: %v (set %s=1 to make this a failure)", err, RequireNodeEnv)
+	testinfra.Unavailable(t, "NODE CLIENTS", testinfra.RequireNodeEnv, err)
 }
 
 // nodeEngine is the simulated engine for the node runs and its capacity

@@ -2,8 +2,6 @@ package main
 
 import (
 	"io"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -143,17 +141,8 @@ func TestMeasureSumsThePool(t *testing.T) {
 // calls are delivered and keyed retries reach their coalescer.
 func TestSmokeKeyAffine(t *testing.T) {
 	testinfra.Alone(t)
-	if testing.Short() {
-		t.Skip("end-to-end run in -short mode")
-	}
-	if _, err := exec.LookPath("haproxy"); err != nil {
-		if _, serr := os.Stat("/usr/sbin/haproxy"); serr != nil {
-			if os.Getenv(testinfra.RequireHAProxyEnv) == "1" {
-				t.Fatalf("HAPROXY UNAVAILABLE: %v", err)
-			}
-			t.Skipf("HAPROXY UNAVAILABLE: %v", err)
-		}
-	}
+	testinfra.Long(t, "an end-to-end run of three nodes behind HAProxy")
+	testinfra.LookPath(t, "HAPROXY", testinfra.RequireHAProxyEnv, "haproxy")
 	c, _ := harness.PaperCapacity(200)
 	o := options{scale: 200, seed: 1, nodes: 3, hold: time.Minute, limiterTime: harness.TimeClock}
 	r, err := runArm(t.Context(), o, arms[2], c)

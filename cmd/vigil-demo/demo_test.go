@@ -7,15 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // The demo is the README's first command: it must tell the whole story,
 // in order, in under a minute, run by the daemon `vigil run` runs, and
 // show the limiter keep the overload shallow beside the run without it.
 func TestDemoTellsTheStoryInUnderAMinute(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the demo takes ~40s")
-	}
+	testinfra.Long(t, "the demo takes ~40s")
 	start := time.Now()
 	code, out, errOut := vigilDemo(t, "-v")
 	took := time.Since(start)

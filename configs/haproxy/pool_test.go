@@ -17,10 +17,7 @@ import (
 
 // The shipped file is valid HAProxy as it stands.
 func TestShippedFileChecks(t *testing.T) {
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		t.Skipf("HAPROXY UNAVAILABLE: %v", err)
-	}
+	bin := testinfra.LookPath(t, "HAPROXY", testinfra.RequireHAProxyEnv, "haproxy")
 	out, err := exec.Command(bin, "-c", "-f", filepath.Join(".", "pool.cfg")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("haproxy -c -f pool.cfg: %v\n%s", err, out)

@@ -96,7 +96,7 @@ func StartDockerd(t testing.TB) *Dockerd {
 	}
 	dockerOnce.Do(func() { dockerd, dockerErr = startDockerd() })
 	if dockerErr != nil {
-		unavailable(t, "DOCKER", RequireDockerEnv, dockerErr)
+		Unavailable(t, "DOCKER", RequireDockerEnv, dockerErr)
 	}
 	return dockerd
 }
@@ -209,7 +209,7 @@ func (d *Dockerd) ImportBusybox(t testing.TB, ref string) {
 	t.Helper()
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
-		unavailable(t, "DOCKER", RequireDockerEnv, fmt.Errorf("no static busybox for a test image: %w", err))
+		Unavailable(t, "DOCKER", RequireDockerEnv, fmt.Errorf("no static busybox for a test image: %w", err))
 	}
 	d.importImage(t, ref, []ImageFile{{Src: bb, Dst: "/bin/busybox"}},
 		map[string]string{"/bin/sh": "busybox", "/bin/sleep": "busybox"})
@@ -355,21 +355,6 @@ func BuildStatic(t testing.TB, pkg string) string {
 	}
 	builds[pkg] = bin
 	return bin
-}
-
-// TryBuildStatic is BuildStatic returning the error instead of failing,
-// for tests that fall back to another binary.
-func TryBuildStatic(pkg string) (string, error) {
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := builds[pkg]; ok {
-		return p, nil
-	}
-	bin, err := buildStatic(pkg)
-	if err == nil {
-		builds[pkg] = bin
-	}
-	return bin, err
 }
 
 func buildStatic(pkg string) (string, error) {

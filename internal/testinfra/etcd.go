@@ -32,7 +32,7 @@ func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		unavailable(t, "ETCD", RequireEtcdEnv, err)
+		Unavailable(t, "ETCD", RequireEtcdEnv, err)
 	}
 	dir, err := shortTempDir("ve")
 	if err != nil {

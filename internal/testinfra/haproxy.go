@@ -121,7 +121,7 @@ func StartHAProxyText(t testing.TB, backend string, render func(socket, frontend
 	t.Helper()
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
-		unavailable(t, "HAPROXY", RequireHAProxyEnv, err)
+		Unavailable(t, "HAPROXY", RequireHAProxyEnv, err)
 	}
 	dir, err := shortTempDir("vh")
 	if err != nil {

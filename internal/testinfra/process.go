@@ -39,7 +39,7 @@ func (d daemon) start(t testing.TB) chan error {
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
 		logf.Close()
-		unavailable(t, d.what, d.env, err)
+		Unavailable(t, d.what, d.env, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- d.cmd.Wait(); logf.Close() }()
@@ -54,12 +54,12 @@ func (d daemon) start(t testing.TB) chan error {
 		case werr := <-exited:
 			exited <- werr
 			log, _ := os.ReadFile(d.logPath)
-			unavailable(t, d.what, d.env, fmt.Errorf("%s exited (%v): %s", d.cmd.Path, werr, tail(log)))
+			Unavailable(t, d.what, d.env, fmt.Errorf("%s exited (%v): %s", d.cmd.Path, werr, tail(log)))
 		default:
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(d.logPath)
-			unavailable(t, d.what, d.env, fmt.Errorf("not ready after %v (%v): %s", d.within, err, tail(log)))
+			Unavailable(t, d.what, d.env, fmt.Errorf("not ready after %v (%v): %s", d.within, err, tail(log)))
 		}
 		time.Sleep(d.poll)
 	}

@@ -4,25 +4,73 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"testing"
 )
 
-// The environment variables that turn a missing dependency from a skip
-// into a failure (CI sets them).
+// The environment variables that turn a missing real part from a skip
+// into a failure. CI=true turns every one of them on (see Required).
 const (
-	RequireDockerEnv  = "VIGIL_REQUIRE_DOCKER"
-	RequireHAProxyEnv = "VIGIL_REQUIRE_HAPROXY"
+	RequireDockerEnv   = "VIGIL_REQUIRE_DOCKER"
+	RequireHAProxyEnv  = "VIGIL_REQUIRE_HAPROXY"
+	RequireNodeEnv     = "VIGIL_REQUIRE_NODE"
+	RequireChromiumEnv = "VIGIL_REQUIRE_CHROMIUM"
+	RequireProcEnv     = "VIGIL_REQUIRE_PROC"
 )
 
-// unavailable skips the test with a loud message, or fails it when env is
-// "1".
-func unavailable(t testing.TB, what, env string, err error) {
+// CIEnv is set to "true" by CI, where every real part is installed and a
+// test that cannot get one must fail, not skip.
+const CIEnv = "CI"
+
+// Required says whether a missing real part named by env fails the test
+// instead of skipping it: env is "1", or the run is CI's.
+func Required(env string) bool {
+	return os.Getenv(env) == "1" || os.Getenv(CIEnv) == "true"
+}
+
+// Unavailable is the require rule, the one way a test gives up on a real
+// part this machine lacks (HAProxy, dockerd, etcd, node, Chromium, ...):
+// it skips with a loud "WHAT UNAVAILABLE" message, or fails when the part
+// is Required. Never t.Skip for a missing part directly: in CI that skip
+// would pass a test that never ran.
+func Unavailable(t testing.TB, what, env string, err error) {
 	t.Helper()
 	msg := fmt.Sprintf("%s UNAVAILABLE: %v", what, err)
-	if os.Getenv(env) == "1" {
-		t.Fatalf("%s (%s=1 requires it)", msg, env)
+	if Required(env) {
+		t.Fatalf("%s (%s=1 or %s=true requires it)", msg, env, CIEnv)
 	}
 	t.Skip(msg + " (set " + env + "=1 to make this a failure)")
+}
+
+// LookPath is exec.LookPath for the first of names found, under the
+// require rule: a test that needs a binary gets its path, or is skipped
+// (failed when Required) naming what is missing.
+func LookPath(t testing.TB, what, env string, names ...string) string {
+	t.Helper()
+	var err error
+	for _, name := range names {
+		var p string
+		if p, err = exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	Unavailable(t, what, env, err)
+	return ""
+}
+
+// Long marks a test that takes seconds to minutes (a time-scaled run of
+// the simulated engine, an end-to-end recovery): `go test -short ./...`,
+// the quick local run, skips it. CI runs the whole suite, so under CI=true
+// -short is a failure rather than a quiet loss of the long tests.
+func Long(t testing.TB, what string) {
+	t.Helper()
+	if !testing.Short() {
+		return
+	}
+	if os.Getenv(CIEnv) == "true" {
+		t.Fatalf("%s: a long test, and CI=true runs every test: do not pass -short in CI", what)
+	}
+	t.Skip("a long test (" + what + "): skipped under -short")
 }
 
 // FreeAddr returns a loopback "127.0.0.1:port" that was free a moment ago.
