@@ -355,9 +355,10 @@ func (a *autoLimit) observeService(d time.Duration, size int, streamed bool, now
 // when the engine stops starting work in time, and its engine's queue
 // when it stops starting it at all. Its service time is the engine's
 // per-token pace, which a decode-bound batch trades for throughput up to
-// the engine's own max-num-seqs: held to three times the lightest load's,
-// the cap sat at 28-130 where 256 served every first token in time and
-// 1.35x the streams (bench/README.md, the knee and streams).
+// the engine's own max-num-seqs: held to a multiple of the lightest
+// load's, the cap would sit far under the batch that serves every first
+// token in time. Figures: bench/README.md, "Figures once kept in code
+// comments", the knee does not judge objective-judged streams.
 func (a *autoLimit) kneeJudges() bool {
 	return !(a.svcStreamed && a.gate.objective() > 0)
 }

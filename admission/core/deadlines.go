@@ -235,15 +235,12 @@ func (l *Limiter) streamQueueWaitLocked(r Request) time.Duration {
 			// A derived objective says what the engine can do, not what
 			// the client will wait for. A stream is held to it unless its
 			// client has shown patience: a late stream holds a seat and
-			// KV cache that on-time ones need (kv-bound served 1.00x the
-			// best fixed cap with every stream waiting 2 s, 1.58-1.64x
-			// held to the objective). A retry, or any stream of a route
-			// whose turned-away streams mostly come back, waits to a
-			// person's patience: the Node SDK streaming 12,000-token
-			// prompts at 1.5x capacity (bench/harness) got 49 % of its
-			// calls delivered with every attempt held to the objective,
-			// 54 % with only its retries waiting longer, against 73 %
-			// straight at the engine.
+			// KV cache that on-time ones need. A retry, or any stream of
+			// a route whose turned-away streams mostly come back, waits
+			// to a person's patience: held to the objective, clients
+			// that come back anyway lose calls the engine would have
+			// served. Figures: bench/README.md, "Figures once kept in
+			// code comments", the stream's queue bound.
 			bound = max(bound, autoStreamPatience)
 		}
 		return max(bound/10, bound-l.engineTTFT)

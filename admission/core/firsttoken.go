@@ -81,13 +81,11 @@ const (
 	// meets idle. The floor is the one figure here about people, not
 	// engines: an interactive first token (MLPerf's interactive scenario
 	// asks 450 ms of a 70B model; the paper bench/goodput follows, 689
-	// ms). Below it, twice a short prompt's prefill (a step or two,
-	// 26-73 ms on the decode-bound and big-prefix engines of enginesim's
-	// family) would hold the batch far under what the engine runs well
-	// within any first-token objective people set. The 2 s this replaced
-	// let the cap trade first tokens past 0.69 s for up to 30 % more
-	// answers on those engines, and held every stream to 2 s on engines
-	// whose lone prefill takes longer (docs/design.md, the objective).
+	// ms). Below it, twice a short prompt's prefill (a step or two) would
+	// hold the batch far under what the engine runs well within any
+	// first-token objective people set; far above it, the cap trades
+	// first tokens for answers (docs/design.md, the objective). Figures:
+	// bench/README.md, "Figures once kept in code comments", the floor.
 	autoObjectiveFloor = 500 * time.Millisecond
 	autoObjectiveTurns = 2.0
 )

@@ -85,11 +85,11 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 		keep := math.Exp(-dt.Seconds() / prefillMemory.Seconds())
 		prompt := g.PromptTokens - m.prevPrompt
 		if g.CachedTokens >= m.prevCached && m.prevCached >= 0 {
-			// A prompt's cached prefix is no prefill: 12,000-token prompts
-			// behind a 10,000-token shared prefix prefill 2,000 tokens
-			// each, four to a step, and judged long they went through the
-			// first-token limit one or two at a time, 30-60 in flight
-			// where the engine ran 64 well (bench/goodput big-prefix).
+			// A prompt's cached prefix is no prefill: counted, prompts
+			// behind a long shared prefix are judged long and go through
+			// the first-token limit a few at a time, far under what the
+			// engine runs well. Figures: bench/README.md, "Figures once
+			// kept in code comments", a cached prefix is no prefill.
 			prompt = max(0, prompt-(g.CachedTokens-m.prevCached))
 		}
 		m.dPrompt = m.dPrompt*keep + prompt
