@@ -35,6 +35,7 @@ func starts(t *testing.T, d *testinfra.Dockerd, name string) int {
 }
 
 func TestDockerRealRestartChangesStartedAtOnce(t *testing.T) {
+	testinfra.Long(t, "restarts a real container with its stop timeout")
 	d := testinfra.StartDockerd(t)
 	engineContainer(t, d, "engine-restart")
 	r, err := NewDocker(configs.DockerRestart{Host: d.Host, Container: "engine-restart", StopTimeout: 2 * time.Second})

@@ -18,6 +18,7 @@ import (
 // test dockerd, behind a real HAProxy; vigil drains it, restarts the
 // container, waits for /v1/models and a completion, and restores it.
 func TestRealRecoveryOfTheSimulatedEngine(t *testing.T) {
+	testinfra.Long(t, "a whole recovery through a real dockerd and HAProxy")
 	d := testinfra.StartDockerd(t)
 	// The repository's own engine: if it does not build, that is a failure.
 	bin := testinfra.BuildStatic(t, "./cmd/vllm-sim")

@@ -53,3 +53,22 @@ func TestFreeAddrIsLoopback(t *testing.T) {
 		t.Fatalf("FreeAddr = %q", a)
 	}
 }
+
+func TestRequiredInCIOrWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		ci, env string
+		want    bool
+	}{
+		{"", "", false},
+		{"", "1", true},
+		{"true", "", true},
+		{"false", "", false},
+		{"", "0", false},
+	} {
+		t.Setenv(CIEnv, tc.ci)
+		t.Setenv(RequireHAProxyEnv, tc.env)
+		if got := Required(RequireHAProxyEnv); got != tc.want {
+			t.Errorf("CI=%q %s=%q: Required = %v, want %v", tc.ci, RequireHAProxyEnv, tc.env, got, tc.want)
+		}
+	}
+}
