@@ -11,8 +11,9 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 )
 
-// gpuConfig is the config of instance n of an eight-engine node, as the
-// README writes it but for the agent (agentConfig adds it).
+// gpuConfig is the config of instance n of an eight-engine node, as
+// docs/integrations.md ("Several engines on a node") writes it but
+// for the agent (agentConfig adds it).
 func gpuConfig(n int) string {
 	return fmt.Sprintf(`node: node-a-gpu%d
 engine:
