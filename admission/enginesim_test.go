@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
@@ -152,7 +153,7 @@ func runSimAfter(t *testing.T, seqs, clients, maxInFlight int, target time.Durat
 	eng, url := simEngine(t, seqs, 1)
 	cfg := testConfig()
 	cfg.MaxInFlight = maxInFlight
-	cfg.TTFTTarget = target
+	cfg.TTFTTarget = configs.Fixed(target)
 	cfg.MaxQueue = 64
 	cfg.MaxQueueWait = time.Second
 	p := startProxy(t, cfg, url)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
@@ -61,7 +62,7 @@ func runLongPrompts(t *testing.T, ecfg enginesim.Config, seats int, load float64
 	clk := scaledClock{start: time.Now(), scale: scale}
 	cfg := testConfig()
 	cfg.MaxInFlight = 0
-	cfg.TTFTTarget = target
+	cfg.TTFTTarget = configs.Fixed(target)
 	cfg.EngineMaxSeqs = seats
 	cfg.MaxQueue = 4096
 	cfg.MaxQueueWait = time.Minute

@@ -25,12 +25,12 @@ type Admission struct {
 	// it is the latency objective, not a capacity figure, and a stream's
 	// queue wait gets what it leaves after the engine's own TTFT (with
 	// auto, what 2 s leaves, or the objective when longer).
-	// TTFTAuto (`auto`, the default) = 500 ms, or twice the engine's own
+	// auto (the default) = 500 ms, or twice the engine's own
 	// time to first token of the prompts it is sent (one stream at a time)
 	// when that is longer: see package admission/core. 0 = none: the
 	// automatic cap then only keeps the engine's own queue empty (its
 	// maximum throughput), with no first-token limit.
-	TTFTTarget time.Duration `yaml:"ttft_target"`
+	TTFTTarget AutoDuration `yaml:"ttft_target"`
 	// EngineMaxSeqs is the engine's --max-num-seqs, which vLLM does not
 	// export. With long prompts the engine's waiting gauge is never empty
 	// (prompts wait their turn for the step's token budget); the automatic
@@ -144,16 +144,11 @@ type TenantEntry struct {
 	TenantLimits `yaml:",inline"`
 }
 
-// TTFTAuto is ttft_target: auto, the objective derived from the engine's
-// own time to first token (decoded from the word auto; no duration a
-// config can mean is negative).
-const TTFTAuto time.Duration = -1
-
 func defaultAdmission() Admission {
 	return Admission{
 		Enabled:           true,
 		Listen:            "127.0.0.1:8001",
-		TTFTTarget:        TTFTAuto,
+		TTFTTarget:        Automatic(),
 		MaxQueue:          1024,
 		MaxQueueBytes:     256 << 20,
 		MaxQueueWait:      5 * time.Minute,
@@ -192,7 +187,7 @@ func (a *Admission) validate(v *validator) {
 	if a.EngineMaxSeqs < 0 {
 		v.errorf("admission.engine_max_seqs", "must be >= 0 (0 = vLLM's default, 256)")
 	}
-	if a.TTFTTarget < 0 && a.TTFTTarget != TTFTAuto {
+	if a.TTFTTarget.Duration() < 0 {
 		v.errorf("admission.ttft_target", "must be >= 0 (0 = no latency objective), or auto")
 	}
 	if a.MaxQueue < 0 {

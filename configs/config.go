@@ -63,7 +63,7 @@ func (c *Config) validate(v *validator) {
 	c.Alerts.validate(v)
 	c.Admission.validate(v)
 	c.Status.validate(v)
-	validateOverrides(v, c.Overrides, c.Watchdog)
+	validateOverrides(v, c.Overrides, c)
 	c.Pool.validate(v)
 	c.validateRegistration(v)
 }

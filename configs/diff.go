@@ -44,10 +44,11 @@ func (c *Config) Keep(key string, from *Config) bool {
 var secretType = reflect.TypeOf(Secret(""))
 
 // walkLeaves calls fn with each leaf key of two values of one struct type.
-// A resolved Secret (yaml:"-") is named by its struct's SecretSource key.
+// A resolved Secret (yaml:"-") is named by its struct's SecretSource key;
+// a time and an AutoDuration are one value each.
 func walkLeaves(a, b reflect.Value, path string, fn func(key string, a, b reflect.Value)) {
 	t := a.Type()
-	if t.Kind() != reflect.Struct || t == timeType {
+	if t.Kind() != reflect.Struct || t == timeType || t == autoDurationType {
 		fn(path, a, b)
 		return
 	}

@@ -215,12 +215,10 @@ func (v *validator) yamlError(err error) *FieldError {
 	return &FieldError{Path: path, Line: line, Msg: msg}
 }
 
-// autoDurations are the duration keys that also take `auto` (decoded as 0).
-var autoDurations = map[string]bool{"watchdog.hang_after": true}
-
 var (
-	durationType = reflect.TypeOf(time.Duration(0))
-	timeType     = reflect.TypeOf(time.Time{})
+	durationType     = reflect.TypeOf(time.Duration(0))
+	autoDurationType = reflect.TypeOf(AutoDuration{})
+	timeType         = reflect.TypeOf(time.Time{})
 )
 
 // walk checks the YAML tree against the Go type before decoding: unknown
@@ -234,21 +232,12 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string) {
 		n = n.Alias
 	}
 	switch {
-	case t == durationType && autoDurations[path]:
-		// "auto" is the zero duration; an explicit zero would read the same,
-		// so it is refused rather than taken for auto by surprise.
-		switch {
-		case n.Kind == yaml.ScalarNode && n.Value == "auto":
-			n.Value, n.Tag = "0s", "!!str"
-		case n.Kind == yaml.ScalarNode && (n.Value == "0" || n.Value == "0s"):
-			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line, Msg: "must be > 0, or auto"})
-		case n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float"):
-			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line,
-				Msg: fmt.Sprintf("%s is a bare number; write a duration with a unit, e.g. %ss, or auto", n.Value, n.Value)})
+	case t == autoDurationType:
+		// Checked here, not only when decoded, so the error names the key
+		// and its line.
+		if err := autoDurationNode(n); err != nil {
+			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line, Msg: err.Error()})
 		}
-	case t == durationType && path == "admission.ttft_target" && n.Kind == yaml.ScalarNode && n.Value == "auto":
-		// Not an autoDurations key: 0 already means "no objective" here.
-		n.Value, n.Tag = TTFTAuto.String(), "!!str"
 	case t == durationType:
 		if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float") && n.Value != "0" {
 			v.errs = append(v.errs, &FieldError{Path: path, Line: n.Line,
@@ -382,7 +371,7 @@ func editDistance(a, b string) int {
 
 // Redacted renders the config as YAML for display (check-config, /status):
 // secrets show as <redacted>, and the durations that are auto as auto, as
-// the file would say it (not their encodings, 0s and -1ns).
+// the file would say it.
 func (c *Config) Redacted() string {
 	root, err := c.display()
 	if err != nil {
@@ -395,35 +384,12 @@ func (c *Config) Redacted() string {
 	return buf.String()
 }
 
-// display is the config as a YAML tree for display: secrets redacted (by
-// their own encoding), auto durations as auto.
+// display is the config as a YAML tree for display: secrets redacted and
+// auto durations as auto, each by its own encoding.
 func (c *Config) display() (*yaml.Node, error) {
 	var root yaml.Node
 	if err := root.Encode(c); err != nil {
 		return nil, err
 	}
-	if c.Watchdog.HangAfterAuto() {
-		setScalar(&root, "auto", "watchdog", "hang_after")
-	}
-	if c.Admission.TTFTTarget == TTFTAuto {
-		setScalar(&root, "auto", "admission", "ttft_target")
-	}
 	return &root, nil
-}
-
-// setScalar sets the scalar at path (mapping keys) under n to value.
-func setScalar(n *yaml.Node, value string, path ...string) {
-	for _, key := range path {
-		var next *yaml.Node
-		for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == key {
-				next = n.Content[i+1]
-			}
-		}
-		if next == nil {
-			return
-		}
-		n = next
-	}
-	n.Kind, n.Tag, n.Value = yaml.ScalarNode, "!!str", value
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -84,14 +83,6 @@ type Override struct {
 
 // MaxOverride is how far in the future an override may expire.
 const MaxOverride = 7 * 24 * time.Hour
-
-// OverridableKeys are the config paths an override may change: the ones
-// vigil can change live (internal/cli's liveSettings applies them).
-var OverridableKeys = []string{
-	"admission.max_in_flight",
-	"watchdog.hang_after",
-	"watchdog.saturated_waiting",
-}
 
 func defaultStatus() Status { return Status{Listen: "127.0.0.1:9108"} }
 
@@ -214,10 +205,11 @@ func ValidateOverride(o Override, now time.Time) error {
 // overrideProblem returns the first broken rule and the field it is about
 // (key, value, reason or until), so a config error can name the field.
 func overrideProblem(o Override, now time.Time) (field string, err error) {
-	check, known := valueChecks[o.Key]
+	lk, known := Live(o.Key)
+	known = known && lk.Overridable
 	var verr error
 	if known && o.Value != "" {
-		verr = check(o.Value)
+		verr = lk.Check(o.Value)
 	}
 	switch {
 	case !known:
@@ -238,64 +230,13 @@ func overrideProblem(o Override, now time.Time) (field string, err error) {
 	return "", nil
 }
 
-// valueChecks parse an override's value for each overridable key, so a
-// typo ("64x", "5 minutes") is refused naming the key before anything
-// changes. Every key in OverridableKeys has one.
-var valueChecks = map[string]func(string) error{
-	"admission.max_in_flight":    nonNegativeInt,
-	"watchdog.hang_after":        hangAfterValue,
-	"watchdog.saturated_waiting": positiveInt,
-}
-
-func nonNegativeInt(s string) error {
-	if n, err := strconv.Atoi(s); err != nil || n < 0 {
-		return errors.New("want an integer >= 0 (0 = automatic)")
-	}
-	return nil
-}
-
-func positiveInt(s string) error {
-	if n, err := strconv.Atoi(s); err != nil || n < 1 {
-		return errors.New("want an integer >= 1")
-	}
-	return nil
-}
-
-// hangAfterValue is a positive duration or auto (the window sized from
-// the work; an expiring override puts auto back this way).
-func hangAfterValue(s string) error {
-	if s == "auto" {
-		return nil
-	}
-	if err := positiveDuration(s); err != nil {
-		return errors.New("want a positive duration such as 90s or 5m, or auto")
-	}
-	return nil
-}
-
-// HangAfterString writes a hang_after as config and overrides take it:
-// auto for 0.
-func HangAfterString(d time.Duration) string {
-	if d == 0 {
-		return "auto"
-	}
-	return d.String()
-}
-
-func positiveDuration(s string) error {
-	if d, err := time.ParseDuration(s); err != nil || d <= 0 {
-		return errors.New("want a positive duration such as 90s or 5m")
-	}
-	return nil
-}
-
 // validateOverrides checks the overrides written in the config file. One
 // that has already expired is not an error (the file may simply be older
 // than the override): it is skipped with a warning so vigil still starts,
 // unless its key or value is wrong.
-// A hang_after override must also exceed the file's interval, as the key
-// itself must.
-func validateOverrides(v *validator, os []Override, w Watchdog) {
+// Its value must also suit the rest of the file (a hang_after override
+// must exceed the file's interval, as the key itself must).
+func validateOverrides(v *validator, os []Override, c *Config) {
 	for i, o := range os {
 		path := indexPath("overrides", i)
 		// A wrong key or value is an error even in an expired override:
@@ -305,11 +246,13 @@ func validateOverrides(v *validator, os []Override, w Watchdog) {
 			v.errorf(path+"."+field, "%v", err)
 			continue
 		}
-		if o.Key == "watchdog.hang_after" && o.Value != "auto" {
-			if d, _ := time.ParseDuration(o.Value); d <= w.Interval {
-				v.errorf(path+".value", "watchdog.hang_after %s must be > watchdog.interval (%s)", o.Value, w.Interval)
-				continue
-			}
+		// Its value against the rest of the file (a hang_after within the
+		// interval), as it would be set on the config in force.
+		lk, _ := Live(o.Key)
+		file := *c
+		if serr := lk.set(&file, o.Value); serr != nil {
+			v.errorf(path+".value", "%s %s %v", o.Key, o.Value, serr)
+			continue
 		}
 		if !o.Until.IsZero() && !o.Until.After(v.now) {
 			v.warnf(path, "expired at %s; ignored", o.Until.Format(time.RFC3339))

@@ -10,10 +10,10 @@ type Watchdog struct {
 	// HangAfter: no progress signal moving for this long while work is
 	// pending means hung. It must exceed the longest legitimate gap between
 	// counter moves (the longest prefill); `vigil diagnose` reports that gap.
-	// 0, written `auto` (the default), sizes it each cycle from the work the
-	// engine has, between HangAfterMin and HangAfterMax (docs/design.md
-	// section 3, "the window in force").
-	HangAfter time.Duration `yaml:"hang_after"`
+	// auto (the default) sizes it each cycle from the work the engine has,
+	// between HangAfterMin and HangAfterMax (docs/design.md section 3, "the
+	// window in force").
+	HangAfter AutoDuration `yaml:"hang_after"`
 	// HangAfterMin and HangAfterMax bound the automatic window: the floor
 	// against a history too calm to trust, the ceiling for work vigil
 	// cannot size (requests that bypass the limiter, an engine never seen
@@ -57,22 +57,19 @@ type RetryStorm struct {
 	MinQueries float64 `yaml:"min_queries"`
 }
 
-// HangAfterAuto reports whether hang_after is sized from the work (auto).
-func (w Watchdog) HangAfterAuto() bool { return w.HangAfter == 0 }
-
 // HangAfterCeiling is the longest window hang_after can be: the fixed
 // value, or hang_after_max when auto.
 func (w Watchdog) HangAfterCeiling() time.Duration {
-	if w.HangAfterAuto() {
+	if w.HangAfter.IsAuto() {
 		return w.HangAfterMax
 	}
-	return w.HangAfter
+	return w.HangAfter.Duration()
 }
 
 func defaultWatchdog() Watchdog {
 	return Watchdog{
 		Interval:         15 * time.Second,
-		HangAfter:        0, // auto
+		HangAfter:        Automatic(),
 		HangAfterMin:     15 * time.Second,
 		HangAfterMax:     180 * time.Second,
 		ProbeTimeout:     90 * time.Second,
@@ -94,14 +91,16 @@ func defaultWatchdog() Watchdog {
 func (w *Watchdog) validate(v *validator) {
 	v.positive("watchdog.interval", w.Interval)
 	switch {
-	case w.HangAfter == 0:
+	case w.HangAfter.IsAuto():
 		if v.positive("watchdog.hang_after_min", w.HangAfterMin) && w.HangAfterMin < w.Interval {
 			v.errorf("watchdog.hang_after_min", "must be >= interval (%s)", w.Interval)
 		}
 		if w.HangAfterMax < w.HangAfterMin {
 			v.errorf("watchdog.hang_after_max", "must be >= hang_after_min (%s)", w.HangAfterMin)
 		}
-	case v.positive("watchdog.hang_after", w.HangAfter) && w.HangAfter <= w.Interval:
+	case w.HangAfter.Duration() <= 0:
+		v.errorf("watchdog.hang_after", "must be > 0, or auto")
+	case w.HangAfter.Duration() <= w.Interval:
 		v.errorf("watchdog.hang_after", "must be > interval (%s), or auto", w.Interval)
 	}
 	v.positive("watchdog.probe_timeout", w.ProbeTimeout)

@@ -39,7 +39,7 @@ func throughLimiter(t *testing.T, cfg enginesim.Config) (*enginesim.Engine, stri
 	front := httptest.NewServer(lim.Handler())
 	t.Cleanup(front.Close)
 	rec := watch(t, engineURL, "", func(o *watchdog.Options) {
-		o.Watchdog.HangAfter = 0
+		o.Watchdog.HangAfter = configs.Automatic()
 		o.Watchdog.HangAfterMin, o.Watchdog.HangAfterMax = autoFloor, autoCeiling
 		o.Engine.Metrics.Heartbeats = nil
 		o.LimiterLoad = func() watchdog.LimiterLoad { return watchdog.LimiterLoad(lim.Load()) }

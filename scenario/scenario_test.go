@@ -122,7 +122,7 @@ func watch(t *testing.T, url, apiKey string, tweak func(*watchdog.Options)) *rec
 	cfg.Engine.APIKey = configs.Secret(apiKey)
 	cfg.Engine.RequestTimeout = 400 * time.Millisecond
 	cfg.Watchdog.Interval = interval
-	cfg.Watchdog.HangAfter = hangAfter
+	cfg.Watchdog.HangAfter = configs.Fixed(hangAfter)
 	cfg.Watchdog.ProbeTimeout = probeTimeout
 	cfg.Watchdog.ProbeSLO = probeSLO
 	cfg.Watchdog.StartupGrace = 5 * time.Second
@@ -314,7 +314,7 @@ func TestOneVeryLongPrefillAloneIsNotHung(t *testing.T) {
 	// longest legitimate gap, well under hang_after.
 	c := configs.Default()
 	c.Engine.URL, c.Engine.RequestTimeout = url, 400*time.Millisecond
-	c.Watchdog.HangAfter, c.Watchdog.ProbeTimeout, c.Watchdog.ProbeSLO = hangAfter, probeTimeout, probeSLO
+	c.Watchdog.HangAfter, c.Watchdog.ProbeTimeout, c.Watchdog.ProbeSLO = configs.Fixed(hangAfter), probeTimeout, probeSLO
 	report, err := watchdog.Diagnose(context.Background(), watchdog.Options{Engine: c.Engine, Watchdog: c.Watchdog}, 2500*time.Millisecond, interval)
 	if err != nil {
 		t.Fatal(err)

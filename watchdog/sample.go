@@ -103,7 +103,7 @@ type Thresholds struct {
 // ThresholdsFrom takes the thresholds from the watchdog config.
 func ThresholdsFrom(w configs.Watchdog) Thresholds {
 	return Thresholds{
-		HangAfter:        w.HangAfter,
+		HangAfter:        w.HangAfter.Duration(), // 0 when auto, as here
 		HangAfterMin:     w.HangAfterMin,
 		HangAfterMax:     w.HangAfterMax,
 		SaturatedWaiting: w.SaturatedWaiting,

@@ -41,7 +41,7 @@ func newRig(t *testing.T, store *state.Store, tweak func(*Options)) *rig {
 	cfg := configs.Default()
 	// The loop's tests judge against a fixed window; window_test.go
 	// covers hang_after: auto.
-	cfg.Watchdog.HangAfter = 3 * time.Minute
+	cfg.Watchdog.HangAfter = configs.Fixed(3 * time.Minute)
 	logger, hook := logtest.NewNullLogger()
 	logger.SetLevel(logrus.DebugLevel)
 	r := &rig{t: t, engine: newFakeEngine(), pager: &fakePager{}, rec: &fakeRecoverer{busyFor: 10 * time.Minute},

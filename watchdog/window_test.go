@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/state"
 )
@@ -167,7 +168,7 @@ func TestTheWindowNeverShrinksWhileAStallIsTimedAndSurvivesARestartOfVigil(t *te
 	t.Parallel()
 	store := state.Memory()
 	r := newRig(t, store, func(o *Options) {
-		o.Watchdog.HangAfter = 0 // auto
+		o.Watchdog.HangAfter = configs.Automatic()
 		o.LimiterLoad = func() LimiterLoad { return LimiterLoad{InFlight: 1, LongestPrompt: 150_000} }
 	})
 	r.w.mu.Lock()
@@ -192,7 +193,7 @@ func TestTheWindowNeverShrinksWhileAStallIsTimedAndSurvivesARestartOfVigil(t *te
 	// vigil restarts: the log and the held window come back from the
 	// state file.
 	r2 := newRig(t, store, func(o *Options) {
-		o.Watchdog.HangAfter = 0
+		o.Watchdog.HangAfter = configs.Automatic()
 		o.LimiterLoad = func() LimiterLoad { return LimiterLoad{InFlight: 1} }
 	})
 	r2.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.mode = 0, 1, "hung" })

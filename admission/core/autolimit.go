@@ -184,7 +184,7 @@ const (
 type autoLimit struct {
 	limit   float64
 	probing bool
-	target  time.Duration // ttft_target as configured (configs.TTFTAuto: auto); see gate.objective
+	target  time.Duration // ttft_target as configured (autoObjective: auto); see gate.objective
 
 	lastChange time.Time
 	winStart   time.Time

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/vigil-dev/vigil/configs"
 )
 
 // engineModel is a toy continuous-batching engine fed by a saturated
@@ -876,12 +874,12 @@ func TestStreamsJudgedByTheirFirstTokensPassTheKnee(t *testing.T) {
 		streamed       bool
 		wantLo, wantHi float64
 	}{
-		{"streams under the automatic objective fill the engine's seats", configs.TTFTAuto, true, 0.85 * autoMax, autoMax},
+		{"streams under the automatic objective fill the engine's seats", autoObjective, true, 0.85 * autoMax, autoMax},
 		{"streams under a configured objective fill them too", 2 * time.Second, true, 0.85 * autoMax, autoMax},
 		// Three times the service time beside 16 is the batch of 98;
 		// the minimum decays (serviceMinDoubling), so the cap creeps on.
 		{"streams with no objective stop at the knee", 0, true, autoMin, 0.7 * autoMax},
-		{"unary answers stop at the knee", configs.TTFTAuto, false, autoMin, 0.7 * autoMax},
+		{"unary answers stop at the knee", autoObjective, false, autoMin, 0.7 * autoMax},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newAutoLimit(tc.target, 0, time.Unix(1000, 0))

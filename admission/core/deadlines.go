@@ -166,7 +166,7 @@ func (d *deadlines) streamSeen(route string, back bool) (before, now bool) {
 // a retry of a call never executed here (its client came back); it logs
 // when the route's clients start or stop reading as patient.
 func (l *Limiter) noteStreamLocked(r Request, turnedAway bool) {
-	if !r.Stream || r.Timeout > 0 || l.cfg.TTFTTarget != configs.TTFTAuto {
+	if !r.Stream || r.Timeout > 0 || !l.cfg.TTFTTarget.IsAuto() {
 		return
 	}
 	if !turnedAway && !(r.Retry && r.NeverExecuted) {
@@ -231,7 +231,7 @@ func (l *Limiter) streamQueueWaitLocked(r Request) time.Duration {
 		return l.cfg.StreamQueueWait
 	case l.objectiveLocked() > 0:
 		bound := l.objectiveLocked()
-		if l.cfg.TTFTTarget == configs.TTFTAuto && (r.Retry || l.deadlines.returns[r.Route].isPatient()) {
+		if l.cfg.TTFTTarget.IsAuto() && (r.Retry || l.deadlines.returns[r.Route].isPatient()) {
 			// A derived objective says what the engine can do, not what
 			// the client will wait for. A stream is held to it unless its
 			// client has shown patience: a late stream holds a seat and

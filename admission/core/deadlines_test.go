@@ -80,13 +80,13 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 	}{
 		{"stream_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = 700 * time.Millisecond },
 			[]time.Duration{time.Second}, Request{Stream: true}, 700 * time.Millisecond},
-		{"else ttft_target", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
+		{"else ttft_target", func(c *configs.Admission) { c.TTFTTarget = configs.Fixed(1500 * time.Millisecond) },
 			nil, Request{Stream: true}, 1500 * time.Millisecond},
-		{"less the engine's own time to first token", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
+		{"less the engine's own time to first token", func(c *configs.Admission) { c.TTFTTarget = configs.Fixed(1500 * time.Millisecond) },
 			[]time.Duration{time.Second, time.Second}, Request{Stream: true}, 500 * time.Millisecond},
-		{"at least a tenth of the target", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
+		{"at least a tenth of the target", func(c *configs.Admission) { c.TTFTTarget = configs.Fixed(1500 * time.Millisecond) },
 			[]time.Duration{3 * time.Second}, Request{Stream: true}, 150 * time.Millisecond},
-		{"else 10 s", func(c *configs.Admission) { c.TTFTTarget = 0; c.MaxQueueWait = time.Minute },
+		{"else 10 s", func(c *configs.Admission) { c.TTFTTarget = configs.Fixed(0); c.MaxQueueWait = time.Minute },
 			nil, Request{Stream: true}, defaultStreamWait},
 		{"an announced timeout instead: half of it", func(c *configs.Admission) { c.MaxQueueWait = time.Minute },
 			[]time.Duration{time.Second}, Request{Stream: true, Timeout: 60 * time.Second}, 30 * time.Second},
@@ -96,20 +96,20 @@ func TestAStreamsBoundAndPlace(t *testing.T) {
 		}, nil, Request{Stream: true, Route: "/s"}, 2 * time.Second},
 		{"a plain call keeps max_queue_wait", func(c *configs.Admission) { c.StreamQueueWait = time.Second },
 			nil, Request{}, 2 * time.Second},
-		{"auto, nothing measured: the objective's floor", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+		{"auto, nothing measured: the objective's floor", func(c *configs.Admission) { c.TTFTTarget = configs.Automatic() },
 			nil, Request{Stream: true}, 500 * time.Millisecond},
-		{"auto, short first tokens: the objective less them", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+		{"auto, short first tokens: the objective less them", func(c *configs.Admission) { c.TTFTTarget = configs.Automatic() },
 			[]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, Request{Stream: true}, 400 * time.Millisecond},
-		{"auto, a retry, nothing measured: a person's patience, past the objective", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+		{"auto, a retry, nothing measured: a person's patience, past the objective", func(c *configs.Admission) { c.TTFTTarget = configs.Automatic() },
 			nil, Request{Stream: true, Retry: true}, autoStreamPatience},
-		{"auto, a retry, short first tokens: that patience less them", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+		{"auto, a retry, short first tokens: that patience less them", func(c *configs.Admission) { c.TTFTTarget = configs.Automatic() },
 			[]time.Duration{100 * time.Millisecond, 100 * time.Millisecond}, Request{Stream: true, Retry: true}, autoStreamPatience - 100*time.Millisecond},
-		{"a configured ttft_target holds a retry to it", func(c *configs.Admission) { c.TTFTTarget = 1500 * time.Millisecond },
+		{"a configured ttft_target holds a retry to it", func(c *configs.Admission) { c.TTFTTarget = configs.Fixed(1500 * time.Millisecond) },
 			[]time.Duration{time.Second, time.Second}, Request{Stream: true, Retry: true}, 500 * time.Millisecond},
-		{"auto on a fixed cap: twice the streams' typical first token, less it", func(c *configs.Admission) { c.TTFTTarget = configs.TTFTAuto },
+		{"auto on a fixed cap: twice the streams' typical first token, less it", func(c *configs.Admission) { c.TTFTTarget = configs.Automatic() },
 			[]time.Duration{time.Second, time.Second}, Request{Stream: true}, time.Second},
 		{"auto on the automatic cap: twice the engine's lone prefill, less the typical first token", func(c *configs.Admission) {
-			c.TTFTTarget, c.MaxInFlight, c.MaxQueueWait = configs.TTFTAuto, 0, time.Minute
+			c.TTFTTarget, c.MaxInFlight, c.MaxQueueWait = configs.Automatic(), 0, time.Minute
 		}, []time.Duration{3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second},
 			Request{Stream: true}, 3 * time.Second},
 	} {
@@ -169,7 +169,7 @@ func TestABurstsStartIsNoSlowEngine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig()
 		cfg.MaxInFlight = 0 // the automatic cap: first-token limit 1
-		cfg.TTFTTarget = 500 * time.Millisecond
+		cfg.TTFTTarget = configs.Fixed(500 * time.Millisecond)
 		l := New(cfg)
 		first := mustAcquire(t, l, Request{Stream: true})
 		ctx, cancel := context.WithCancel(context.Background())
@@ -247,9 +247,9 @@ func TestPatienceIsWhatTheClientsShow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
-			cfg.TTFTTarget, cfg.MaxQueueWait = configs.TTFTAuto, time.Minute
+			cfg.TTFTTarget, cfg.MaxQueueWait = configs.Automatic(), time.Minute
 			if tc.ttft > 0 {
-				cfg.TTFTTarget = tc.ttft
+				cfg.TTFTTarget = configs.Fixed(tc.ttft)
 			}
 			l := New(cfg)
 			l.mu.Lock()

@@ -4,8 +4,6 @@ import (
 	"math"
 	"slices"
 	"time"
-
-	"github.com/vigil-dev/vigil/configs"
 )
 
 // The first-token limit: how many streams may await their first token at
@@ -134,7 +132,7 @@ type firstTokenGate struct {
 }
 
 func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
-	g := firstTokenGate{auto: target == configs.TTFTAuto, changed: now}
+	g := firstTokenGate{auto: target == autoObjective, changed: now}
 	if !g.auto {
 		g.target = target.Seconds()
 	}

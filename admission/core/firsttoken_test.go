@@ -214,7 +214,7 @@ func TestStreamsWaitForTheFirstTokenLimit(t *testing.T) {
 		// An objective whose queue bound (2 s) the second stream fits at the
 		// drain rate one admission implies; the automatic one's 500 ms
 		// would turn it away at once.
-		cfg.TTFTTarget = 2 * time.Second
+		cfg.TTFTTarget = configs.Fixed(2 * time.Second)
 		lim := &gateLimit{fixedCap: fixedCap{n: 8}, firstTokens: 1}
 		l := New(cfg, WithLimit(lim))
 		first := mustAcquire(t, l, Request{Stream: true})
@@ -404,7 +404,7 @@ func TestTheFirstTokenLimitJudgesByTheAutomaticObjective(t *testing.T) {
 		}
 		return at
 	}
-	g := newFirstTokenGate(configs.TTFTAuto, t0)
+	g := newFirstTokenGate(autoObjective, t0)
 	if g.bound() != firstTokenInitial || g.objective() != autoObjectiveFloor.Seconds() {
 		t.Fatalf("starts at %d streams, objective %vs; want %d and the floor", g.bound(), g.objective(), firstTokenInitial)
 	}

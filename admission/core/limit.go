@@ -1,6 +1,10 @@
 package core
 
-import "time"
+import (
+	"time"
+
+	"github.com/vigil-dev/vigil/configs"
+)
 
 // Limit is what every in-flight cap has: a value, and the watchdog's
 // verdict that the engine is saturated. The automatic cap (NewAuto, the
@@ -102,11 +106,21 @@ const (
 )
 
 // NewAuto is the automatic cap (see autoLimit): no capacity figure, only
-// the TTFT objective (0: none; configs.TTFTAuto: derived) and the engine's max_num_seqs when known
-// (engine_max_seqs; 0: vLLM's default).
-func NewAuto(ttftTarget time.Duration, seats int, now time.Time) Limit {
-	return newAutoLimit(ttftTarget, seats, now)
+// the TTFT objective (auto: derived; a fixed 0: none) and the engine's
+// max_num_seqs when known (engine_max_seqs; 0: vLLM's default).
+func NewAuto(ttftTarget configs.AutoDuration, seats int, now time.Time) Limit {
+	target := ttftTarget.Duration()
+	if ttftTarget.IsAuto() {
+		target = autoObjective
+	}
+	return newAutoLimit(target, seats, now)
 }
+
+// autoObjective is ttft_target: auto inside the law (autoLimit.target,
+// newFirstTokenGate), which takes the objective as one duration; no
+// configured objective is negative. The config's own value is typed
+// (configs.AutoDuration); NewAuto translates it.
+const autoObjective time.Duration = -1
 
 func (a *autoLimit) Limit() int { return a.cap() }
 

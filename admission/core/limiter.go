@@ -218,8 +218,8 @@ func (l *Limiter) demandLocked(firstToken bool) {
 // prefill time). A fixed cap measures no lone prefill; the streams'
 // typical TTFT under it stands in.
 func (l *Limiter) objectiveLocked() time.Duration {
-	if l.cfg.TTFTTarget != configs.TTFTAuto {
-		return l.cfg.TTFTTarget
+	if !l.cfg.TTFTTarget.IsAuto() {
+		return l.cfg.TTFTTarget.Duration()
 	}
 	if o, ok := l.limitLocked().(Objectiver); ok {
 		return o.Objective()

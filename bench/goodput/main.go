@@ -392,7 +392,7 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 		cfg := configs.Default().Admission
 		cfg.MaxInFlight = a.cap
 		if a.ttftTarget > 0 {
-			cfg.TTFTTarget = a.ttftTarget
+			cfg.TTFTTarget = configs.Fixed(a.ttftTarget)
 		}
 		if a.noQueue {
 			cfg.MaxQueue = 0

@@ -147,7 +147,9 @@ func startRig(parent context.Context, o options, wl workload, c float64, hangAft
 	cfg := configs.Default()
 	cfg.Engine.URL = engSrv.URL
 	cfg.Engine.Model = harness.PaperModel
-	cfg.Watchdog.HangAfter = hangAfter
+	if hangAfter > 0 { // else the default, auto
+		cfg.Watchdog.HangAfter = configs.Fixed(hangAfter)
+	}
 	cfg.Watchdog.StateFile = ""
 	cfg = scaled(cfg, o.scale)
 	r := &rig{eng: e, lim: lim, rec: &recorder{lim: lim}, engSrv: engSrv, limSrv: limSrv, watch: cfg.Watchdog}
@@ -239,12 +241,17 @@ func divide(d time.Duration, scale float64) time.Duration {
 	return time.Duration(float64(d) / scale)
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType     = reflect.TypeFor[time.Duration]()
+	autoDurationType = reflect.TypeFor[configs.AutoDuration]()
+)
 
 func divideAll(v reflect.Value, scale float64) {
 	switch {
 	case v.Type() == durationType:
 		v.SetInt(int64(divide(time.Duration(v.Int()), scale)))
+	case v.Type() == autoDurationType:
+		v.Set(reflect.ValueOf(v.Interface().(configs.AutoDuration).Divided(scale)))
 	case v.Kind() == reflect.Struct:
 		for i := range v.NumField() {
 			if v.Type().Field(i).IsExported() {

@@ -113,7 +113,7 @@ func demoConfig(engineURL, stateFile string) *configs.Config {
 	cfg.Engine.URL = engineURL
 	cfg.Engine.RequestTimeout = 2 * time.Second
 	cfg.Watchdog.Interval = 500 * time.Millisecond
-	cfg.Watchdog.HangAfter = 3 * time.Second
+	cfg.Watchdog.HangAfter = configs.Fixed(3 * time.Second)
 	cfg.Watchdog.ProbeTimeout = 2 * time.Second
 	cfg.Watchdog.ProbeSLO = time.Second
 	cfg.Watchdog.StartupGrace = 8 * time.Second

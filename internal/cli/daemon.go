@@ -411,7 +411,7 @@ func (d *daemon) run(ctx context.Context) error {
 	cfg := d.config()
 	d.log.WithFields(logrus.Fields{
 		"engine": cfg.Engine.URL, "node": cfg.Node, "dry_run": cfg.Watchdog.DryRun,
-		"interval_seconds": cfg.Watchdog.Interval.Seconds(), "hang_after": configs.HangAfterString(cfg.Watchdog.HangAfter),
+		"interval_seconds": cfg.Watchdog.Interval.Seconds(), "hang_after": cfg.Watchdog.HangAfter.String(),
 		"limiter": limiterSummary(cfg.Admission), "load_balancer": cfg.LoadBalancer.Kind, "restart": cfg.Restart.Kind,
 		"alerts": cfg.Alerts.Kind, "state_file": cfg.Watchdog.StateFile, "version": version,
 		"gomaxprocs": runtime.GOMAXPROCS(0),

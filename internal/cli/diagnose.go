@@ -62,7 +62,7 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *hangAfter > 0 {
-		cfg.Watchdog.HangAfter = *hangAfter
+		cfg.Watchdog.HangAfter = configs.Fixed(*hangAfter)
 	}
 	if *model != "" {
 		cfg.Engine.Model = *model

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -16,61 +15,70 @@ import (
 )
 
 // liveSettings is the overrides' Applier: it reads and changes the live
-// value of each overridable key (configs.OverridableKeys).
+// value of each overridable key through the table of live keys
+// (configs.LiveKeys), on the config in force.
 type liveSettings struct{ d *daemon }
 
-func (s liveSettings) Get(key string) (string, error) {
-	d := s.d
-	switch key {
-	case "admission.max_in_flight":
-		if d.limiter == nil {
-			return "", errNoLimiter
-		}
-		return strconv.Itoa(d.limiter.MaxInFlight()), nil
-	case "watchdog.hang_after":
-		return configs.HangAfterString(d.watchdog.Thresholds().HangAfter), nil
-	case "watchdog.saturated_waiting":
-		return strconv.Itoa(d.watchdog.Thresholds().SaturatedWaiting), nil
+func (s liveSettings) key(key string) (configs.LiveKey, error) {
+	k, ok := configs.Live(key)
+	if !ok || !k.Overridable {
+		return configs.LiveKey{}, fmt.Errorf("%w: %s cannot be overridden", overrides.ErrInvalid, key)
 	}
-	return "", fmt.Errorf("%w: %s cannot be overridden", overrides.ErrInvalid, key)
+	if !s.d.canApply(key) {
+		return configs.LiveKey{}, errNoLimiter
+	}
+	return k, nil
+}
+
+func (s liveSettings) Get(key string) (string, error) {
+	k, err := s.key(key)
+	if err != nil {
+		return "", err
+	}
+	inForce := s.d.inForce()
+	return k.Get(&inForce), nil
 }
 
 func (s liveSettings) Set(key, value string) error {
-	d := s.d
-	switch key {
-	case "admission.max_in_flight":
-		if d.limiter == nil {
-			return errNoLimiter
-		}
-		n, err := strconv.Atoi(value)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%w: %s must be a whole number >= 0 (0 = automatic), got %q", overrides.ErrInvalid, key, value)
-		}
-		d.limiter.SetMaxInFlight(n)
-		return nil
-	case "watchdog.hang_after":
-		if value == "auto" {
-			d.updateThresholds(func(th *watchdog.Thresholds) { th.HangAfter = 0 })
-			return nil
-		}
-		v, err := time.ParseDuration(value)
-		if err != nil {
-			return fmt.Errorf("%w: %s: %v", overrides.ErrInvalid, key, err)
-		}
-		if v <= d.config().Watchdog.Interval {
-			return fmt.Errorf("%w: %s must be > interval (%s)", overrides.ErrInvalid, key, d.config().Watchdog.Interval)
-		}
-		d.updateThresholds(func(th *watchdog.Thresholds) { th.HangAfter = v })
-		return nil
-	case "watchdog.saturated_waiting":
-		n, err := strconv.Atoi(value)
-		if err != nil || n < 1 {
-			return fmt.Errorf("%w: %s must be a whole number >= 1, got %q", overrides.ErrInvalid, key, value)
-		}
-		d.updateThresholds(func(th *watchdog.Thresholds) { th.SaturatedWaiting = n })
-		return nil
+	k, err := s.key(key)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%w: %s cannot be overridden", overrides.ErrInvalid, key)
+	next := s.d.inForce()
+	if err := k.Set(&next, value); err != nil {
+		return fmt.Errorf("%w: %s %s: %v", overrides.ErrInvalid, key, value, err)
+	}
+	s.d.applyLive(key, &next)
+	return nil
+}
+
+// liveApply puts each live key's value in a config into the running
+// parts that use it: the one place a reload or an override reaches them.
+// Its keys are configs.LiveKeys' (a test holds them to that).
+var liveApply = map[string]func(d *daemon, c *configs.Config){
+	"admission.max_in_flight": func(d *daemon, c *configs.Config) { d.limiter.SetMaxInFlight(c.Admission.MaxInFlight) },
+	"watchdog.hang_after": func(d *daemon, c *configs.Config) {
+		d.updateThresholds(func(th *watchdog.Thresholds) { th.HangAfter = c.Watchdog.HangAfter.Duration() })
+	},
+	"watchdog.saturated_waiting": func(d *daemon, c *configs.Config) {
+		d.updateThresholds(func(th *watchdog.Thresholds) { th.SaturatedWaiting = c.Watchdog.SaturatedWaiting })
+	},
+	"watchdog.probe_slo": func(d *daemon, c *configs.Config) {
+		d.updateThresholds(func(th *watchdog.Thresholds) { th.ProbeSLO = c.Watchdog.ProbeSLO })
+	},
+	"watchdog.down_after": func(d *daemon, c *configs.Config) {
+		d.updateThresholds(func(th *watchdog.Thresholds) { th.DownAfter = c.Watchdog.DownAfter })
+	},
+	// The status page reads the config in force at every request.
+	"status.runbook_url": func(*daemon, *configs.Config) {},
+}
+
+func (d *daemon) applyLive(key string, c *configs.Config) { liveApply[key](d, c) }
+
+// canApply says whether key can be applied in this daemon: the limiter's
+// cap only while the limiter runs.
+func (d *daemon) canApply(key string) bool {
+	return key != "admission.max_in_flight" || d.limiter != nil
 }
 
 // snapshot is /status: the verdict with its evidence, the incident, the
@@ -209,50 +217,35 @@ func (d *daemon) reload(path string, dryRun bool) {
 // liveKey says how a reload applies key without a restart; false means
 // it needs one. apply returns the override holding the key, if any.
 //
-// Live: the classifier's thresholds (hang_after, saturated_waiting,
-// probe_slo, down_after) and the limiter's cap. Everything else is read
-// once at start (connections, listeners, the state file, the notifier,
-// dry_run, which recovery and the watchdog both hold, and startup_grace,
-// which the restart guard holds as well as the classifier).
+// Live: the keys of configs.LiveKeys (the classifier's thresholds and the
+// limiter's cap among them). Everything else is read once at start
+// (connections, listeners, the state file, the notifier, dry_run, which
+// recovery and the watchdog both hold, and startup_grace, which the
+// restart guard holds as well as the classifier). An overridable key goes
+// through the overrides, which keep an override of it in force until it
+// ends; the others are set on the config in force and applied.
 func (d *daemon) liveKey(key string, cur *configs.Config) (apply func(next *configs.Config) (*overrides.Active, error), ok bool) {
-	configured := func(get func(*configs.Config) string) func(*configs.Config) (*overrides.Active, error) {
+	k, live := configs.Live(key)
+	if !live || !d.canApply(key) {
+		return nil, false // the limiter off: nothing to set until it runs
+	}
+	if k.Overridable {
 		return func(next *configs.Config) (*overrides.Active, error) {
-			a, held, err := d.overrides.SetConfigured(key, get(next))
+			a, held, err := d.overrides.SetConfigured(key, k.Get(next))
 			if err != nil || !held {
 				return nil, err
 			}
 			return &a, nil
-		}
-	}
-	switch key {
-	case "watchdog.hang_after":
-		return configured(func(c *configs.Config) string { return configs.HangAfterString(c.Watchdog.HangAfter) }), true
-	case "watchdog.saturated_waiting":
-		return configured(func(c *configs.Config) string { return strconv.Itoa(c.Watchdog.SaturatedWaiting) }), true
-	case "admission.max_in_flight":
-		if d.limiter == nil {
-			return nil, false // the limiter is off: nothing to set until it runs
-		}
-		return configured(func(c *configs.Config) string { return strconv.Itoa(c.Admission.MaxInFlight) }), true
-	case "watchdog.probe_slo":
-		return func(next *configs.Config) (*overrides.Active, error) {
-			// probe_timeout needs a restart: check against the one in force.
-			if next.Watchdog.ProbeSLO > cur.Watchdog.ProbeTimeout {
-				return nil, fmt.Errorf("must be <= the probe_timeout in force (%s)", cur.Watchdog.ProbeTimeout)
-			}
-			d.updateThresholds(func(th *watchdog.Thresholds) { th.ProbeSLO = next.Watchdog.ProbeSLO })
-			return nil, nil
-		}, true
-	case "status.runbook_url":
-		// The status page reads the config in force at every request.
-		return func(*configs.Config) (*overrides.Active, error) { return nil, nil }, true
-	case "watchdog.down_after":
-		return func(next *configs.Config) (*overrides.Active, error) {
-			d.updateThresholds(func(th *watchdog.Thresholds) { th.DownAfter = next.Watchdog.DownAfter })
-			return nil, nil
 		}, true
 	}
-	return nil, false
+	return func(next *configs.Config) (*overrides.Active, error) {
+		inForce := *cur
+		if err := k.Set(&inForce, k.Get(next)); err != nil {
+			return nil, err
+		}
+		d.applyLive(key, &inForce)
+		return nil, nil
+	}, true
 }
 
 // updateThresholds changes the watchdog's thresholds in one
@@ -294,18 +287,32 @@ type configView struct {
 // thresholds, the limiter's cap and the active overrides over them.
 func (d *daemon) configView(active []overrides.Active) configView {
 	d.mu.Lock()
-	eff := *d.cfg
-	v := configView{File: eff.Source, LoadedAt: d.loadedAt.UTC(), PendingRestart: append([]string(nil), d.pending...)}
+	v := configView{File: d.cfg.Source, LoadedAt: d.loadedAt.UTC(), PendingRestart: append([]string(nil), d.pending...)}
 	d.mu.Unlock()
-	th := d.watchdog.Thresholds()
-	eff.Watchdog.HangAfter, eff.Watchdog.SaturatedWaiting = th.HangAfter, th.SaturatedWaiting
-	eff.Watchdog.ProbeSLO, eff.Watchdog.DownAfter = th.ProbeSLO, th.DownAfter
-	if d.limiter != nil {
-		eff.Admission.MaxInFlight = d.limiter.MaxInFlight()
-	}
+	eff := d.inForce()
 	for _, a := range active {
 		v.Overridden = append(v.Overridden, a.Key)
 	}
 	v.InForce = eff.Map()
 	return v
+}
+
+// inForce is the config vigil runs with now: the file's values (those in
+// force: a key waiting for a restart keeps its old one), with the
+// watchdog's live thresholds and the limiter's cap, overrides included.
+func (d *daemon) inForce() configs.Config {
+	d.mu.Lock()
+	eff := *d.cfg
+	d.mu.Unlock()
+	th := d.watchdog.Thresholds()
+	eff.Watchdog.HangAfter = configs.Automatic() // the watchdog's 0
+	if th.HangAfter > 0 {
+		eff.Watchdog.HangAfter = configs.Fixed(th.HangAfter)
+	}
+	eff.Watchdog.SaturatedWaiting = th.SaturatedWaiting
+	eff.Watchdog.ProbeSLO, eff.Watchdog.DownAfter = th.ProbeSLO, th.DownAfter
+	if d.limiter != nil {
+		eff.Admission.MaxInFlight = d.limiter.MaxInFlight()
+	}
+	return eff
 }

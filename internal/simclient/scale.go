@@ -7,7 +7,10 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 )
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType     = reflect.TypeFor[time.Duration]()
+	autoDurationType = reflect.TypeFor[configs.AutoDuration]()
+)
 
 // ScaleAdmission divides every duration of the limiter's config by scale,
 // so a limiter on the wall clock keeps the same proportions to a
@@ -27,9 +30,9 @@ func ScaleAdmission(a configs.Admission, scale float64) configs.Admission {
 func scaleDurations(v reflect.Value, scale float64) {
 	switch {
 	case v.Type() == durationType:
-		if v.Int() > 0 { // a negative one is a sentinel (configs.TTFTAuto)
-			v.SetInt(int64(float64(v.Int()) / scale))
-		}
+		v.SetInt(int64(float64(v.Int()) / scale))
+	case v.Type() == autoDurationType:
+		v.Set(reflect.ValueOf(v.Interface().(configs.AutoDuration).Divided(scale)))
 	case v.Kind() == reflect.Struct:
 		for i := range v.NumField() {
 			if v.Type().Field(i).IsExported() {
