@@ -76,7 +76,8 @@ func autoDurationNode(n *yaml.Node) error {
 	switch {
 	case n.Kind != yaml.ScalarNode:
 		return errors.New("must be auto or a duration with a unit, e.g. 90s")
-	case n.Tag == "!!int" || n.Tag == "!!float":
+	case (n.Tag == "!!int" || n.Tag == "!!float") && n.Value != "0":
+		// A bare 0 is the one number without a unit, as for any duration.
 		return fmt.Errorf("%s is a bare number; write a duration with a unit, e.g. %ss, or auto", n.Value, n.Value)
 	}
 	_, err := ParseAutoDuration(n.Value)

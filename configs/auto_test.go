@@ -18,6 +18,7 @@ func TestAutoDurationReadsAndWritesAutoOrADuration(t *testing.T) {
 		{"90s", Fixed(90 * time.Second)},
 		{"700ms", Fixed(700 * time.Millisecond)},
 		{"0s", Fixed(0)}, // a zero, not auto: each key says whether it may be 0
+		{"0", Fixed(0)},  // the one bare number, as for any duration
 	} {
 		var y struct {
 			V AutoDuration `yaml:"v"`
