@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
 )
 
@@ -203,7 +203,7 @@ func (r *Recovery) park(ctx context.Context, cause error, report bool) (recovery
 		wait := r.backoff()
 		if report {
 			r.report(recovery.Step{Name: recovery.StepFailed, Err: cause.Error(), Detail: fmt.Sprintf(
-				"%s; staying drained; retrying after %s, and restoring as soon as the engine is ready", what, wait.Round(time.Second))})
+				"%s; staying drained; retrying after %s, and restoring as soon as the engine is ready", what, humanize.Span(wait))})
 			report = false
 		}
 		r.update(func(j *Journal) { j.NextAttempt = r.o.Now().Add(wait) })

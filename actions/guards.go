@@ -23,16 +23,28 @@ type guardLimits struct {
 // cooldown and budget, in that order. It
 // is a pure function of its inputs: engineStarted is when the engine last
 // started (zero if unknown), history the times vigil restarted it.
-func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits) *recovery.Refusal {
+//
+// dry holds a dry run's would-be restarts. They pace the dry run as the
+// restarts would pace a real one (cooldown, budget), said as would-be
+// restarts, but never start a grace: nothing was restarted, so nothing
+// is loading.
+func timeGuards(now, engineStarted time.Time, history, dry []time.Time, l guardLimits) *recovery.Refusal {
 	if l.noRestarter {
 		return &recovery.Refusal{Guard: recovery.GuardNoRestarter, Reason: "the engine needs a restart and no restarter is configured " +
 			"(restart.kind none): restart it by hand; vigil restores traffic once it is ready"}
 	}
-	last := lastOf(history)
 	started := engineStarted
-	if last.After(started) {
-		started = last
+	if real := lastOf(history); real.After(started) {
+		started = real
 	}
+	all := append(append([]time.Time(nil), history...), dry...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
+	last := lastOf(all)
+	restarted := "vigil restarted the engine"
+	if len(dry) > 0 && last.Equal(lastOf(dry)) {
+		restarted = "dry run: vigil would have restarted the engine"
+	}
+	history = all
 	if !started.IsZero() && l.grace > 0 && now.Before(started.Add(l.grace)) {
 		until := started.Add(l.grace)
 		return &recovery.Refusal{Guard: recovery.GuardStartupGrace, Until: until, Reason: fmt.Sprintf(
@@ -42,7 +54,7 @@ func timeGuards(now, engineStarted time.Time, history []time.Time, l guardLimits
 	if !last.IsZero() && l.cooldown > 0 && now.Before(last.Add(l.cooldown)) {
 		until := last.Add(l.cooldown)
 		return &recovery.Refusal{Guard: recovery.GuardCooldown, Until: until, Reason: fmt.Sprintf(
-			"vigil restarted the engine %s ago (at %s); cooldown of %s lifts at %s",
+			"%s %s ago (at %s); cooldown of %s lifts at %s", restarted,
 			ago(now, last), humanize.StampUTC(last), l.cooldown, humanize.StampUTC(until))}
 	}
 	if l.budget > 0 {

@@ -16,6 +16,7 @@ func TestTimeGuards(t *testing.T) {
 		name          string
 		engineStarted time.Time
 		history       []time.Time
+		dry           []time.Time // a dry run's would-be restarts
 		limits        guardLimits
 		want          recovery.Guard // "" = allowed
 		until         time.Time
@@ -48,6 +49,15 @@ func TestTimeGuards(t *testing.T) {
 		{name: "four restarts with a budget of three lift when two have left the window",
 			engineStarted: ago(time.Hour), history: []time.Time{ago(5 * time.Hour), ago(4 * time.Hour), ago(3 * time.Hour), ago(time.Hour)},
 			want: recovery.GuardBudget, until: now.Add(2 * time.Hour)},
+		// #40: a dry run restarted nothing, so its would-be restart starts
+		// no grace (the engine that served since is not loading); it
+		// paces the dry run by the cooldown, said as a would-be restart.
+		{name: "a dry run's would-be restart twenty seconds ago starts no grace; its cooldown says would",
+			engineStarted: ago(48 * time.Hour), dry: []time.Time{ago(20 * time.Second)},
+			want: recovery.GuardCooldown, until: now.Add(30*time.Minute - 20*time.Second), reasonHas: "dry run: vigil would have restarted the engine 20s ago"},
+		{name: "with no cooldown, a would-be restart refuses nothing",
+			engineStarted: ago(48 * time.Hour), dry: []time.Time{ago(20 * time.Second)},
+			limits: guardLimits{grace: 10 * time.Minute, budget: 3, window: 6 * time.Hour}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,7 +65,7 @@ func TestTimeGuards(t *testing.T) {
 			if c.limits != (guardLimits{}) {
 				l = c.limits
 			}
-			got := timeGuards(now, c.engineStarted, c.history, l)
+			got := timeGuards(now, c.engineStarted, c.history, c.dry, l)
 			if c.want == "" {
 				if got != nil {
 					t.Fatalf("refused: %+v", got)

@@ -147,7 +147,7 @@ func plan(j Journal, f facts, now time.Time) (Journal, action) {
 		return planDrained(j, f)
 	case evBackedOff:
 		j.Drained, j.DrainStarted, j.Hold = false, time.Time{}, false
-		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: stillServing(f.Cfg), Recovering: &off, Save: true}
+		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: stillServing(f.Cfg, j.Verdict), Recovering: &off, Save: true}
 	case evStepDone:
 		return planStepDone(j, f, now)
 	case evRestart:
@@ -195,8 +195,12 @@ func planGuards(j Journal, f facts) (Journal, action) {
 		return j, action{Kind: actPoolGate, Save: true}
 	}
 	switch {
+	case f.Refusal.Guard == recovery.GuardStateUnwritable:
+		// Nothing can be journaled, not even a hold: a drain vigil could
+		// not remember would outlive it.
+		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: stillServing(f.Cfg, j.Verdict)}
 	case f.Cfg.NoDrain:
-		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: stillServing(f.Cfg), Save: true}
+		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: stillServing(f.Cfg, j.Verdict), Save: true}
 	case f.Cfg.DryRun:
 		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: outcome{words: fmt.Sprintf(
 			"dry run: would drain %s and hold it out of rotation until the engine recovers or a restart is allowed", f.Cfg.Drainer)}}
@@ -232,7 +236,7 @@ func planPool(j Journal, f facts) (Journal, action) {
 	case f.Stopping:
 		return j, action{Kind: actStop}
 	case f.Refusal != nil:
-		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: stillServing(f.Cfg)}
+		return j, action{Kind: actRefuse, Refusal: f.Refusal, Outcome: stillServing(f.Cfg, j.Verdict)}
 	case f.Cfg.DryRun:
 		return j, action{Kind: actDryRun}
 	}
@@ -434,9 +438,9 @@ func planFailed(j Journal, f facts, now time.Time) (Journal, action) {
 	j.Step, j.StepAt, j.FailedStep, j.LastError = recovery.StepFailed, now, step, err.Error()
 	j.Failures++ // the executor's Backoff already counts this failure
 	j.NextAttempt = now.Add(f.Backoff)
-	detail := fmt.Sprintf("%s failed; host not drained, nothing restarted; retrying after %s", step, f.Backoff)
+	detail := fmt.Sprintf("%s failed; host not drained, nothing restarted; retrying after %s", step, humanize.Span(f.Backoff))
 	if step == recovery.StepDrain {
-		detail = fmt.Sprintf("cannot drain at %s; not restarting an undrained host (set load_balancer.restart_undrained to allow it); retrying after %s", f.Cfg.Drainer, f.Backoff)
+		detail = fmt.Sprintf("cannot drain at %s; not restarting an undrained host (set load_balancer.restart_undrained to allow it); retrying after %s", f.Cfg.Drainer, humanize.Span(f.Backoff))
 	}
 	return j, action{Kind: actStop, Save: true, Recovering: &off, Report: &recovery.Step{Name: recovery.StepFailed, Err: err.Error(), Detail: detail}}
 }

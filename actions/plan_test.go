@@ -237,16 +237,16 @@ func TestPlan(t *testing.T) {
 			out:  func(j *Journal) { j.NextAttempt = cooldown.Until },
 			kind: actStop},
 		{name: "the same guard with another outcome is paged again", in: at(recovery.StepHeld, held),
-			f:    facts{Event: evRefused, Cfg: lb, Refusal: cooldown, Outcome: stillServing(lb), Backoff: time.Minute},
+			f:    facts{Event: evRefused, Cfg: lb, Refusal: cooldown, Outcome: stillServing(lb, watchdog.StateHung), Backoff: time.Minute},
 			out:  func(j *Journal) { j.RefusalPaged, j.NextAttempt = "cooldown/serving", cooldown.Until },
 			kind: actStop, report: recovery.StepGuardRefused, detail: "still takes traffic"},
 		{name: "a refusal with no lifting time retries after the backoff", in: at(recovery.StepGuards, nil),
-			f: facts{Event: evRefused, Cfg: lb, Refusal: pool, Outcome: stillServing(lb), Backoff: time.Minute},
+			f: facts{Event: evRefused, Cfg: lb, Refusal: pool, Outcome: stillServing(lb, watchdog.StateHung), Backoff: time.Minute},
 			out: func(j *Journal) {
 				j.Step, j.StepAt, j.Refusal, j.RefusalReported, j.RefusalPaged, j.NextAttempt = recovery.StepGuardRefused, t0, pool, true, "pool_lock/serving", t0.Add(time.Minute)
 			}, kind: actStop, report: recovery.StepGuardRefused},
 		{name: "no restarter: no next attempt", in: at(recovery.StepGuards, nil),
-			f: facts{Event: evRefused, Cfg: noLB, Refusal: noRestarter, Outcome: stillServing(noLB), Backoff: time.Minute},
+			f: facts{Event: evRefused, Cfg: noLB, Refusal: noRestarter, Outcome: stillServing(noLB, watchdog.StateHung), Backoff: time.Minute},
 			out: func(j *Journal) {
 				j.Step, j.StepAt, j.Refusal, j.RefusalReported, j.RefusalPaged = recovery.StepGuardRefused, t0, noRestarter, true, "no_restarter/serving"
 			}, kind: actStop, report: recovery.StepGuardRefused, detail: "no load balancer is configured"},

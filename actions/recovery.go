@@ -33,6 +33,10 @@ type RecoveryOptions struct {
 	// StartupGrace is watchdog.startup_grace: no restart within it of the
 	// engine's last start.
 	StartupGrace time.Duration
+	// Unwritable says why the state file cannot be written ("" when it
+	// can): no step can be journaled, so every recovery is refused with
+	// GuardStateUnwritable, and the pages say so from the first one.
+	Unwritable string
 
 	Drainer   Drainer
 	Restarter Restarter
@@ -102,10 +106,12 @@ type Recovery struct {
 	log *logrus.Entry
 	m   *metrics
 
-	mu         sync.Mutex
-	j          Journal
-	running    bool
-	dryHistory []time.Time       // would-be restarts in dry run, for the guards
+	mu      sync.Mutex
+	j       Journal
+	running bool
+	// dryHistory holds a dry run's would-be restarts: they pace the dry
+	// run (cooldown, budget) but start no grace.
+	dryHistory []time.Time
 	turn       recovery.TurnHold // the pool's turn, while held
 	wg         sync.WaitGroup
 }
@@ -140,7 +146,7 @@ func NewRecovery(o RecoveryOptions) (*Recovery, error) {
 	o.ReadyPoll = orDefault(o.ReadyPoll, 5*time.Second)
 	o.RetryMin = orDefault(o.RetryMin, 30*time.Second)
 	o.RetryMax = orDefault(o.RetryMax, 10*time.Minute)
-	o.RestartSettle = orDefault(o.RestartSettle, o.Restart.Docker.StopTimeout+30*time.Second)
+	o.RestartSettle = orDefault(o.RestartSettle, restartSettle(o.Restart))
 	o.TurnWait = orDefault(o.TurnWait, 10*time.Minute)
 	if len(o.LoadBalancer.RampWeights) == 0 {
 		o.LoadBalancer.RampWeights = []int{100}
@@ -180,7 +186,7 @@ func (r *Recovery) Recover(ctx context.Context, inc watchdog.Incident, v watchdo
 			Warn("an earlier recovery is unfinished; continuing it first")
 		r.start(func() { r.resume(ctx) })
 	case actWait:
-		r.log.WithFields(logrus.Fields{"incident": inc.ID, "retry_in_seconds": next.Sub(now).Seconds()}).
+		r.log.WithFields(logrus.Fields{"incident": inc.ID, "retry_in_seconds": next.Sub(now).Round(time.Second).Seconds()}).
 			Debug("recovery waiting for its retry backoff")
 	case actAttempt:
 		r.start(func() { r.attempt(ctx) })
@@ -309,15 +315,19 @@ func (r *Recovery) Outlook() *recovery.Refusal {
 }
 
 func (r *Recovery) timeRefusal(eng EngineStatus) *recovery.Refusal {
+	if r.o.Unwritable != "" {
+		return &recovery.Refusal{Guard: recovery.GuardStateUnwritable, Reason: "the state file cannot be written: " + r.o.Unwritable +
+			"; vigil drains and restarts nothing until it can (check the directory's owner, permissions and free space)"}
+	}
 	r.mu.Lock()
-	history := append(append([]time.Time(nil), r.j.History...), r.dryHistory...)
+	history, dry := append([]time.Time(nil), r.j.History...), append([]time.Time(nil), r.dryHistory...)
 	r.mu.Unlock()
 	var started time.Time
 	if eng.Known {
 		started = eng.StartedAt
 	}
 	_, none := r.o.Restarter.(NoRestart)
-	return timeGuards(r.o.Now(), started, history, guardLimits{
+	return timeGuards(r.o.Now(), started, history, dry, guardLimits{
 		noRestarter: none, grace: r.o.StartupGrace, cooldown: r.o.Restart.Cooldown, budget: r.o.Restart.Budget, window: r.o.Restart.BudgetWindow,
 	})
 }
@@ -335,6 +345,21 @@ func rampWords(ws []int) string {
 		parts[i] = fmt.Sprintf("%d%%", w)
 	}
 	return strings.Join(parts, " → ")
+}
+
+// restartSettle is how long a resumed restart waits for one begun before
+// vigil stopped to show, by what a restart is: a container's stop takes
+// up to its stop timeout, a unit's stop systemd's default 90s; a command
+// vigil ran has nothing left running once vigil is gone, so there is
+// nothing to wait for but a start already under way.
+func restartSettle(r configs.Restart) time.Duration {
+	switch r.Kind {
+	case "docker":
+		return r.Docker.StopTimeout + 30*time.Second
+	case "systemd":
+		return 90*time.Second + 30*time.Second
+	}
+	return 5 * time.Second
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // outcome is what a refusal means for the clients: whether the host
@@ -35,9 +36,18 @@ func outOfRotation(c planConfig, ref *recovery.Refusal) outcome {
 	return outcome{words: fmt.Sprintf("%s stays drained: the host is out of rotation until the engine recovers by itself or a restart is allowed", c.Drainer)}
 }
 
-func stillServing(c planConfig) outcome {
+// stillServing says the host keeps its traffic; without a load balancer
+// it names what the clients reach, as the incident's verdict found it.
+func stillServing(c planConfig, v watchdog.State) outcome {
 	if c.NoDrain {
-		return serving("no load balancer is configured (load_balancer.kind none), so clients keep reaching the hung engine: the host still takes traffic")
+		engine := "the engine"
+		switch v {
+		case watchdog.StateHung:
+			engine = "the hung engine"
+		case watchdog.StateDown:
+			engine = "the engine while it is down"
+		}
+		return serving("no load balancer is configured (load_balancer.kind none), so clients keep reaching " + engine + ": the host still takes traffic")
 	}
 	return serving("the host still takes traffic")
 }

@@ -72,14 +72,18 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 	deadline := r.j.DrainStarted.Add(r.o.LoadBalancer.DrainTimeoutHung)
 	r.mu.Unlock()
 	start := r.o.Now()
-	left, known := 0, false
+	// open is what the balancer counts on this server (sessions and its
+	// queue), held the calls among them vigil's limiter holds for the
+	// restarted engine: those are not waiting on the hung one.
+	left, open, held, known := 0, 0, 0, false
 	for {
 		st, err := r.o.Drainer.State(ctx)
 		switch {
 		case err != nil:
 			r.log.WithError(err).Warn("cannot read sessions during the drain wait")
 		case st.Known:
-			left, known = max(0, st.Self.Sessions+st.Self.Queued-r.heldByLimiter()), true
+			open, held = st.Self.Sessions+st.Self.Queued, r.heldByLimiter()
+			left, known = max(0, open-held), true
 		}
 		if known && left == 0 {
 			break
@@ -93,13 +97,22 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 		}
 	}
 	r.update(func(j *Journal) { j.Dropped = left })
-	waited := humanize.GoTenths(r.o.Now().Sub(start))
+	d := r.o.Now().Sub(start)
+	waited := humanize.GoTenths(d)
+	when := "after " + waited
+	if d < time.Second {
+		when = "at once"
+	}
 	var detail string
 	switch {
 	case !known:
 		detail = fmt.Sprintf("waited %s (cannot read sessions from %s)", waited, r.o.Drainer)
+	case open == 0:
+		detail = "no sessions left " + when
 	case left == 0:
-		detail = fmt.Sprintf("no sessions left after %s", waited)
+		detail = fmt.Sprintf("%d sessions open at %s, all calls vigil's limiter holds for the restarted engine or a peer; none waits on the hung engine (read %s)", open, r.o.Drainer, when)
+	case held > 0:
+		detail = fmt.Sprintf("%d sessions open at %s %s: vigil's limiter holds %d of them for the restarted engine or a peer, %d are still in flight on the hung engine, which never finishes them; restarting anyway", open, r.o.Drainer, when, held, left)
 	default:
 		detail = fmt.Sprintf("%d sessions still in flight after %s (a hung engine never finishes them); restarting anyway", left, waited)
 	}

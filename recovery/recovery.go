@@ -85,6 +85,10 @@ const (
 	// GuardNoRestarter: restart.kind is none, so vigil cannot restart the
 	// engine; nothing lifts it but the engine recovering (or a person).
 	GuardNoRestarter Guard = "no_restarter"
+	// GuardStateUnwritable: the state file cannot be written, so no step
+	// of a recovery can be journaled; vigil drains and restarts nothing
+	// until it can (a drain it could not remember would outlive it).
+	GuardStateUnwritable Guard = "state_unwritable"
 	// GuardStartupGrace: the engine (re)started recently and may still be
 	// loading.
 	GuardStartupGrace Guard = "startup_grace"

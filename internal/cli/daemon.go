@@ -273,7 +273,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 		}
 	}
 	ro := actions.RecoveryOptions{
-		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace,
+		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace, Unwritable: d.stateFault,
 		Drainer: drainer, Restarter: d.restarter, Ready: readyCheck(cfg),
 		Store: d.store, Reporter: d.fanout(), DryRun: cfg.Watchdog.DryRun, PeerDrained: d.peerDrained,
 		Registerer: d.registry, Log: log.WithField("part", "recovery"),
