@@ -349,7 +349,10 @@ func (p *Pager) refusalLocked(t thread, v watchdog.Verdict, outlook *recovery.Re
 	}
 	// Without a load balancer a refusal always leaves the host serving,
 	// as the recovery's refused step will say.
-	return &refusalNote{Guard: outlook.Guard, Until: outlook.Until, Dry: p.dryRun, Serving: p.render.drain == ""}
+	// Nor does a state file vigil cannot write: it drains nothing it could
+	// not remember.
+	serving := p.render.drain == "" || outlook.Guard == recovery.GuardStateUnwritable
+	return &refusalNote{Guard: outlook.Guard, Until: outlook.Until, Dry: p.dryRun, Serving: serving}
 }
 
 // RecoveryStep queues a thread reply for one recovery step.
@@ -732,7 +735,7 @@ func (p *Pager) Run(ctx context.Context) error {
 		// Log the first failure and then at powers of two: an outage of
 		// hours must not flood the log.
 		if attempt&(attempt-1) == 0 {
-			entry.WithField("retry_in_seconds", wait.Seconds()).Warn("alerts: page not delivered; will retry")
+			entry.WithField("retry_in_seconds", wait.Round(time.Second).Seconds()).Warn("alerts: page not delivered; will retry")
 		}
 		if err := p.sleep(ctx, wait); err != nil {
 			return nil

@@ -39,6 +39,11 @@ func DescribeRecovery(cfg configs.Config) string {
 		return "Dry run, nothing is changed: " + manualIntent(refusalNote{Dry: true}, drain, restore)
 	case restart == "":
 		return manualIntent(refusalNote{}, drain, restore)
+	case drain == "" && cfg.Admission.Enabled:
+		// The limiter cuts the calls in flight on the engine and sends
+		// them again (to a peer, or to the restarted engine): only what
+		// went around it is lost.
+		s = "Will " + restart + ". No load balancer is configured (load_balancer.kind none): calls through vigil's limiter are held for the restarted engine or moved to a peer; calls sent straight to the engine are lost."
 	case drain == "":
 		s = "Will " + restart + ". No load balancer is configured (load_balancer.kind none), so requests in flight are lost."
 	default:
@@ -64,11 +69,12 @@ func drainTarget(lb configs.LoadBalancer) string {
 
 // guardWords says why a guard refuses a restart, for the intent of a page.
 var guardWords = map[recovery.Guard]string{
-	recovery.GuardStartupGrace: "the engine started recently and is within its startup grace",
-	recovery.GuardCooldown:     "vigil restarted the engine recently (restart.cooldown)",
-	recovery.GuardBudget:       "the restart budget is spent (restart.budget)",
-	recovery.GuardPoolLock:     "another member of the pool is out of rotation",
-	recovery.GuardNoRestarter:  "no restarter is configured (restart.kind none)",
+	recovery.GuardStartupGrace:    "the engine started recently and is within its startup grace",
+	recovery.GuardCooldown:        "vigil restarted the engine recently (restart.cooldown)",
+	recovery.GuardBudget:          "the restart budget is spent (restart.budget)",
+	recovery.GuardPoolLock:        "another member of the pool is out of rotation",
+	recovery.GuardNoRestarter:     "no restarter is configured (restart.kind none)",
+	recovery.GuardStateUnwritable: "the state file cannot be written (watchdog.state_file), so vigil can journal no step of a recovery",
 }
 
 // refusedIntent is what vigil will do about a hung or down engine while a

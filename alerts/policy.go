@@ -281,10 +281,14 @@ func (t thread) followStep(s recovery.Step) thread {
 		}
 	case recovery.StepRestarting:
 		begin()
-		t.Restarting, t.Refused = true, nil
-		if !t.TroubleSince.IsZero() && t.TroubleUntil.IsZero() {
-			t.TroubleUntil = s.At // the hang ends where vigil restarts the engine
+		if !t.TroubleSince.IsZero() && (t.TroubleUntil.IsZero() || t.Restarting) {
+			// The hang ends where vigil restarts the engine. Restarting
+			// again before the first restart was ready (a vigil stopped
+			// during the step, whose restart never ran) moves that end:
+			// the engine stayed hung until this one.
+			t.TroubleUntil = s.At
 		}
+		t.Restarting, t.Refused = true, nil
 	case recovery.StepRestart, recovery.StepRestartSkipped:
 		begin()
 		t.Refused = nil

@@ -3,6 +3,7 @@ package alerts
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -75,12 +76,20 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 		}
 	case watchdog.StateSaturated, watchdog.StateHealthy:
 		load := fmt.Sprintf("%s waiting, %s running, %s tok/s", humanize.Count(e.Waiting), humanize.Count(e.Running), humanize.Count(e.TokensPerSec))
+		if e.LimiterQueued > 0 {
+			load = "engine " + load
+		}
 		// A window under a second (e.g. right after a counter reset) would
 		// print as "in 0s".
 		if e.ProgressDelta > 0 && e.Window >= time.Second {
 			load += fmt.Sprintf(", counters +%s in %s", humanize.Count(e.ProgressDelta), humanize.Span(e.Window))
 		}
 		parts = append(parts, load)
+		if e.LimiterQueued > 0 {
+			// The engine's gauges alone would hide the queue that made it
+			// saturated when the limiter holds it.
+			add("%s queued in vigil's limiter", humanize.Count(float64(e.LimiterQueued)))
+		}
 		if e.Probe != "" {
 			add("probe %s", e.Probe)
 		}
@@ -116,7 +125,7 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 // intent is what vigil will and will not do about a state. For hung and
 // down it is the configured plan, unless a guard refuses the restart (g):
 // then it says that, and whether the host is out of rotation.
-func (r renderer) intent(s watchdog.State, g *refusalNote, at time.Time) string {
+func (r renderer) intent(s watchdog.State, e watchdog.Evidence, g *refusalNote, at time.Time) string {
 	switch s {
 	case watchdog.StateHung, watchdog.StateDown:
 		if g != nil {
@@ -125,7 +134,7 @@ func (r renderer) intent(s watchdog.State, g *refusalNote, at time.Time) string 
 		return r.plan
 	case watchdog.StateSaturated:
 		if r.limiter {
-			return "Not restarting: the engine is making progress. Limiter is shedding excess load."
+			return "Not restarting: the engine is making progress. " + limiterWords(e)
 		}
 		return "Not restarting: the engine is making progress. No admission limiter is in front of it (admission.enabled is off), so the queue will grow with the load."
 	case watchdog.StateMisconfigured:
@@ -134,6 +143,32 @@ func (r renderer) intent(s watchdog.State, g *refusalNote, at time.Time) string 
 		return "Not restarting: vigil cannot tell saturated from hung without its signals. A human should look."
 	}
 	return ""
+}
+
+// limiterWords says what vigil's limiter did about a saturated engine,
+// from what it counted over the verdict's last cycles: shed (and how
+// much), queued, or nothing because no call came through it. Its queue's
+// depth is in the evidence.
+func limiterWords(e watchdog.Evidence) string {
+	switch {
+	case e.ShedCalls == 0 && e.LimiterQueued == 0:
+		return "No call came through vigil's limiter lately: the load reaches the engine around it, so the limiter cannot shed it."
+	case e.ShedRate > 0:
+		return fmt.Sprintf("The limiter is shedding excess load: %s of %s calls answered 429/503 with Retry-After.",
+			percent(e.ShedRate), humanize.Count(float64(e.ShedCalls)))
+	case e.LimiterQueued > 0:
+		return fmt.Sprintf("The limiter sheds nothing yet: it holds the excess in its queue (%s calls).", humanize.Count(float64(e.LimiterQueued)))
+	}
+	return fmt.Sprintf("The limiter sheds nothing: it admitted all %s calls lately.", humanize.Count(float64(e.ShedCalls)))
+}
+
+// percent is a share for people: "12%", "<1%" for a share too small to
+// round to one, never "0%" for something that happened.
+func percent(x float64) string {
+	if p := math.Round(100 * x); p >= 1 {
+		return fmt.Sprintf("%.0f%%", p)
+	}
+	return "<1%"
 }
 
 // sentence joins a title, the engine URL, the evidence and the intent into
@@ -150,7 +185,7 @@ func (r renderer) sentence(title, evidence, intent string) string {
 // refusing the restart, if any.
 func (r renderer) incidentPage(kind Kind, title string, v watchdog.Verdict, inc *watchdog.Incident, g *refusalNote) Message {
 	ev := r.evidence(v)
-	in := r.intent(v.State, g, v.At)
+	in := r.intent(v.State, v.Evidence, g, v.At)
 	body := ev + "."
 	if in != "" {
 		body += "\n" + in

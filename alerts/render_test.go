@@ -34,6 +34,13 @@ func saturated(at time.Time, waiting float64) watchdog.Verdict {
 	}
 }
 
+// shedding is v with the limiter's counts of the last cycles: the share
+// of calls it answered 429/503, of how many, and its queue.
+func shedding(v watchdog.Verdict, rate float64, calls uint64, queued int) watchdog.Verdict {
+	v.Evidence.ShedRate, v.Evidence.ShedCalls, v.Evidence.LimiterQueued = rate, calls, queued
+	return v
+}
+
 func hung(at time.Time) watchdog.Verdict {
 	return watchdog.Verdict{
 		State:  watchdog.StateHung,
@@ -84,8 +91,8 @@ func TestHeadPagesRenderAsDocumented(t *testing.T) {
 		v    watchdog.Verdict
 		want string
 	}{
-		{"a saturated engine is paged with its queue, throughput and a promise not to restart", saturated(t0, 99),
-			":large_orange_circle: SATURATED on node1 (http://127.0.0.1:8000): 99 waiting, 8 running, 2,340 tok/s, counters +35,100 in 15s; probe 200 in 12.4s; est. drain 6m. Not restarting: the engine is making progress. Limiter is shedding excess load."},
+		{"a saturated engine is paged with its queue, throughput and a promise not to restart", shedding(saturated(t0, 99), 0.42, 310, 12),
+			":large_orange_circle: SATURATED on node1 (http://127.0.0.1:8000): engine 99 waiting, 8 running, 2,340 tok/s, counters +35,100 in 15s; 12 queued in vigil's limiter; probe 200 in 12.4s; est. drain 6m. Not restarting: the engine is making progress. The limiter is shedding excess load: 42% of 310 calls answered 429/503 with Retry-After."},
 		{"a hung engine is paged with how long it froze and what vigil will do", hung(t0),
 			":red_circle: HUNG on node1 (http://127.0.0.1:8000): no progress for 3m05s with 40 waiting, 8 running; /v1/models 200 in 3ms; probe outstanding for 95s. Will drain vllm/node1 at HAProxy, restart container vllm, restore traffic gradually (10% → 100% over 2m)."},
 	}
@@ -97,6 +104,13 @@ func TestHeadPagesRenderAsDocumented(t *testing.T) {
 			}
 			if !strings.Contains(docComment(t), tc.want) {
 				t.Errorf("doc.go does not show this page as it renders:\n%s", tc.want)
+			}
+			readme, err := readFile("../README.md")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(readme, tc.want) {
+				t.Errorf("README.md does not show this page as it renders:\n%s", tc.want)
 			}
 		})
 	}
@@ -244,7 +258,12 @@ func TestDescribeRecoveryNamesWhatVigilWillAndWillNotDo(t *testing.T) {
 		{"no drainer says requests are lost", func(c *configs.Config) {
 			c.LoadBalancer.Kind = "none"
 			c.Restart.Kind, c.Restart.Systemd.Unit = "systemd", "vllm.service"
+			c.Admission.Enabled = false
 		}, "Will restart unit vllm.service. No load balancer is configured (load_balancer.kind none), so requests in flight are lost."},
+		{"no drainer with the limiter says what it holds and what is lost", func(c *configs.Config) {
+			c.LoadBalancer.Kind = "none"
+			c.Restart.Kind, c.Restart.Systemd.Unit = "systemd", "vllm.service"
+		}, "Will restart unit vllm.service. No load balancer is configured (load_balancer.kind none): calls through vigil's limiter are held for the restarted engine or moved to a peer; calls sent straight to the engine are lost."},
 		{"a dry run changes nothing", func(c *configs.Config) { c.Watchdog.DryRun = true },
 			"Dry run, nothing is changed: would drain vllm/node1 at HAProxy, restart container vllm, restore traffic gradually (10% → 100% over 2m)."},
 	}
