@@ -144,7 +144,7 @@ type Watchdog struct {
 	odd           string         // the oddities last told (noticeOdd)
 	missing       map[string]int // consecutive scrapes each name was missing from
 	lastCompleted time.Time
-	saveErr       string
+	saveFault     fault
 	asked         string // incident+state recovery was last asked for
 	storm         bool
 	work          workLog       // guarded by mu
@@ -540,13 +540,15 @@ func (w *Watchdog) observeSample(s *Sample) {
 
 func (w *Watchdog) persist(p persisted) {
 	err := w.store.Save(StateSection, p)
-	switch {
-	case err != nil && err.Error() != w.saveErr:
-		w.log.WithError(err).Error("watchdog: cannot persist state; an incident may reopen after a vigil restart")
-		w.saveErr = err.Error()
-	case err == nil && w.saveErr != "":
+	now := w.now()
+	switch w.saveFault.note(err, now) {
+	case faultBegan:
+		w.log.WithError(err).Error("watchdog: cannot persist state; an incident may reopen after a vigil restart (reminded every " + humanize.Rough(faultReminder) + " while it lasts)")
+	case faultGoesOn:
+		w.log.WithError(err).WithField("failures", w.saveFault.n).Warn("watchdog: still cannot persist state, " +
+			humanize.Count(float64(w.saveFault.n)) + " failures since " + humanize.ClockUTC(w.saveFault.since))
+	case faultEnded:
 		w.log.Info("watchdog: state persisted again")
-		w.saveErr = ""
 	}
 }
 
@@ -674,6 +676,12 @@ func (w *Watchdog) conditions(v Verdict) map[string]string {
 		}
 	}
 	odd := strings.Join(v.Evidence.Odd, "; ")
+	if r := w.opts.Recoverer; r != nil && r.Busy() {
+		// vigil's own recovery is what makes the endpoints disagree now
+		// (a restart killing the frozen process, a model loading): that
+		// is no oddity of the engine's to tell anyone about.
+		odd = ""
+	}
 	if odd != "" {
 		c["engine_odd"] = "ODD, NOT RESTARTING: " + odd
 	}
