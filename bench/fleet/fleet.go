@@ -14,6 +14,7 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
+	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -33,6 +34,9 @@ type params struct {
 	// scenario can cut a member off (partition).
 	proxied bool
 	prefix  string
+	// etcdOnly wires the turns on etcd's word alone, as before the
+	// drained peers were counted (-etcd-only: the control).
+	etcdOnly bool
 }
 
 // engineState is a stand-in engine's state: what the watchdog's probes
@@ -216,6 +220,36 @@ func (f *fleet) peers(self int, regs []coord.Registered) []pool.Member {
 	return out
 }
 
+// coordinator is the member's turns, wired as the daemon wires them:
+// with the peers' drained members counted (internal/cli/poolview.go),
+// unless the fleet runs the old wiring (etcd's word alone).
+func (f *fleet) coordinator(sem *coord.Semaphore, m *member) recovery.Coordinator {
+	if f.p.etcdOnly {
+		return coord.Turns(sem)
+	}
+	return coord.TurnsWith(sem, coord.TurnOptions{Poll: 50 * time.Millisecond, Drained: func(context.Context) []string {
+		// As internal/cli's drainedPeers: the registered members and
+		// those whose registration vanished, read from the balancer
+		// here instead of their /status.
+		gone := map[string]bool{}
+		regs := m.dir.Registered()
+		for _, r := range m.dir.Gone() {
+			gone[r.Node] = true
+			regs = append(regs, r)
+		}
+		var out []string
+		for _, pm := range f.peers(m.i, regs) {
+			switch {
+			case pm.Drained:
+				out = append(out, pm.Node)
+			case gone[pm.Node]:
+				m.dir.Forget(pm.Node)
+			}
+		}
+		return out
+	}})
+}
+
 // lb is member i's server on the in-memory balancer.
 type lb struct {
 	f *fleet
@@ -318,7 +352,7 @@ type member struct {
 	cancel  context.CancelFunc
 	runCtx  context.Context
 	done    sync.WaitGroup
-	regs    []coord.Registered
+	dir     coord.Directory
 	running bool
 }
 
@@ -344,7 +378,7 @@ func (m *member) start(endpoint string) error {
 	rec, err := actions.NewRecovery(actions.RecoveryOptions{
 		LoadBalancer: lbCfg, Restart: rsCfg,
 		Drainer: lb{m.f, m.i}, Restarter: eng, Ready: eng.ready, Store: m.store,
-		Coordinator: coord.Turns(sem), TurnWait: time.Minute,
+		Coordinator: m.f.coordinator(sem, m), TurnWait: time.Minute,
 		Floor: func(context.Context) error {
 			return coord.CheckFloor(m.f.peers(m.i, m.directory()), p.minServing)
 		},
@@ -364,20 +398,14 @@ func (m *member) start(endpoint string) error {
 	m.done.Go(func() {
 		sem.WatchMembers(ctx, func(regs []coord.Registered, err error) {
 			if err == nil {
-				m.mu.Lock()
-				m.regs = regs
-				m.mu.Unlock()
+				m.dir.Set(regs)
 			}
 		})
 	})
 	return rec.Resume(ctx)
 }
 
-func (m *member) directory() []coord.Registered {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.regs
-}
+func (m *member) directory() []coord.Registered { return m.dir.Registered() }
 
 // stop ends this vigil run as a SIGTERM would: the sequence stops where it
 // is (its journal keeps the step and the turn), the registration is

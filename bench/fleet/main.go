@@ -39,6 +39,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	runs := fs.Int("runs", 1, "runs of each scenario and size")
 	lease := fs.Duration("lease", 3*time.Second, "pool.etcd.lease_ttl")
 	restartFor := fs.Duration("restart", 4*time.Second, "how long a restarted engine loads (longer than -lease, as a real engine's load is longer than the TTL)")
+	etcdOnly := fs.Bool("etcd-only", false, "the control: turns on etcd's word alone, the peers' drained members not counted (the wiring before #42)")
 	seed := fs.Uint64("seed", 1, "seed of who hangs when")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -92,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for r := range *runs {
 		for _, n := range sizes {
 			for _, sc := range scs {
-				p := params{n: n, max: max(2, n/10), minServing: n / 2, leaseTTL: *lease, restartFor: *restartFor, poll: 100 * time.Millisecond}
+				p := params{n: n, max: max(2, n/10), minServing: n / 2, leaseTTL: *lease, restartFor: *restartFor, poll: 100 * time.Millisecond, etcdOnly: *etcdOnly}
 				fmt.Fprintf(stderr, "fleet: run %d, N=%d, %s (load %s) ...\n", r+1, n, sc.name, loadavg())
 				res, err := runScenario(ctx, p, sc, etcd, *seed+uint64(r), 3*time.Minute)
 				if err != nil {

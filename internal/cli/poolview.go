@@ -124,7 +124,12 @@ func (d *daemon) wirePool(cfg *configs.Config, ro *actions.RecoveryOptions) erro
 	if d.turns, err = openCoord(cfg); err != nil {
 		return err
 	}
-	ro.Coordinator = coord.Turns(d.turns)
+	// A granted turn also counts the peers drained by their vigil: one cut
+	// off from etcd mid-recovery has lost its place there but not left
+	// its drain (docs/design.md, the pool at scale).
+	ro.Coordinator = coord.TurnsWith(d.turns, coord.TurnOptions{Drained: func(ctx context.Context) []string {
+		return drainedPeers(ctx, cfg, &d.members.dir)
+	}})
 	ro.DrainWithoutCoordinator = p.DrainWithoutCoordinator
 	return nil
 }
@@ -144,4 +149,26 @@ func openCoord(cfg *configs.Config) (*coord.Semaphore, error) {
 		return nil, fmt.Errorf("pool.etcd: %w", err)
 	}
 	return s, nil
+}
+
+// drainedPeers reads the /status of the registered members and of those
+// whose registration vanished, and names the ones drained by their vigil.
+// A vanished member that is not drained (or cannot be read) is forgotten.
+func drainedPeers(ctx context.Context, cfg *configs.Config, dir *coord.Directory) []string {
+	gone := map[string]bool{}
+	regs := dir.Registered()
+	for _, r := range dir.Gone() {
+		gone[r.Node] = true
+		regs = append(regs, r)
+	}
+	var out []string
+	for _, m := range fetchPeers(ctx, cfg, regs) {
+		switch {
+		case m.Reachable() && m.Drained:
+			out = append(out, m.Node)
+		case gone[m.Node]:
+			dir.Forget(m.Node)
+		}
+	}
+	return out
 }
