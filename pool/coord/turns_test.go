@@ -48,7 +48,7 @@ func TestTurnWaitsWhileAHolderCutOffFromEtcdIsStillDrained(t *testing.T) {
 			mu.Unlock()
 		})
 		if h != nil {
-			defer h.Release(context.WithoutCancel(ctx))
+			_ = h.Release(context.WithoutCancel(ctx))
 		}
 		done <- result{err}
 	}()
