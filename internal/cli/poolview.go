@@ -23,6 +23,9 @@ type poolCache struct {
 	mu      sync.Mutex
 	members []pool.Member
 	at      time.Time
+	// turns is the queue for the pool's turns (pool.coordination: etcd),
+	// nil when there is none or etcd did not answer the last read.
+	turns *coord.TurnQueue
 }
 
 // refreshPool keeps the cache fresh every interval until ctx ends.
@@ -32,8 +35,14 @@ func (d *daemon) refreshPool(ctx context.Context) {
 	defer t.Stop()
 	for {
 		members := d.fetchPeers(ctx, cfg)
+		var turns *coord.TurnQueue
+		if d.turns != nil {
+			if q, err := d.turns.Queue(ctx); err == nil {
+				turns = &q
+			}
+		}
 		d.pool.mu.Lock()
-		d.pool.members, d.pool.at = members, time.Now()
+		d.pool.members, d.pool.at, d.pool.turns = members, time.Now(), turns
 		d.pool.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -47,6 +56,13 @@ func (d *daemon) poolView() []pool.Member {
 	d.pool.mu.Lock()
 	defer d.pool.mu.Unlock()
 	return append([]pool.Member(nil), d.pool.members...)
+}
+
+// turnQueue is the last read of the pool's turns (nil if none).
+func (d *daemon) turnQueue() *coord.TurnQueue {
+	d.pool.mu.Lock()
+	defer d.pool.mu.Unlock()
+	return d.pool.turns
 }
 
 // movePeers are the pool members a call cut from this vigil's lost engine

@@ -99,3 +99,37 @@ func TestTurnWaitingForRoomGivesThePlaceBack(t *testing.T) {
 		t.Errorf("the place stayed held after the wait ended: %v", hs)
 	}
 }
+
+// The queue lists the holders and then the waiting members in the order
+// they asked, the order their turns come in.
+func TestQueueListsHoldersThenWaitersInOrder(t *testing.T) {
+	e := testinfra.StartEtcd(t)
+	ctx := t.Context()
+	sems := map[string]*Semaphore{}
+	for _, n := range []string{"node1", "node2", "node3", "node4"} {
+		sems[n] = newSem(t, e.Endpoint, n, 2)
+	}
+	for _, n := range []string{"node1", "node2"} {
+		if _, err := sems[n].Acquire(ctx, "inc-"+n, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p4 := acquireAsync(ctx, sems["node4"], "inc-node4")
+	mustNotFinish(t, p4, 200*time.Millisecond, "node4 queued")
+	p3 := acquireAsync(ctx, sems["node3"], "inc-node3")
+	mustNotFinish(t, p3, 200*time.Millisecond, "node3 queued")
+	q, err := sems["node1"].Queue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holding, waiting []string
+	for _, h := range q.Holding {
+		holding = append(holding, h.Node)
+	}
+	for _, h := range q.Waiting {
+		waiting = append(waiting, h.Node+" "+h.Incident)
+	}
+	if q.Max != 2 || strings.Join(holding, ",") != "node1,node2" || strings.Join(waiting, ",") != "node4 inc-node4,node3 inc-node3" {
+		t.Errorf("queue max %d holding %v waiting %v; want 2, [node1 node2], [node4 inc-node4 node3 inc-node3]", q.Max, holding, waiting)
+	}
+}
