@@ -115,7 +115,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 var header = []string{"scenario", "N", "max / min_serving", "serving min", "out max", "instants over limit",
-	"drains below floor", "every node serves after", "longest wait for a turn", "etcd req/s", "leases max", "stuck", "wall"}
+	"drains below floor", "every node serves after", "longest wait for a turn", "etcd req/s", "leases max", "stuck", "directory complete after start", "wall"}
 
 func printResults(w io.Writer, rs []result) {
 	t := humanize.Table{Header: header}
@@ -126,7 +126,7 @@ func printResults(w io.Writer, rs []result) {
 		}
 		t.Add(r.scenario, r.p.n, fmt.Sprintf("%d / %d", r.p.max, r.p.minServing), r.obs.minServing, r.obs.maxOut,
 			r.obs.overLimit, r.obs.drainsBelow, all, humanize.GoTenths(r.obs.longestWait), fmt.Sprintf("%.0f", r.reqPerSec),
-			r.maxLeases, len(r.stuck), humanize.GoTenths(r.wall))
+			r.maxLeases, len(r.stuck), humanize.GoTenths(r.directory), humanize.GoTenths(r.wall))
 	}
 	fmt.Fprintln(w)
 	t.Print(w)
