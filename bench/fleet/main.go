@@ -90,6 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "etcd %s; lease TTL %s; engine load after restart %s; a scenario minute is %s; max_concurrent_recoveries N/10, min_serving N/2\n\n",
 		etcd.Endpoint(), *lease, *restartFor, minute)
 	var all []result
+	failed := false
 	for r := range *runs {
 		for _, n := range sizes {
 			for _, sc := range scs {
@@ -97,15 +98,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "fleet: run %d, N=%d, %s (load %s) ...\n", r+1, n, sc.name, loadavg())
 				res, err := runScenario(ctx, p, sc, etcd, *seed+uint64(r), 3*time.Minute)
 				if err != nil {
-					fmt.Fprintf(stderr, "fleet: %v\n", err)
-					return 1
+					fmt.Fprintf(stderr, "fleet: run %d, N=%d, %s: %v\n", r+1, n, sc.name, err)
+					if ctx.Err() != nil {
+						return 1
+					}
+					failed = true
+					continue
 				}
 				all = append(all, res)
 				printSeries(stdout, r+1, res)
+				// The row so far, in case a later scenario fails.
+				printResults(stderr, []result{res})
 			}
 		}
 	}
 	printResults(stdout, all)
+	if failed {
+		return 1
+	}
 	for _, r := range all {
 		if r.obs.overLimit > 0 || r.obs.drainsBelow > 0 || len(r.stuck) > 0 {
 			return 1
