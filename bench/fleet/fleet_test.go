@@ -75,7 +75,7 @@ func runFleet(t *testing.T, name string, tweak func(*params)) result {
 	if tweak != nil {
 		tweak(&p)
 	}
-	res, err := runScenario(t.Context(), p, scenarioNamed(t, name), testEtcd{t, e}, 1, 2*time.Minute)
+	res, err := runScenario(t.Context(), p, scenarioNamed(t, name), testEtcd{t, e}, 1, 2*time.Minute, t.Output())
 	if err != nil {
 		t.Fatal(err)
 	}

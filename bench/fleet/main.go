@@ -96,7 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			for _, sc := range scs {
 				p := params{n: n, max: max(2, n/10), minServing: n / 2, leaseTTL: *lease, restartFor: *restartFor, poll: 100 * time.Millisecond, etcdOnly: *etcdOnly}
 				fmt.Fprintf(stderr, "fleet: run %d, N=%d, %s (load %s) ...\n", r+1, n, sc.name, loadavg())
-				res, err := runScenario(ctx, p, sc, etcd, *seed+uint64(r), 3*time.Minute)
+				res, err := runScenario(ctx, p, sc, etcd, *seed+uint64(r), 3*time.Minute, stderr)
 				if err != nil {
 					fmt.Fprintf(stderr, "fleet: run %d, N=%d, %s: %v\n", r+1, n, sc.name, err)
 					if ctx.Err() != nil {

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/state"
 )
 
@@ -90,8 +93,11 @@ type runner struct {
 	members []*member
 	etcd    etcdServer
 	rng     *rand.Rand
-	mu      sync.Mutex
-	errs    []string
+	// stderr, if set, is told every 5 s of a slow return who holds and
+	// who waits, and where the members out of rotation are.
+	stderr io.Writer
+	mu     sync.Mutex
+	errs   []string
 }
 
 func (r *runner) errf(format string, a ...any) {
@@ -169,11 +175,11 @@ type result struct {
 
 // runScenario starts the fleet's vigils against etcd, runs sc, and waits
 // until every member serves again (or within).
-func runScenario(ctx context.Context, p params, sc scenario, etcd etcdServer, seed uint64, within time.Duration) (result, error) {
+func runScenario(ctx context.Context, p params, sc scenario, etcd etcdServer, seed uint64, within time.Duration, stderr io.Writer) (result, error) {
 	p.proxied = sc.proxied
 	p.prefix = fmt.Sprintf("/vigil/fleet-%s-%d-%d/", sc.name, p.n, time.Now().UnixNano())
 	f := newFleet(p)
-	r := &runner{p: p, f: f, etcd: etcd, rng: rand.New(rand.NewPCG(seed, uint64(p.n)))}
+	r := &runner{p: p, f: f, etcd: etcd, rng: rand.New(rand.NewPCG(seed, uint64(p.n))), stderr: stderr}
 	defer func() {
 		var wg sync.WaitGroup
 		for _, m := range r.members {
@@ -278,8 +284,13 @@ func runScenario(ctx context.Context, p params, sc scenario, etcd etcdServer, se
 		r.errf("%v", err)
 	}
 	end := time.Now().Add(within)
+	lastSaid := time.Now()
 	for !f.allServing() && time.Now().Before(end) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
+		if r.stderr != nil && time.Since(lastSaid) > 5*time.Second {
+			lastSaid = time.Now()
+			r.describe(ctx, start)
+		}
 	}
 	stopBG()
 	bgWG.Wait()
@@ -299,4 +310,51 @@ func runScenario(ctx context.Context, p params, sc scenario, etcd etcdServer, se
 	}
 	res.reqPerSec = (reqBase + reqLast - reqFirst) / wall.Seconds()
 	return res, ctx.Err()
+}
+
+// describe says who holds a turn and who waits in etcd, and the recovery
+// step of each member out of rotation or hung: a node stuck without a
+// turn shows here.
+func (r *runner) describe(ctx context.Context, start time.Time) {
+	var q coord.TurnQueue
+	var err error
+	for _, m := range r.members {
+		m.mu.Lock()
+		sem := m.sem
+		m.mu.Unlock()
+		if sem != nil {
+			q, err = sem.Queue(ctx)
+			break
+		}
+	}
+	names := func(hs []coord.Holder) string {
+		var out []string
+		for _, h := range hs {
+			out = append(out, h.Node)
+		}
+		return strings.Join(out, " ")
+	}
+	fmt.Fprintf(r.stderr, "  at %s: holding [%s] waiting %d [%s] (err %v)\n", time.Since(start).Round(time.Second),
+		names(q.Holding), len(q.Waiting), names(q.Waiting), err)
+	r.f.mu.Lock()
+	nodes := append([]node(nil), r.f.nodes...)
+	r.f.mu.Unlock()
+	var lines []string
+	for i, n := range nodes {
+		if !n.out && n.engine == serving {
+			continue
+		}
+		m := r.members[i]
+		m.mu.Lock()
+		rec := m.rec
+		m.mu.Unlock()
+		snap := rec.Snapshot()
+		lines = append(lines, fmt.Sprintf("node%d %s out=%t step=%s active=%t err=%q", i, n.engine, n.out, snap.Step, snap.Active, snap.LastError))
+	}
+	if len(lines) > 8 {
+		lines = append(lines[:8], fmt.Sprintf("... %d more", len(lines)-8))
+	}
+	for _, l := range lines {
+		fmt.Fprintf(r.stderr, "    %s\n", l)
+	}
 }
