@@ -61,9 +61,9 @@ type node struct {
 	startedAt time.Time
 	readyAt   time.Time
 	out       bool // out of rotation (drained by its vigil)
-	// hungAt is when the engine last hung; drainedAt when its vigil last
-	// drained it (the turn granted).
-	hungAt, drainedAt time.Time
+	// hungAt is when the engine last hung (zero once restarted): a drain
+	// measures the wait for a turn from it.
+	hungAt time.Time
 	// hangs numbers the engine's hangs: one incident each.
 	hangs int
 }
@@ -267,7 +267,6 @@ func (b lb) setOut(out bool) {
 	now := time.Now()
 	n.out = out
 	if out {
-		n.drainedAt = now
 		others := 0
 		for j, m := range f.nodes {
 			if j != b.i && !m.out && m.engine == serving {
