@@ -211,6 +211,9 @@ func runScenario(ctx context.Context, p params, sc scenario, etcd etcdServer, se
 	deadline := started.Add(3 * time.Minute)
 	for _, m := range r.members {
 		for len(m.directory()) < p.n {
+			if ctx.Err() != nil {
+				return result{}, ctx.Err()
+			}
 			if time.Now().After(deadline) {
 				return result{}, fmt.Errorf("%s sees %d of %d members after 3m", m.name(), len(m.directory()), p.n)
 			}
