@@ -42,6 +42,17 @@ func (r *Recovery) poolGate(ctx context.Context, lb LBState) (ref *recovery.Refu
 	})
 	switch {
 	case err == nil:
+		// The floor was read before the wait, which may have lasted
+		// minutes while other members hung or left: read it again.
+		if r.o.Floor != nil {
+			if ferr := r.o.Floor(ctx); ferr != nil {
+				if rerr := h.Release(context.WithoutCancel(ctx)); rerr != nil {
+					r.log.WithError(rerr).Warn("could not give the pool's turn back; it expires with its lease")
+				}
+				return &recovery.Refusal{Guard: recovery.GuardCapacityFloor,
+					Reason: "not draining: " + ferr.Error() + " (read again once the pool's turn came; the turn given back)"}, false
+			}
+		}
 		r.takeTurn(h, "took the pool's turn to recover")
 		return nil, false
 	case ctx.Err() != nil:

@@ -137,6 +137,19 @@ func TestRecoveryWithoutThePoolsTurnDoesNotDrain(t *testing.T) {
 				}
 			},
 			guard: recovery.GuardCapacityFloor, detail: "not draining: below the capacity floor", changes: ""},
+		{name: "min_serving: the floor held before the wait for the turn, not once it came",
+			tweak: func(c *fakeCoord, o *RecoveryOptions) {
+				reads := 0
+				o.Floor = func(context.Context) error {
+					// Read before the wait (fine), then after the turn
+					// came, by which time more members hung.
+					if reads++; reads%2 == 1 {
+						return nil
+					}
+					return errors.New("below the capacity floor: only 0 other member(s) would keep serving, min_serving is 1 (not serving: node1 hung, node3 hung)")
+				}
+			},
+			guard: recovery.GuardCapacityFloor, detail: "read again once the pool's turn came", changes: "turn acquire,turn release"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -25,6 +25,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 	"nsSecs": func(ns float64) float64 { return ns / 1e9 },
 	"pct":    humanize.Pct,
 	"upper":  strings.ToUpper,
+	"inc":    func(i int) int { return i + 1 },
 }).Parse(pageHTML))
 
 // pageRefresh is the meta refresh: the watchdog samples every 15 s by
@@ -119,6 +120,19 @@ type pageDoc struct {
 		Drained bool    `json:"drained"`
 		Err     string  `json:"error"`
 	} `json:"pool"`
+	Turns *struct {
+		Max     int         `json:"max"`
+		Holding []turnEntry `json:"holding"`
+		Waiting []turnEntry `json:"waiting"`
+	} `json:"turns"`
+}
+
+// turnEntry is a member holding or waiting for the pool's turn
+// (coord.Holder).
+type turnEntry struct {
+	Node     string    `json:"node"`
+	Incident string    `json:"incident"`
+	Since    time.Time `json:"since"`
 }
 
 // incidentDoc is an incident as the page reads it (watchdog.Incident).
@@ -364,6 +378,12 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 <tr><th>node</th><th>state</th><th>waiting / running</th><th>drained</th></tr>
 {{range .Pool}}<tr><td>{{.Node}}</td>{{if .Err}}<td class="warn" colspan="3">unreachable: {{.Err}}</td>{{else}}<td>{{upper .State}}</td><td class="n">{{num .Waiting}} / {{num .Running}}</td><td{{if .Drained}} class="warn"{{end}}>{{if .Drained}}yes{{else}}no{{end}}</td>{{end}}</tr>
 {{end}}</table>{{else if .PoolKnown}}<p class="none">No other member found: none listed in pool.peers, none registered in etcd.</p>{{else}}<p class="none">No peers configured (pool.peers).</p>{{end}}
+{{with .Turns}}<h3>Turns to recover ({{len .Holding}} of {{.Max}} held, {{len .Waiting}} waiting)</h3>
+<table>
+<tr><th>#</th><th>node</th><th>incident</th><th>asked</th></tr>
+{{range .Holding}}<tr><td>holds</td><td>{{.Node}}</td><td>{{.Incident}}</td><td>{{call $.Age .Since}}</td></tr>
+{{end}}{{range $i, $w := .Waiting}}<tr><td>waits {{inc $i}}</td><td>{{$w.Node}}</td><td>{{$w.Incident}}</td><td>{{call $.Age $w.Since}}</td></tr>
+{{end}}</table>{{end}}
 </section>
 {{if .Overrides}}<section>
 <h2>Overrides (they expire)</h2>

@@ -20,6 +20,7 @@ import (
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/pool"
+	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -398,5 +399,38 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The pool section shows the queue for the turns: who holds one, then who
+// waits, in the order their turns come.
+func TestRenderPageShowsTheTurnQueue(t *testing.T) {
+	snap := hungSnapshot()
+	snap.Turns = coord.TurnQueue{Max: 1,
+		Holding: []coord.Holder{{Node: "gpu-node-08", Incident: "inc-8", Since: t0.Add(-40 * time.Second)}},
+		Waiting: []coord.Holder{{Node: "gpu-node-07", Incident: "inc-7", Since: t0.Add(-30 * time.Second)},
+			{Node: "gpu-node-11", Incident: "inc-11", Since: t0.Add(-5 * time.Second)}}}
+	body, err := renderPage(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(body)
+	want := []string{"Turns to recover (1 of 1 held, 2 waiting)",
+		"<td>holds</td><td>gpu-node-08</td><td>inc-8</td>",
+		"<td>waits 1</td><td>gpu-node-07</td><td>inc-7</td>",
+		"<td>waits 2</td><td>gpu-node-11</td><td>inc-11</td>"}
+	last := -1
+	for _, w := range want {
+		i := strings.Index(page, w)
+		if i < 0 {
+			t.Fatalf("page lacks %q", w)
+		}
+		if i < last {
+			t.Errorf("%q out of order", w)
+		}
+		last = i
+	}
+	if body, _ := renderPage(hungSnapshot()); strings.Contains(string(body), "Turns to recover") {
+		t.Error("a pool without coordination shows a turn queue")
 	}
 }

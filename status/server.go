@@ -55,6 +55,10 @@ type Snapshot struct {
 	Overrides  any    `json:"overrides,omitempty"`
 	Capacity   any    `json:"capacity,omitempty"`
 	Pool       any    `json:"pool,omitempty"`
+	// Turns is the queue for the pool's turns to recover (coord.TurnQueue:
+	// the members holding one, then those waiting in their order), with
+	// pool.coordination etcd.
+	Turns any `json:"turns,omitempty"`
 	// Routing is the share of keyed retries that found their execution
 	// here (routing.AffinityReport): low when the load balancer is not
 	// key-affine.

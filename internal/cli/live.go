@@ -111,6 +111,9 @@ func (d *daemon) snapshot() status.Snapshot {
 		// "no pool configured".
 		s.Pool = append([]pool.Member{}, d.poolView()...)
 	}
+	if q := d.turnQueue(); q != nil {
+		s.Turns = q
+	}
 	if d.affinity != nil {
 		s.Routing = d.affinity.Report()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
@@ -19,26 +18,18 @@ import (
 // old vigil, one whose etcd is cut off: it shows up unreachable instead of
 // vanishing), and members that come and go need no edit of every config.
 
-// poolMembers is the directory as last read from etcd.
+// poolMembers is the directory as last read from etcd, with the members
+// whose registration vanished (coord.Directory).
 type poolMembers struct {
-	mu   sync.Mutex
-	regs []coord.Registered
+	dir coord.Directory
 	// registering is closed once Register has returned (its lease
 	// revoked); nil when this vigil does not register.
 	registering chan struct{}
 }
 
-func (p *poolMembers) set(regs []coord.Registered) {
-	p.mu.Lock()
-	p.regs = regs
-	p.mu.Unlock()
-}
+func (p *poolMembers) set(regs []coord.Registered) { p.dir.Set(regs) }
 
-func (p *poolMembers) get() []coord.Registered {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.regs
-}
+func (p *poolMembers) get() []coord.Registered { return p.dir.Registered() }
 
 // hasPool reports whether this vigil has peers to read: listed, or found
 // in etcd.

@@ -221,3 +221,44 @@ pool:
 		t.Fatalf("diagnose with etcd down does not say the members are unknown:\n%s\n%s", out, errOut)
 	}
 }
+
+// The turns count the peers drained by their vigil, registered or not
+// registered any more (a member cut off from etcd mid-recovery: its
+// registration expired with its lease). A vanished member that is no
+// longer drained, or cannot be read, is forgotten.
+func TestDrainedPeersCountsMembersWhoseRegistrationVanished(t *testing.T) {
+	docs := map[string]string{
+		"node2": `{"node":"node2","verdict":{"state":"healthy"},"recovery":{"drained":true}}`,
+		"node3": `{"node":"node3","verdict":{"state":"loading"},"recovery":{"drained":true}}`,
+		"node4": `{"node":"node4","verdict":{"state":"healthy"},"recovery":{"drained":false}}`,
+		"node5": `{"node":"node5","verdict":{"state":"healthy"},"recovery":{"drained":false}}`,
+	}
+	reg := map[string]coord.Registered{}
+	for node, doc := range docs {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, doc) }))
+		t.Cleanup(srv.Close)
+		reg[node] = coord.Registered{Node: node, URL: srv.URL + "/status"}
+	}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	reg["node6"] = coord.Registered{Node: "node6", URL: dead.URL + "/status"}
+	cfg := configs.Default()
+	cfg.Node = "node1"
+	cfg.Pool.Timeout = time.Second
+
+	var dir coord.Directory
+	dir.Set([]coord.Registered{reg["node2"], reg["node3"], reg["node4"], reg["node5"], reg["node6"]})
+	// node3 (drained), node4 (not) and node6 (its vigil dead) vanish.
+	dir.Set([]coord.Registered{reg["node2"], reg["node5"]})
+	got := drainedPeers(t.Context(), &cfg, &dir)
+	if strings.Join(got, ",") != "node2,node3" {
+		t.Errorf("drained peers %v, want node2 (registered) and node3 (vanished, still drained)", got)
+	}
+	var gone []string
+	for _, r := range dir.Gone() {
+		gone = append(gone, r.Node)
+	}
+	if strings.Join(gone, ",") != "node3" {
+		t.Errorf("still gone %v; want node3 kept, node4 (not drained) and node6 (unreadable) forgotten", gone)
+	}
+}

@@ -23,6 +23,9 @@ type poolCache struct {
 	mu      sync.Mutex
 	members []pool.Member
 	at      time.Time
+	// turns is the queue for the pool's turns (pool.coordination: etcd),
+	// nil when there is none or etcd did not answer the last read.
+	turns *coord.TurnQueue
 }
 
 // refreshPool keeps the cache fresh every interval until ctx ends.
@@ -32,8 +35,14 @@ func (d *daemon) refreshPool(ctx context.Context) {
 	defer t.Stop()
 	for {
 		members := d.fetchPeers(ctx, cfg)
+		var turns *coord.TurnQueue
+		if d.turns != nil {
+			if q, err := d.turns.Queue(ctx); err == nil {
+				turns = &q
+			}
+		}
 		d.pool.mu.Lock()
-		d.pool.members, d.pool.at = members, time.Now()
+		d.pool.members, d.pool.at, d.pool.turns = members, time.Now(), turns
 		d.pool.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -47,6 +56,13 @@ func (d *daemon) poolView() []pool.Member {
 	d.pool.mu.Lock()
 	defer d.pool.mu.Unlock()
 	return append([]pool.Member(nil), d.pool.members...)
+}
+
+// turnQueue is the last read of the pool's turns (nil if none).
+func (d *daemon) turnQueue() *coord.TurnQueue {
+	d.pool.mu.Lock()
+	defer d.pool.mu.Unlock()
+	return d.pool.turns
 }
 
 // movePeers are the pool members a call cut from this vigil's lost engine
@@ -124,7 +140,12 @@ func (d *daemon) wirePool(cfg *configs.Config, ro *actions.RecoveryOptions) erro
 	if d.turns, err = openCoord(cfg); err != nil {
 		return err
 	}
-	ro.Coordinator = coord.Turns(d.turns)
+	// A granted turn also counts the peers drained by their vigil: one cut
+	// off from etcd mid-recovery has lost its place there but not left
+	// its drain (docs/design.md, the pool at scale).
+	ro.Coordinator = coord.TurnsWith(d.turns, coord.TurnOptions{Drained: func(ctx context.Context) []string {
+		return drainedPeers(ctx, cfg, &d.members.dir)
+	}})
 	ro.DrainWithoutCoordinator = p.DrainWithoutCoordinator
 	return nil
 }
@@ -144,4 +165,26 @@ func openCoord(cfg *configs.Config) (*coord.Semaphore, error) {
 		return nil, fmt.Errorf("pool.etcd: %w", err)
 	}
 	return s, nil
+}
+
+// drainedPeers reads the /status of the registered members and of those
+// whose registration vanished, and names the ones drained by their vigil.
+// A vanished member that is not drained (or cannot be read) is forgotten.
+func drainedPeers(ctx context.Context, cfg *configs.Config, dir *coord.Directory) []string {
+	gone := map[string]bool{}
+	regs := dir.Registered()
+	for _, r := range dir.Gone() {
+		gone[r.Node] = true
+		regs = append(regs, r)
+	}
+	var out []string
+	for _, m := range fetchPeers(ctx, cfg, regs) {
+		switch {
+		case m.Reachable() && m.Drained:
+			out = append(out, m.Node)
+		case gone[m.Node]:
+			dir.Forget(m.Node)
+		}
+	}
+	return out
 }

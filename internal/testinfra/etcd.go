@@ -21,6 +21,8 @@ type Etcd struct {
 	Dir      string
 	cmd      *exec.Cmd
 	exited   chan error
+	bin      string
+	args     []string
 }
 
 // StartEtcd starts etcd and waits until it answers /health; it is stopped
@@ -41,28 +43,13 @@ func StartEtcd(t testing.TB) *Etcd {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	client, peer := "http://"+FreeAddr(t), "http://"+FreeAddr(t)
 	e := &Etcd{Endpoint: client, Dir: dir}
-	e.cmd = exec.Command(bin, "--name", "t", "--data-dir", filepath.Join(dir, "data"),
+	e.args = []string{"--name", "t", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "t="+peer, "--heartbeat-interval", "50", "--election-timeout", "250",
-		"--log-level", "warn")
-	e.exited = daemon{what: "ETCD", env: RequireEtcdEnv, cmd: e.cmd, logPath: filepath.Join(dir, "etcd.log"),
-		within: 15 * time.Second, poll: 50 * time.Millisecond,
-		ready: func() error {
-			resp, err := http.Get(client + "/health")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s/health answered %d", client, resp.StatusCode)
-			}
-			return nil
-		},
-		// As Stop, on the channel start made (e.exited is set only once
-		// etcd is ready).
-		stop: func(cmd *exec.Cmd, exited chan error) { _ = cmd.Process.Kill(); exited <- <-exited },
-	}.start(t)
+		"--initial-cluster", "t=" + peer, "--heartbeat-interval", "50", "--election-timeout", "250",
+		"--log-level", "warn"}
+	e.bin = bin
+	e.start(t)
 	return e
 }
 
@@ -71,4 +58,36 @@ func StartEtcd(t testing.TB) *Etcd {
 func (e *Etcd) Stop() {
 	_ = e.cmd.Process.Kill()
 	e.exited <- <-e.exited // keep the exit for the next Stop
+}
+
+// start runs etcd with e's arguments and waits until it answers /health.
+func (e *Etcd) start(t testing.TB) {
+	t.Helper()
+	e.cmd = exec.Command(e.bin, e.args...)
+	e.exited = daemon{what: "ETCD", env: RequireEtcdEnv, cmd: e.cmd, logPath: filepath.Join(e.Dir, "etcd.log"),
+		within: 15 * time.Second, poll: 50 * time.Millisecond,
+		ready: func() error {
+			resp, err := http.Get(e.Endpoint + "/health")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s/health answered %d", e.Endpoint, resp.StatusCode)
+			}
+			return nil
+		},
+		// As Stop, on the channel start made (e.exited is set only once
+		// etcd is ready).
+		stop: func(cmd *exec.Cmd, exited chan error) { _ = cmd.Process.Kill(); exited <- <-exited },
+	}.start(t)
+}
+
+// Restart kills etcd and starts it again on the same address and data
+// after down: its keys and leases survive, as in a real etcd restart.
+func (e *Etcd) Restart(t testing.TB, down time.Duration) {
+	t.Helper()
+	e.Stop()
+	time.Sleep(down)
+	e.start(t)
 }

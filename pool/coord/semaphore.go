@@ -314,3 +314,26 @@ func decode(kvs []*mvccpb.KeyValue) []Holder {
 	}
 	return out
 }
+
+// TurnQueue is the pool's turns as etcd holds them: the members holding
+// one and those waiting for one, each in the order they asked.
+type TurnQueue struct {
+	Max     int      `json:"max"`
+	Holding []Holder `json:"holding"`
+	Waiting []Holder `json:"waiting"`
+}
+
+// Queue reads the holds and the places asked for, oldest first: the first
+// Max hold a turn, the others wait in that order (Acquire grants them so).
+func (s *Semaphore) Queue(ctx context.Context) (TurnQueue, error) {
+	tctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	resp, err := s.client.Get(tctx, s.prefix, clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return TurnQueue{}, s.unavailable("list holds", err)
+	}
+	all := decode(resp.Kvs)
+	k := min(s.opts.Max, len(all))
+	return TurnQueue{Max: s.opts.Max, Holding: all[:k], Waiting: all[k:]}, nil
+}
