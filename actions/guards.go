@@ -49,13 +49,13 @@ func timeGuards(now, engineStarted time.Time, history, dry []time.Time, l guardL
 		until := started.Add(l.grace)
 		return &recovery.Refusal{Guard: recovery.GuardStartupGrace, Until: until, Reason: fmt.Sprintf(
 			"engine started %s ago (at %s); it may still be loading: startup grace of %s lifts at %s",
-			ago(now, started), humanize.StampUTC(started), l.grace, humanize.StampUTC(until))}
+			ago(now, started), humanize.StampUTC(started), humanize.Rough(l.grace), humanize.StampUTC(until))}
 	}
 	if !last.IsZero() && l.cooldown > 0 && now.Before(last.Add(l.cooldown)) {
 		until := last.Add(l.cooldown)
 		return &recovery.Refusal{Guard: recovery.GuardCooldown, Until: until, Reason: fmt.Sprintf(
 			"%s %s ago (at %s); cooldown of %s lifts at %s", restarted,
-			ago(now, last), humanize.StampUTC(last), l.cooldown, humanize.StampUTC(until))}
+			ago(now, last), humanize.StampUTC(last), humanize.Rough(l.cooldown), humanize.StampUTC(until))}
 	}
 	if l.budget > 0 {
 		in := inWindow(history, now, l.window)
@@ -65,7 +65,7 @@ func timeGuards(now, engineStarted time.Time, history, dry []time.Time, l guardL
 			until := in[len(in)-l.budget].Add(l.window)
 			return &recovery.Refusal{Guard: recovery.GuardBudget, Until: until, Reason: fmt.Sprintf(
 				"restart budget spent: %d restarts in the last %s (budget %d); the next is allowed at %s",
-				len(in), l.window, l.budget, humanize.StampUTC(until))}
+				len(in), humanize.Rough(l.window), l.budget, humanize.StampUTC(until))}
 		}
 	}
 	return nil
@@ -137,4 +137,4 @@ func lastOf(ts []time.Time) time.Time {
 	return last
 }
 
-func ago(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() }
+func ago(now, t time.Time) string { return humanize.Rough(now.Sub(t)) }

@@ -41,7 +41,7 @@ func TestRefusedRestartStillProtectsClients(t *testing.T) {
 			name:    "a hang during the cooldown: drained, held, restarted once the cooldown lifts",
 			history: func(now time.Time) []time.Time { return []time.Time{now.Add(-20 * time.Minute)} },
 			during:  5 * time.Minute,
-			want: check{drained: true, guards: []recovery.Guard{recovery.GuardCooldown}, words: []string{"cooldown of 30m0s", "out of rotation"}, restarts: 1,
+			want: check{drained: true, guards: []recovery.Guard{recovery.GuardCooldown}, words: []string{"cooldown of 30m lifts", "out of rotation"}, restarts: 1,
 				steps: "drain,guard_refused,restarting,restart,wait_ready,restore,resolved"},
 		},
 		{

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/faultlog"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -102,9 +103,10 @@ type RecoveryOptions struct {
 // section 5 (guards, drain, drain wait, restart, wait ready, restore,
 // resolve). It implements watchdog.Recoverer.
 type Recovery struct {
-	o   RecoveryOptions
-	log *logrus.Entry
-	m   *metrics
+	o       RecoveryOptions
+	log     *logrus.Entry
+	saveBad faultlog.Fault // the journal's writes failing
+	m       *metrics
 
 	mu      sync.Mutex
 	j       Journal
@@ -151,7 +153,7 @@ func NewRecovery(o RecoveryOptions) (*Recovery, error) {
 	if len(o.LoadBalancer.RampWeights) == 0 {
 		o.LoadBalancer.RampWeights = []int{100}
 	}
-	r := &Recovery{o: o, log: o.Log.WithField("component", "recovery")}
+	r := &Recovery{o: o, log: o.Log.WithField("component", "recovery"), saveBad: faultlog.Fault{Now: o.Now}}
 	if _, err := o.Store.Load(JournalSection, &r.j); err != nil {
 		return nil, fmt.Errorf("actions: recovery journal: %w", err)
 	}

@@ -50,8 +50,10 @@ func (r *Recovery) save(j Journal) {
 		return
 	}
 	if err := r.o.Store.Save(JournalSection, j); err != nil {
-		r.log.WithError(err).Error("cannot save the recovery journal")
+		r.saveBad.Failed(r.log, logrus.ErrorLevel, err, "cannot save the recovery journal")
+		return
 	}
+	r.saveBad.OK(r.log, "the recovery journal is saved again")
 }
 
 func (r *Recovery) drained() bool {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/internal/faultlog"
 	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
 )
@@ -76,11 +79,12 @@ func (r *Recovery) drainWait(ctx context.Context) error {
 	// queue), held the calls among them vigil's limiter holds for the
 	// restarted engine: those are not waiting on the hung one.
 	left, open, held, known := 0, 0, 0, false
+	unread := faultlog.Fault{Now: r.o.Now} // polled every DrainPoll: told once
 	for {
 		st, err := r.o.Drainer.State(ctx)
 		switch {
 		case err != nil:
-			r.log.WithError(err).Warn("cannot read sessions during the drain wait")
+			unread.Failed(r.log, logrus.WarnLevel, err, "cannot read sessions during the drain wait")
 		case st.Known:
 			open, held = st.Self.Sessions+st.Self.Queued, r.heldByLimiter()
 			left, known = max(0, open-held), true

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/backoff"
+	"github.com/vigil-dev/vigil/internal/faultlog"
 	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
@@ -179,6 +180,7 @@ type Pager struct {
 	dirty    chan struct{} // the persisted section changed
 
 	saveMu  sync.Mutex // orders snapshots with their writes
+	saveBad faultlog.Fault
 	running atomic.Bool
 	sent    atomic.Uint64 // pages delivered since start, for the digest
 }
@@ -248,6 +250,7 @@ func NewPager(n Notifier, o Options) (*Pager, error) {
 		size:     o.OutboxSize,
 		updHead:  o.UpdateHead,
 		store:    o.Store,
+		saveBad:  faultlog.Fault{Now: o.Now},
 		log:      o.Log.WithField("component", "alerts"),
 		metrics:  m,
 		now:      o.Now,
@@ -567,8 +570,10 @@ func (p *Pager) save() {
 	snap.Conditions = maps.Clone(p.st.Conditions)
 	p.mu.Unlock()
 	if err := p.store.Save(stateSection, snap); err != nil {
-		p.log.WithError(p.redact.Error(err)).Warn("alerts: save outbox to the state file")
+		p.saveBad.Failed(p.log, logrus.WarnLevel, p.redact.Error(err), "alerts: cannot save the outbox to the state file")
+		return
 	}
+	p.saveBad.OK(p.log, "alerts: outbox saved to the state file again")
 }
 
 // pending is the next page to deliver; note is the dropped count it

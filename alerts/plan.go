@@ -63,6 +63,10 @@ func drainTarget(lb configs.LoadBalancer) string {
 		return fmt.Sprintf("%s/%s at HAProxy", lb.HAProxy.Backend, lb.HAProxy.Server)
 	case "http":
 		return "the host at the load balancer (HTTP hook)"
+	case "agent":
+		return "the host at HAProxy (agent-check on " + lb.Agent.Listen + ")"
+	case "healthcheck":
+		return "the host at the load balancer (health check on " + lb.HealthCheck.Listen + lb.HealthCheck.Path + ")"
 	}
 	return ""
 }
@@ -145,6 +149,21 @@ func PlanFor(cfg configs.Config) RecoveryPlan {
 		LoadBalancer: cfg.LoadBalancer.Kind, DrainTarget: drainTarget(cfg.LoadBalancer),
 		Summary: DescribeRecovery(cfg),
 	}
+}
+
+// PlanNow is PlanFor with the guard that refuses a restart now (ref, from
+// the recovery's Outlook; nil when none would): its Summary then says what
+// vigil will really do, as an incident's first page would, not what the
+// configuration alone promises.
+func PlanNow(cfg configs.Config, ref *recovery.Refusal, now time.Time) RecoveryPlan {
+	p := PlanFor(cfg)
+	if ref == nil {
+		return p
+	}
+	drain := drainTarget(cfg.LoadBalancer)
+	serving := drain == "" || ref.Guard == recovery.GuardStateUnwritable
+	p.Summary = refusedIntent(refusalNote{Guard: ref.Guard, Until: ref.Until, Dry: cfg.Watchdog.DryRun, Serving: serving}, drain, now)
+	return p
 }
 
 // restartTarget names what restart.kind restarts ("container vllm"), or

@@ -67,6 +67,12 @@ func TestHeadPagesSayOnlyWhatIsTrue(t *testing.T) {
 			edit: func(c *configs.Config) { command(c); noLB(c) }, unwritable: "read-only file system", v: hung(clk.Now()),
 			false: []string{"Will run the restart command"},
 			true:  []string{"Not restarting: the state file cannot be written", "No load balancer is configured, so the host still takes traffic."}},
+		{name: "an agent-check balancer is a load balancer: calls are not said lost",
+			edit: func(c *configs.Config) {
+				c.LoadBalancer.Kind, c.LoadBalancer.Agent.Listen = "agent", "127.0.0.1:9005"
+			}, v: hung(clk.Now()),
+			false: []string{"No load balancer is configured", "lost"},
+			true:  []string{"Will drain the host at HAProxy (agent-check on 127.0.0.1:9005), restart container vllm"}},
 		{name: "the restart command allowed is announced",
 			edit: command, v: hung(clk.Now()),
 			true: []string{"Will drain vllm/node1 at HAProxy, run the restart command, restore traffic gradually"}},
@@ -181,5 +187,20 @@ func TestResolvedCountsTheHangAcrossVigilsOwnRestart(t *testing.T) {
 	}
 	if !strings.Contains(resolve, "was HUNG for 96s;") {
 		t.Fatalf("resolve = %q, want the hang counted to the restart that ran, 96s", resolve)
+	}
+}
+
+// #40: /status's "recovery would" said "Will run the restart command"
+// while the state file could not be written: it reads the outlook too.
+func TestStatusPlanSaysWhatTheGuardsAllow(t *testing.T) {
+	cfg := demoConfig()
+	cfg.Restart.Kind, cfg.Restart.Command.Argv = "command", []string{"/usr/local/bin/restart-engine"}
+	if got := PlanNow(cfg, nil, t0).Summary; !strings.HasPrefix(got, "Will drain vllm/node1 at HAProxy, run the restart command") {
+		t.Errorf("no guard: %s", got)
+	}
+	got := PlanNow(cfg, &recovery.Refusal{Guard: recovery.GuardStateUnwritable}, t0).Summary
+	if strings.Contains(got, "Will ") || !strings.Contains(got, "Not restarting: the state file cannot be written") ||
+		!strings.Contains(got, "the host still takes traffic") {
+		t.Errorf("state not writable: %s", got)
 	}
 }

@@ -29,6 +29,9 @@ type fakeEngine struct {
 	probe        probes.CompletionStatus
 	probeRunning bool
 	probes       int // probes started
+	// healthRefused: /health refuses while the rest serves (an odd
+	// endpoint, as while vigil's own restart kills the old process).
+	healthRefused bool
 }
 
 func newFakeEngine() *fakeEngine {
@@ -71,7 +74,7 @@ func (f *fakeEngine) Models(context.Context) probes.ModelsObservation {
 func (f *fakeEngine) Health(context.Context) probes.Observation {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.mode == "down" {
+	if f.mode == "down" || f.healthRefused {
 		return probes.Observation{Endpoint: probes.EndpointHealth, Class: probes.ClassRefused, Error: "connection refused"}
 	}
 	return probes.Observation{Endpoint: probes.EndpointHealth, Code: 200, Latency: time.Millisecond}

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/faultlog"
 	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/state"
@@ -144,8 +145,8 @@ type Watchdog struct {
 	odd           string         // the oddities last told (noticeOdd)
 	missing       map[string]int // consecutive scrapes each name was missing from
 	lastCompleted time.Time
-	saveFault     fault
-	asked         string // incident+state recovery was last asked for
+	saveFault     faultlog.Fault // the state file's writes failing
+	asked         string         // incident+state recovery was last asked for
 	storm         bool
 	work          workLog       // guarded by mu
 	held          time.Duration // guarded by mu
@@ -170,6 +171,7 @@ func New(opts Options) (*Watchdog, error) {
 	if w.now == nil {
 		w.now = time.Now
 	}
+	w.saveFault.Now = w.now
 	if w.log == nil {
 		l := logrus.New()
 		l.SetOutput(io.Discard)
@@ -293,6 +295,12 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	w.history = trim(w.history, &sc, now, w.retention())
 	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
 	v.Recovering = busy
+	if busy {
+		// An endpoint that misbehaves while vigil drains or restarts the
+		// engine is vigil's doing (the old process it stopped): no oddity
+		// of the engine's, on a page, /status or in the log.
+		v.Evidence.Odd = nil
+	}
 	inc, opened, resolved := w.tracker.observe(v, busy, w.opts.UnknownAfter, w.opts.CalmFor, w.opts.Node)
 	prev, first := w.current, !w.cycled
 	w.current, w.cycled = v, true
@@ -539,17 +547,13 @@ func (w *Watchdog) observeSample(s *Sample) {
 }
 
 func (w *Watchdog) persist(p persisted) {
-	err := w.store.Save(StateSection, p)
-	now := w.now()
-	switch w.saveFault.note(err, now) {
-	case faultBegan:
-		w.log.WithError(err).Error("watchdog: cannot persist state; an incident may reopen after a vigil restart (reminded every " + humanize.Rough(faultReminder) + " while it lasts)")
-	case faultGoesOn:
-		w.log.WithError(err).WithField("failures", w.saveFault.n).Warn("watchdog: still cannot persist state, " +
-			humanize.Count(float64(w.saveFault.n)) + " failures since " + humanize.ClockUTC(w.saveFault.since))
-	case faultEnded:
-		w.log.Info("watchdog: state persisted again")
+	// Logged once, then as a reminder: a state file that cannot be
+	// written fails every cycle, and each error names another temp file.
+	if err := w.store.Save(StateSection, p); err != nil {
+		w.saveFault.Failed(w.log, logrus.ErrorLevel, err, "watchdog: cannot persist state; an incident may reopen after a vigil restart")
+		return
 	}
+	w.saveFault.OK(w.log, "watchdog: state persisted again")
 }
 
 // action says what vigil does about a state, for the log.
@@ -676,12 +680,6 @@ func (w *Watchdog) conditions(v Verdict) map[string]string {
 		}
 	}
 	odd := strings.Join(v.Evidence.Odd, "; ")
-	if r := w.opts.Recoverer; r != nil && r.Busy() {
-		// vigil's own recovery is what makes the endpoints disagree now
-		// (a restart killing the frozen process, a model loading): that
-		// is no oddity of the engine's to tell anyone about.
-		odd = ""
-	}
 	if odd != "" {
 		c["engine_odd"] = "ODD, NOT RESTARTING: " + odd
 	}

@@ -87,9 +87,10 @@ func (d *daemon) snapshot() status.Snapshot {
 	cfg := d.config()
 	v, inc := d.watchdog.Current()
 	active := d.overrides.List()
-	plan := alerts.PlanFor(*cfg)
+	now := time.Now()
+	plan := alerts.PlanNow(*cfg, d.recovery.Outlook(), now)
 	s := status.Snapshot{
-		Node: cfg.Node, Version: version, At: time.Now(), DryRun: cfg.Watchdog.DryRun,
+		Node: cfg.Node, Version: version, At: now, DryRun: cfg.Watchdog.DryRun,
 		Engine: alerts.DisplayURL(cfg.Engine.URL), Started: d.started, RunbookURL: cfg.Status.RunbookURL,
 		Plan: &status.Plan{Restart: plan.Restart, RestartTarget: plan.RestartTarget,
 			LoadBalancer: plan.LoadBalancer, DrainTarget: plan.DrainTarget, Summary: plan.Summary},
