@@ -8,10 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/probes"
 )
 
 const (
@@ -28,20 +26,21 @@ const (
 	maxMetricsBytes = 8 << 20
 )
 
-// WithEngineMetrics names the engine's waiting and running gauges (vLLM's
-// vllm:num_requests_waiting and vllm:num_requests_running by default), as
-// configured under engine.metrics. Empty waiting disables reading them.
-func WithEngineMetrics(waiting, running string) Option {
-	return func(l *Limiter) { l.gaugeWaiting, l.gaugeRunning = waiting, running }
+// WithEngineReader is how the limiter reads the engine's /metrics: the
+// same probes.Reader as the watchdog's, so both read the engine by its
+// profile (vLLM's, SGLang's, llama.cpp's names, or engine.metrics). The
+// default reads vLLM's names; nil disables reading the engine.
+func WithEngineReader(r *probes.Reader) Option {
+	return func(l *Limiter) { l.reader = r }
 }
 
-// readEngineQueue scrapes the engine's /metrics and sums the two gauges
-// over their label sets (data-parallel engines report one per engine),
-// with the series that tell a prefill backlog from a full engine
-// (engineload.go).
+// readEngineQueue scrapes the engine's /metrics and reads its load through
+// the engine reader: the queue gauges summed over their label sets
+// (data-parallel engines report one per engine), with the series that
+// tell a prefill backlog from a full engine.
 func (l *Limiter) readEngineQueue(ctx context.Context) (core.EngineLoad, error) {
 	u := *l.upstream
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/metrics"
+	u.Path = strings.TrimSuffix(u.Path, "/") + probes.EndpointMetrics
 	u.RawQuery = ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -59,34 +58,12 @@ func (l *Limiter) readEngineQueue(ctx context.Context) (core.EngineLoad, error) 
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return core.EngineLoad{}, fmt.Errorf("admission: read engine metrics: %s answered %d", u.Path, resp.StatusCode)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
+	ld, err := l.reader.Load(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
-		return core.EngineLoad{}, fmt.Errorf("admission: parse engine metrics: %w", err)
+		return core.EngineLoad{}, fmt.Errorf("admission: engine metrics: %w", err)
 	}
-	sum := func(name string) (float64, bool) {
-		f, ok := fams[name]
-		if !ok || name == "" {
-			return 0, false
-		}
-		v := 0.0
-		for _, m := range f.GetMetric() {
-			if g := m.GetGauge(); g != nil {
-				v += g.GetValue()
-			} else if u := m.GetUntyped(); u != nil {
-				v += u.GetValue()
-			}
-		}
-		return v, true
-	}
-	waiting, ok := sum(l.gaugeWaiting)
-	if !ok {
-		return core.EngineLoad{}, fmt.Errorf("admission: engine metrics lack %s", l.gaugeWaiting)
-	}
-	running, _ := sum(l.gaugeRunning)
-	g := core.QueueOnly(waiting, running)
-	loadExtras(&g, fams)
-	return g, nil
+	return core.EngineLoad{Waiting: ld.Waiting, Running: ld.Running, KVUsage: ld.KVUsage,
+		PromptTokens: ld.PromptTokens, FirstTokens: ld.FirstTokens, CachedTokens: ld.CachedTokens}, nil
 }
 
 // pollEngine feeds the engine's load to the cap while the core wants it

@@ -48,7 +48,11 @@ type Options struct {
 
 	// Probes observes the engine; nil builds a probes.Client from Engine
 	// and Watchdog (closed when Run returns).
-	Probes    Probes
+	Probes Probes
+	// Reader reads the engine's /metrics for the Client built when Probes
+	// is nil: the daemon shares one with the admission limiter. nil builds
+	// one from Engine.
+	Reader    *probes.Reader
 	Pager     Pager
 	Recoverer Recoverer
 	Limiter   LimiterControl
@@ -197,7 +201,7 @@ func New(opts Options) (*Watchdog, error) {
 	}
 	if w.probes == nil {
 		pc := probes.FromConfig(opts.Engine, opts.Watchdog)
-		pc.Now = w.now
+		pc.Now, pc.Reader = w.now, opts.Reader
 		w.ownProbes = probes.NewClient(pc)
 		w.probes = w.ownProbes
 	}
