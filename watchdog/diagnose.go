@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -47,6 +48,11 @@ type Report struct {
 	RetryStorm RetryStormCheck `json:"retry_storm"`
 	// Missing lists configured metrics the engine does not export.
 	Missing []string `json:"missing_metrics,omitempty"`
+	// Lacks lists the canonical series (probes.Metric*) no readable scrape
+	// in the window had: the figures drawn from them are unknown for this
+	// engine, not zero (llama.cpp counts no finished requests and has no
+	// latency histogram).
+	Lacks []string `json:"engine_lacks,omitempty"`
 	// Notes are hints for the operator beside the verdict, e.g. that an
 	// engine refusing connections may still be loading.
 	Notes []string `json:"notes,omitempty"`
@@ -176,6 +182,7 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 	if l, ok := LoadOver(history, r.Window); ok {
 		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
 	}
+	r.Lacks = lacking(history)
 	r.Action = actionFor(v.State, true, opts.Watchdog.DryRun)
 	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
 		r.Notes = append(r.Notes, "the port refuses connections: the engine may still be loading its model (vLLM opens its port only once loaded, and diagnose cannot know when it started); run again in a few minutes or read the engine's log before restarting it")
@@ -234,7 +241,15 @@ func (r Report) WriteText(w io.Writer) error {
 	line("Queue")
 	row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
 	row("running", "%s", humanize.Count(ev.Running))
-	row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
+	lacks := func(name string) bool { return slices.Contains(r.Lacks, name) }
+	switch {
+	case ev.CompletionsKnown:
+		row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
+	case lacks(probes.MetricRequestSuccess):
+		row("completions/s", "unknown (the engine counts no finished requests; its token rate is under Progress)")
+	default:
+		row("completions/s", "unknown (no readable scrape in the window)")
+	}
 	if ev.DrainEstimate > 0 {
 		row("est. drain", "%s", humanize.Estimate(ev.DrainEstimate))
 	}
@@ -291,6 +306,8 @@ func (r Report) WriteText(w io.Writer) error {
 		} else {
 			row("recommended cap", "not judged: the engine did not queue in the window, so this is demand, not capacity (configured: %s)", cap)
 		}
+	} else if lacks(probes.MetricE2ELatencyCount) {
+		row("in flight", "unknown (the engine exports no request latency histogram for Little's law)")
 	} else {
 		row("in flight", "unknown (no request completed in the window)")
 	}
@@ -301,6 +318,8 @@ func (r Report) WriteText(w io.Writer) error {
 	case rs.Judged:
 		row("retry storm", "no: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f)",
 			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
+	case lacks(probes.MetricPrefixCacheQueries) || lacks(probes.MetricPromptTokens):
+		row("retry storm", "not judged (the engine exports no prompt-token or prefix-cache query counter)")
 	default:
 		row("retry storm", "not judged (too little traffic in the window)")
 	}
@@ -319,4 +338,31 @@ func sortedNames(m map[string]float64) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// lacking lists the canonical extra series that no readable scrape of
+// history had; nil when no scrape was readable (then nothing is known to
+// be missing).
+func lacking(history []Sample) []string {
+	seen := map[string]bool{}
+	any := false
+	for i := range history {
+		if !history[i].readable() {
+			continue
+		}
+		any = true
+		for n := range history[i].Metrics.Metrics.Extra {
+			seen[n] = true
+		}
+	}
+	if !any {
+		return nil
+	}
+	var out []string
+	for _, n := range []string{probes.MetricRequestSuccess, probes.MetricE2ELatencyCount, probes.MetricPromptTokens, probes.MetricPrefixCacheQueries} {
+		if !seen[n] {
+			out = append(out, n)
+		}
+	}
+	return out
 }

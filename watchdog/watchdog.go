@@ -369,6 +369,7 @@ type Capacity struct {
 	InFlightKnown     bool            `json:"in_flight_known"`
 	MaxInFlight       int             `json:"max_in_flight,omitempty"`
 	CompletionsPerSec float64         `json:"completions_per_second"`
+	CompletionsKnown  bool            `json:"completions_known"`
 	TokensPerSec      float64         `json:"tokens_per_second"`
 	RetryStorm        RetryStormCheck `json:"retry_storm"`
 	// Load is Little's law with the recommended cap (nil without
@@ -405,7 +406,7 @@ func (w *Watchdog) Capacity() Capacity {
 	p := w.base
 	p.RateWindow = window
 	ev := Classify(w.history, p, last).Evidence
-	c.Window, c.CompletionsPerSec, c.TokensPerSec = ev.Window, ev.CompletionsPerSec, ev.TokensPerSec
+	c.Window, c.CompletionsPerSec, c.CompletionsKnown, c.TokensPerSec = ev.Window, ev.CompletionsPerSec, ev.CompletionsKnown, ev.TokensPerSec
 	if l, ok := LoadOver(w.history, window); ok {
 		c.InFlight, c.InFlightKnown, c.Load = l.InFlight, true, &l
 	}
