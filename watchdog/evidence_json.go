@@ -103,7 +103,7 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		ProbeLatency: duration(j.ProbeLatency), MetricsError: j.MetricsError,
 		CompletionsPerSec: valueOf(j.CompletionsPerSec), CompletionsKnown: j.CompletionsPerSec != nil,
 		DrainEstimate: duration(j.DrainEstimate),
-		Hang: j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
+		Hang:          j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
 		ProbeFailing: j.ProbeFailing, Odd: j.Odd, Serving: j.Serving,
 		HangAfter: duration(j.HangAfter), HangAfterWhy: j.HangAfterWhy,
 		ShedRate: j.ShedRate, ShedCalls: j.ShedCalls, LimiterQueued: j.LimiterQueued, LimiterOnly: j.LimiterOnly,
