@@ -53,8 +53,11 @@ type vigil struct {
 }
 
 // startVigil runs `vigil run` on a config with every timing short: a 250 ms
-// cycle, hang_after 2 s (llama.cpp moves n_decode_total at every step, so a
-// frozen engine shows in one cycle), a 1 s startup grace.
+// cycle, hang_after 3 s (llama.cpp moves n_decode_total at every step, so a
+// frozen engine shows in one cycle), a 1 s startup grace. Not shorter: on a
+// starved 2-core machine llama-server, under a burst of 24 clients, once
+// answered no endpoint within 1 s for 2 s, which with hang_after 2 s is a
+// wedged API server (HUNG) while it completed 35 calls a second.
 func startVigil(t *testing.T, c config) *vigil {
 	t.Helper()
 	dir := t.TempDir()
@@ -68,11 +71,12 @@ func startVigil(t *testing.T, c config) *vigil {
 	yml := fmt.Sprintf(`node: llama
 engine:
   url: %s
-  request_timeout: 1s
+  request_timeout: 2s
 watchdog:
   interval: 250ms
-  hang_after: 2s
-  probe_timeout: 1s
+  hang_after: 3s
+  probe_timeout: 2s
+  probe_slo: 1500ms
   startup_grace: %s
   state_file: %s
 %salerts:
@@ -119,6 +123,21 @@ status:
 		return err == nil
 	})
 	return v
+}
+
+// waitLog waits until vigil's output has a line containing want and
+// returns when the test saw it.
+func (v *vigil) waitLog(t *testing.T, want string, within time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if strings.Contains(v.logs.String(), want) {
+			return time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("vigil never logged %q within %s", want, within)
+	return time.Time{}
 }
 
 // status is the part of vigil's GET /status the tests read.

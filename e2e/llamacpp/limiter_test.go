@@ -1,8 +1,11 @@
 package llamacpp_test
 
 import (
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // Through the limiter with its automatic cap, 16 clients on 2 slots: the
@@ -16,9 +19,14 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 	m.waitState(t, "healthy", 10*time.Second)
 
 	l := startLoad(t, v.admissionURL, 16, 24)
-	time.Sleep(6 * time.Second) // the cap finds the engine's batch
+	// The cap starts high and comes down once the engine's queue shows
+	// (a read the busy engine does not answer in time is retried later).
+	testinfra.WaitFor(t, 20*time.Second, "the automatic cap down near the slots", func() bool {
+		s, err := v.status()
+		return err == nil && s.Limiter != nil && s.Limiter.Cap <= slots+1
+	})
 	var caps, deferred []float64
-	for range 16 {
+	for range 24 {
 		s, err := v.status()
 		if err != nil || s.Limiter == nil {
 			t.Fatalf("/status: %v, limiter %v", err, s.Limiter)
@@ -32,14 +40,16 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 	}
 	l.stop()
 	ok, failed := l.counts()
-	meanCap, meanDeferred := mean(caps), mean(deferred)
-	t.Logf("cap %.1f on average %v; engine queue %.1f on average; %d calls, %d failed", meanCap, caps, meanDeferred, ok, len(failed))
-	if meanCap < slots || meanCap > slots+1 {
-		t.Errorf("the automatic cap averaged %.1f, want it at the engine's %d slots", meanCap, slots)
+	medCap, meanDeferred := median(caps), mean(deferred)
+	t.Logf("cap %v (median %.0f); engine queue %.1f on average; %d calls, %d failed", caps, medCap, meanDeferred, ok, len(failed))
+	// The cap probes above the slots now and then (a step up, the engine's
+	// queue shows, a step down): most of the time it is at them.
+	if medCap < slots || medCap > slots+1 {
+		t.Errorf("the automatic cap's median was %.0f, want it at the engine's %d slots", medCap, slots)
 	}
 	// Without the limiter the engine would hold 14 of the 16 in its queue.
-	if meanDeferred > 2 {
-		t.Errorf("the engine's own queue averaged %.1f: the backlog is not in the limiter", meanDeferred)
+	if meanDeferred > (16-slots)/3 {
+		t.Errorf("the engine's own queue averaged %.1f of the %d the clients would put there: the backlog is not in the limiter", meanDeferred, 16-slots)
 	}
 	if len(failed) > 0 {
 		t.Errorf("%d calls failed through the limiter: %v", len(failed), failed[:min(len(failed), 5)])
@@ -52,4 +62,10 @@ func mean(xs []float64) float64 {
 		sum += x
 	}
 	return sum / float64(len(xs))
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

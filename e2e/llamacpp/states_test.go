@@ -115,7 +115,7 @@ func checkDiagnoseFigures(t *testing.T, out string, completed float64) {
 }
 
 // SIGSTOP freezes the whole engine with work in it: HUNG within hang_after
-// (plus a cycle or two), then the restart command (here SIGCONT: the
+// (plus the request timeouts that prove nothing answers), then the restart command (here SIGCONT: the
 // process's own restart) recovers it, and through the limiter no client
 // call is lost: every one is answered 200.
 func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
@@ -132,11 +132,16 @@ func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
 	}
 	stopped := time.Now()
 	eng.Signal(t, syscall.SIGSTOP)
-	hungAt, _ := m.waitState(t, "hung", 8*time.Second)
-	if d := hungAt.Sub(stopped); d > 2*time.Second+1500*time.Millisecond {
-		t.Errorf("HUNG %s after SIGSTOP, hang_after is 2s", d.Round(time.Millisecond))
+	// A stopped process answers nothing, /metrics included: a wedged API
+	// server, proven by request timeouts (2 s) lasting hang_after (3 s).
+	// The verdict may be HUNG for less than the monitor's 100 ms (the
+	// restart command is instant): vigil's log says when it opened.
+	hungAt := v.waitLog(t, "incident opened: HUNG", 12*time.Second)
+	if d := hungAt.Sub(stopped); d > 3*time.Second+2*2*time.Second+time.Second {
+		t.Errorf("HUNG %s after SIGSTOP, want within hang_after 3s + two 2s request timeouts + a second", d.Round(time.Millisecond))
 	}
-	_, s := m.waitState(t, "healthy", 30*time.Second)
+	v.waitLog(t, "incident resolved", 30*time.Second)
+	_, s := m.waitState(t, "healthy", 5*time.Second)
 	if s.Recovery.LastRestart.Before(stopped) {
 		t.Fatalf("healthy again without a restart (last %s, recovery error %q)", s.Recovery.LastRestart, s.Recovery.LastError)
 	}
