@@ -51,7 +51,7 @@ func TestIdleHealthyAndTheKindDetected(t *testing.T) {
 // figure true: no "completions/s 0" while calls complete.
 func TestOverloadPastTheSlotsIsSaturatedNeverHung(t *testing.T) {
 	_, eng := startEngine(t)
-	v := startVigil(t, config{engine: eng.URL()})
+	v := startVigil(t, config{engine: eng.URL(), hangAfter: 10 * time.Second})
 	m := v.watch(t)
 	m.waitState(t, "healthy", 10*time.Second)
 
