@@ -99,6 +99,8 @@ func checkDiagnoseFigures(t *testing.T, out string, completed float64) {
 		regexp.MustCompile(`(?m)^  tokens +\+[1-9][0-9.,k]* \([1-9][0-9.,k]* tok/s\)$`),
 		regexp.MustCompile(`(?m)^  heartbeat +\+[1-9][0-9.,k]* llamacpp:n_decode_total$`),
 		regexp.MustCompile(`(?m)^  in flight +unknown \(the engine exports no request latency histogram for Little's law\)$`),
+		regexp.MustCompile(`(?m)^  slots +2, [0-2] processing \(llama.cpp's /slots: the most it runs at once\)$`),
+		regexp.MustCompile(`(?m)^  recommended cap +max_in_flight 2: the engine's slots; more only queues inside it \(configured: automatic\)$`),
 		regexp.MustCompile(`(?m)^  retry storm +not judged \(the engine exports no prompt-token or prefix-cache query counter\)$`),
 	}
 	for _, re := range want {
