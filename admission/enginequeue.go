@@ -16,9 +16,14 @@ const (
 	// pollEvery is how often the engine's queue gauges are read while
 	// requests are in flight under the automatic cap.
 	pollEvery = 250 * time.Millisecond
-	// pollRetry is the pause after a failed read, so an engine without
-	// readable metrics is not asked four times a second.
-	pollRetry = 10 * time.Second
+	// pollRetry is the longest pause after failed reads, so an engine
+	// without readable metrics is not asked four times a second. The
+	// pauses grow to it from pollFirstRetry (retryAfter): a real
+	// llama-server under a burst once let one read time out, and ten
+	// seconds without readings let the automatic cap drift far above its
+	// slots.
+	pollRetry      = 10 * time.Second
+	pollFirstRetry = time.Second
 	// pollTimeout bounds one read; /metrics answers even when the engine
 	// core is hung.
 	pollTimeout = 2 * time.Second
@@ -75,7 +80,7 @@ func (l *Limiter) pollEngine() {
 	defer close(l.pollDone)
 	tick := make(chan struct{}, 1)
 	wait := pollEvery
-	failing := false
+	failures := 0
 	for {
 		stop := l.clock.AfterFunc(wait, func() {
 			select {
@@ -100,18 +105,30 @@ func (l *Limiter) pollEngine() {
 			if l.base.Err() != nil {
 				return
 			}
-			if !failing {
-				l.log.WithError(err).WithField("retry_seconds", pollRetry.Seconds()).
+			failures++
+			wait = retryAfter(failures)
+			if failures == 1 {
+				l.log.WithError(err).WithField("retry_seconds", wait.Seconds()).
 					Warn("admission: cannot read the engine's queue; the automatic cap falls back to TTFT and failures")
 			}
-			failing = true
-			wait = pollRetry
 			continue
 		}
-		if failing {
+		if failures > 0 {
 			l.log.Info("admission: reading the engine's queue again")
-			failing = false
+			failures = 0
 		}
 		l.core.ObserveEngine(g)
 	}
+}
+
+// retryAfter is the pause after the n-th failed read in a row (n >= 1):
+// pollFirstRetry, doubling up to pollRetry. One read lost to a busy engine
+// costs a second of readings; an engine whose metrics stay unreadable is
+// asked every pollRetry.
+func retryAfter(n int) time.Duration {
+	d := pollFirstRetry
+	for i := 1; i < n && d < pollRetry; i++ {
+		d *= 2
+	}
+	return min(d, pollRetry)
 }
