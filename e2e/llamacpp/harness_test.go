@@ -327,12 +327,16 @@ func (l *load) counts() (ok int, failed []string) {
 	return l.ok, append([]string(nil), l.failed...)
 }
 
+// scrapeClient waits longer than vigil's request timeout: llama-server
+// answers /metrics from its task loop, between decode steps, and under
+// load on a busy machine that has taken over a second.
+var scrapeClient = &http.Client{Timeout: 5 * time.Second}
+
 // scrape reads one gauge or counter of the engine's /metrics.
-func scrape(t *testing.T, engine, name string) float64 {
-	t.Helper()
-	resp, err := statusClient.Get(engine + "/metrics")
+func scrape(engine, name string) (float64, error) {
+	resp, err := scrapeClient.Get(engine + "/metrics")
 	if err != nil {
-		t.Fatalf("scrape: %v", err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
@@ -340,12 +344,11 @@ func scrape(t *testing.T, engine, name string) float64 {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var f float64
 			if _, err := fmt.Sscan(v, &f); err == nil {
-				return f
+				return f, nil
 			}
 		}
 	}
-	t.Fatalf("scrape: no %s in\n%s", name, body)
-	return 0
+	return 0, fmt.Errorf("no %s in %d bytes: %.200s", name, len(body), body)
 }
 
 // diagnose runs `vigil diagnose` against engine and returns its output and
