@@ -7,7 +7,8 @@
 // kind detected, overload SATURATED and never HUNG, SIGSTOP HUNG and
 // recovered by a restart command with no call lost through the limiter,
 // SIGKILL DOWN, a late start LOADING, the automatic cap settling at the
-// engine's slots, and every figure `vigil diagnose` prints.
+// engine's slots, every figure `vigil diagnose` prints, and a containerised
+// llama-server frozen and restarted by restart.kind docker.
 //
 // The tests skip loudly without the build, and fail instead under CI=true
 // or VIGIL_REQUIRE_LLAMACPP=1 (./test.sh builds it first).

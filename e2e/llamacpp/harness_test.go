@@ -45,6 +45,9 @@ type config struct {
 	admission bool
 	grace     time.Duration // watchdog.startup_grace; 0: 1s
 	hangAfter time.Duration // watchdog.hang_after; 0: 3s
+	// dockerHost and container: restart.kind docker on this container
+	// (when restart is nil).
+	dockerHost, container string
 }
 
 type vigil struct {
@@ -68,6 +71,10 @@ func startVigil(t *testing.T, c config) *vigil {
 	v := &vigil{statusURL: "http://" + testinfra.FreeAddr(t), admissionURL: "http://" + testinfra.FreeAddr(t),
 		logs: &testinfra.Buffer{}, exited: make(chan struct{})}
 	restart := "restart:\n  kind: none\n"
+	if c.container != "" {
+		restart = fmt.Sprintf("restart:\n  kind: docker\n  docker:\n    host: %s\n    container: %s\n    stop_timeout: 2s\n  cooldown: 1h\n  ready_timeout: 30s\n",
+			c.dockerHost, c.container)
+	}
 	if c.restart != nil {
 		argv, _ := json.Marshal(c.restart)
 		restart = fmt.Sprintf("restart:\n  kind: command\n  command:\n    argv: %s\n    timeout: 5s\n  cooldown: 1h\n  ready_timeout: 30s\n", argv)

@@ -161,3 +161,31 @@ func (s *LlamaServer) WaitReady(t testing.TB, within time.Duration) {
 	log, _ := os.ReadFile(s.Log)
 	Unavailable(t, "LLAMA.CPP", RequireLlamaCppEnv, fmt.Errorf("not ready within %s (%v): %s", within, err, tail(log)))
 }
+
+// ImageFiles are the files of an image that runs this llama-server:
+// /llama-server, the model as /tiny-llama.gguf, and the shared libraries
+// ldd names (the build links libstdc++, libgomp and libc dynamically).
+func (l LlamaCpp) ImageFiles(t testing.TB) []ImageFile {
+	t.Helper()
+	out, err := exec.Command("ldd", l.Server).Output()
+	if err != nil {
+		Unavailable(t, "LLAMA.CPP", RequireLlamaCppEnv, fmt.Errorf("ldd %s: %w", l.Server, err))
+	}
+	files := []ImageFile{{Src: l.Server, Dst: "/llama-server"}, {Src: l.Model, Dst: "/tiny-llama.gguf", Mode: 0o644}}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libgomp.so.1 => /lib/x86_64-linux-gnu/libgomp.so.1 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
+		f := strings.Fields(line)
+		path := ""
+		switch {
+		case len(f) >= 3 && f[1] == "=>":
+			path = f[2]
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			path = f[0]
+		}
+		if strings.HasPrefix(path, "/") {
+			files = append(files, ImageFile{Src: path, Dst: path})
+		}
+	}
+	return files
+}
