@@ -258,7 +258,7 @@ func (r Report) WriteText(w io.Writer) error {
 	case lacks(probes.MetricRequestSuccess):
 		row("completions/s", "unknown (the engine counts no finished requests; its token rate is under Progress)")
 	default:
-		row("completions/s", "unknown (no readable scrape in the window)")
+		row("completions/s", "unknown (too few readable scrapes in the window)")
 	}
 	if ev.DrainEstimate > 0 {
 		row("est. drain", "%s", humanize.Estimate(ev.DrainEstimate))
@@ -361,17 +361,17 @@ func sortedNames(m map[string]float64) []string {
 // be missing).
 func lacking(history []Sample) []string {
 	seen := map[string]bool{}
-	any := false
+	readable := false
 	for i := range history {
 		if !history[i].readable() {
 			continue
 		}
-		any = true
+		readable = true
 		for n := range history[i].Metrics.Metrics.Extra {
 			seen[n] = true
 		}
 	}
-	if !any {
+	if !readable {
 		return nil
 	}
 	var out []string

@@ -218,8 +218,11 @@ func TestDiagnoseSaysUnknownForWhatTheEngineLacks(t *testing.T) {
 		jsonRate bool
 	}{
 		{"llama.cpp under load", Report{State: StateSaturated, Lacks: llama,
+			Slots:    &probes.Slots{Total: 2, Processing: 2},
 			Evidence: Evidence{Waiting: 22, Running: 2, TokensPerSec: 310}},
 			[]string{
+				"slots              2, 2 processing (llama.cpp's /slots: the most it runs at once)",
+				"recommended cap    max_in_flight 2: the engine's slots; more only queues inside it (configured: automatic)",
 				"completions/s      unknown (the engine counts no finished requests; its token rate is under Progress)",
 				"in flight          unknown (the engine exports no request latency histogram for Little's law)",
 				"retry storm        not judged (the engine exports no prompt-token or prefix-cache query counter)",
