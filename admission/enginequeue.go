@@ -8,19 +8,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/probes"
 )
 
 const (
 	// pollEvery is how often the engine's queue gauges are read while
 	// requests are in flight under the automatic cap.
 	pollEvery = 250 * time.Millisecond
-	// pollRetry is the pause after a failed read, so an engine without
-	// readable metrics is not asked four times a second.
-	pollRetry = 10 * time.Second
+	// pollRetry is the longest pause after failed reads, so an engine
+	// without readable metrics is not asked four times a second. The
+	// pauses grow to it from pollFirstRetry (retryAfter): a real
+	// llama-server under a burst once let one read time out, and ten
+	// seconds without readings let the automatic cap drift far above its
+	// slots.
+	pollRetry      = 10 * time.Second
+	pollFirstRetry = time.Second
 	// pollTimeout bounds one read; /metrics answers even when the engine
 	// core is hung.
 	pollTimeout = 2 * time.Second
@@ -28,20 +31,21 @@ const (
 	maxMetricsBytes = 8 << 20
 )
 
-// WithEngineMetrics names the engine's waiting and running gauges (vLLM's
-// vllm:num_requests_waiting and vllm:num_requests_running by default), as
-// configured under engine.metrics. Empty waiting disables reading them.
-func WithEngineMetrics(waiting, running string) Option {
-	return func(l *Limiter) { l.gaugeWaiting, l.gaugeRunning = waiting, running }
+// WithEngineReader is how the limiter reads the engine's /metrics: the
+// same probes.Reader as the watchdog's, so both read the engine by its
+// profile (vLLM's, SGLang's, llama.cpp's names, or engine.metrics). The
+// default reads vLLM's names; nil disables reading the engine.
+func WithEngineReader(r *probes.Reader) Option {
+	return func(l *Limiter) { l.reader = r }
 }
 
-// readEngineQueue scrapes the engine's /metrics and sums the two gauges
-// over their label sets (data-parallel engines report one per engine),
-// with the series that tell a prefill backlog from a full engine
-// (engineload.go).
+// readEngineQueue scrapes the engine's /metrics and reads its load through
+// the engine reader: the queue gauges summed over their label sets
+// (data-parallel engines report one per engine), with the series that
+// tell a prefill backlog from a full engine.
 func (l *Limiter) readEngineQueue(ctx context.Context) (core.EngineLoad, error) {
 	u := *l.upstream
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/metrics"
+	u.Path = strings.TrimSuffix(u.Path, "/") + probes.EndpointMetrics
 	u.RawQuery = ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -59,34 +63,12 @@ func (l *Limiter) readEngineQueue(ctx context.Context) (core.EngineLoad, error) 
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 		return core.EngineLoad{}, fmt.Errorf("admission: read engine metrics: %s answered %d", u.Path, resp.StatusCode)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
+	ld, err := l.reader.Load(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
-		return core.EngineLoad{}, fmt.Errorf("admission: parse engine metrics: %w", err)
+		return core.EngineLoad{}, fmt.Errorf("admission: engine metrics: %w", err)
 	}
-	sum := func(name string) (float64, bool) {
-		f, ok := fams[name]
-		if !ok || name == "" {
-			return 0, false
-		}
-		v := 0.0
-		for _, m := range f.GetMetric() {
-			if g := m.GetGauge(); g != nil {
-				v += g.GetValue()
-			} else if u := m.GetUntyped(); u != nil {
-				v += u.GetValue()
-			}
-		}
-		return v, true
-	}
-	waiting, ok := sum(l.gaugeWaiting)
-	if !ok {
-		return core.EngineLoad{}, fmt.Errorf("admission: engine metrics lack %s", l.gaugeWaiting)
-	}
-	running, _ := sum(l.gaugeRunning)
-	g := core.QueueOnly(waiting, running)
-	loadExtras(&g, fams)
-	return g, nil
+	return core.EngineLoad{Waiting: ld.Waiting, Running: ld.Running, KVUsage: ld.KVUsage,
+		PromptTokens: ld.PromptTokens, FirstTokens: ld.FirstTokens, CachedTokens: ld.CachedTokens}, nil
 }
 
 // pollEngine feeds the engine's load to the cap while the core wants it
@@ -98,7 +80,7 @@ func (l *Limiter) pollEngine() {
 	defer close(l.pollDone)
 	tick := make(chan struct{}, 1)
 	wait := pollEvery
-	failing := false
+	failures := 0
 	for {
 		stop := l.clock.AfterFunc(wait, func() {
 			select {
@@ -123,18 +105,30 @@ func (l *Limiter) pollEngine() {
 			if l.base.Err() != nil {
 				return
 			}
-			if !failing {
-				l.log.WithError(err).WithField("retry_seconds", pollRetry.Seconds()).
+			failures++
+			wait = retryAfter(failures)
+			if failures == 1 {
+				l.log.WithError(err).WithField("retry_seconds", wait.Seconds()).
 					Warn("admission: cannot read the engine's queue; the automatic cap falls back to TTFT and failures")
 			}
-			failing = true
-			wait = pollRetry
 			continue
 		}
-		if failing {
+		if failures > 0 {
 			l.log.Info("admission: reading the engine's queue again")
-			failing = false
+			failures = 0
 		}
 		l.core.ObserveEngine(g)
 	}
+}
+
+// retryAfter is the pause after the n-th failed read in a row (n >= 1):
+// pollFirstRetry, doubling up to pollRetry. One read lost to a busy engine
+// costs a second of readings; an engine whose metrics stay unreadable is
+// asked every pollRetry.
+func retryAfter(n int) time.Duration {
+	d := pollFirstRetry
+	for i := 1; i < n && d < pollRetry; i++ {
+		d *= 2
+	}
+	return min(d, pollRetry)
 }

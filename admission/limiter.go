@@ -16,6 +16,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/probes"
 )
 
 // Clock is the limiter's time source (see core.Clock): queue ages, rate
@@ -49,8 +50,9 @@ type Limiter struct {
 	co        *coalescer
 
 	// The engine's queue gauges, read for the automatic cap.
-	gaugeWaiting, gaugeRunning string
-	pollDone                   chan struct{}
+	// reader reads the engine's /metrics by its profile; nil: not read.
+	reader   *probes.Reader
+	pollDone chan struct{}
 
 	// base is the parent context of keyed executions: they outlive the
 	// request that created them, never the limiter.
@@ -109,13 +111,12 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 		cfg.IdempotencyHeader = "Idempotency-Key"
 	}
 	l := &Limiter{
-		cfg:          cfg,
-		upstream:     upstream,
-		engineKey:    engineAPIKey,
-		clock:        core.WallClock,
-		log:          discardLogger(),
-		gaugeWaiting: "vllm:num_requests_waiting",
-		gaugeRunning: "vllm:num_requests_running",
+		cfg:       cfg,
+		upstream:  upstream,
+		engineKey: engineAPIKey,
+		clock:     core.WallClock,
+		log:       discardLogger(),
+		reader:    defaultReader(),
 	}
 	for _, o := range opts {
 		o(l)
@@ -137,12 +138,18 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 		}
 	}
 	l.pollDone = make(chan struct{})
-	if l.gaugeWaiting != "" {
+	if l.reader != nil {
 		go l.pollEngine()
 	} else {
 		close(l.pollDone)
 	}
 	return l, nil
+}
+
+// defaultReader reads vLLM's names, the first engine vigil serves.
+func defaultReader() *probes.Reader {
+	p, _ := configs.ProfileFor(configs.KindVLLM)
+	return probes.NewReader(p.Metrics, p.Kind, nil)
 }
 
 func discardLogger() *logrus.Entry {

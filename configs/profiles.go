@@ -29,10 +29,23 @@ const (
 	ExtraE2ELatencyCount    = "vllm:e2e_request_latency_seconds_count"
 	ExtraQueueTimeSum       = "vllm:request_queue_time_seconds_sum"
 	ExtraQueueTimeCount     = "vllm:request_queue_time_seconds_count"
+	// The admission limiter's prefill meter (admission/core's EngineLoad):
+	// the KV cache's used share, prompt tokens found in the prefix cache
+	// (not prefilled), and first tokens (one per prefill completed).
+	ExtraKVUsage         = "vllm:kv_cache_usage_perc"
+	ExtraPrefixCacheHits = "vllm:prefix_cache_hits_total"
+	ExtraFirstTokens     = "vllm:time_to_first_token_seconds_count"
 	// ExtraProcessStart is no engine's own: Python's Prometheus client
 	// (vLLM, SGLang) exports it by default, llama.cpp's C++ server does not.
 	ExtraProcessStart = "process_start_time_seconds"
 )
+
+// legacyExtras are older names of a canonical series that vLLM itself
+// exported before v1, read when the canonical name is missing (only for
+// vLLM's own names: a profile's Extras say exactly what its engine has).
+var legacyExtras = map[string][]string{
+	ExtraKVUsage: {"vllm:gpu_cache_usage_perc"},
+}
 
 // Profile is one engine's preset of engine.metrics.
 type Profile struct {
@@ -88,13 +101,20 @@ var profiles = map[string]Profile{
 			ExtraQueueTimeSum:    "sglang:queue_time_seconds_sum",
 			ExtraQueueTimeCount:  "sglang:queue_time_seconds_count",
 			ExtraProcessStart:    ExtraProcessStart,
+			// The scheduler's token usage is the KV pool's used share.
+			ExtraKVUsage:     "sglang:token_usage",
+			ExtraFirstTokens: "sglang:time_to_first_token_seconds_count",
 		},
 	}},
 	// llama.cpp's server has no labels, no per-request histograms and no
 	// first-token count: no decode rule, no ranks, no Little's law. Its
 	// token counters move when a prompt is evaluated and when a request
 	// finishes; n_decode_total moves on every llama_decode() call, so it is
-	// the heartbeat that shows a long generation is alive.
+	// the heartbeat that shows a long generation is alive. It counts no
+	// finished requests (no completion rate from /metrics) and no first
+	// tokens; its prompt_tokens_total already leaves out cached tokens, so
+	// prompt_tokens_cached_total is not the prefix-cache hits the limiter
+	// subtracts.
 	KindLlamaCpp: {Kind: KindLlamaCpp, Prefix: "llamacpp:", Metrics: MetricNames{
 		Waiting:    "llamacpp:requests_deferred",
 		Running:    "llamacpp:requests_processing",
@@ -205,6 +225,19 @@ func (m MetricNames) ExtraName(canonical string) string {
 		return canonical
 	}
 	return m.Extras[canonical]
+}
+
+// ExtraNames are the names to try for the canonical extra metric, in
+// order: ExtraName, then (for vLLM's own names) the older names of the
+// same series. Empty when the engine has none.
+func (m MetricNames) ExtraNames(canonical string) []string {
+	if m.Extras != nil {
+		if n := m.Extras[canonical]; n != "" {
+			return []string{n}
+		}
+		return nil
+	}
+	return append([]string{canonical}, legacyExtras[canonical]...)
 }
 
 // explicitMetrics lists the engine.metrics keys the file set, from the key

@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/vigil-dev/vigil/configs"
 )
 
@@ -22,6 +20,10 @@ type Config struct {
 	// kind's names.
 	Kind    string
 	Resolve func(kind string) configs.MetricNames
+	// Reader, when set, is the engine reader to share (the daemon gives
+	// the limiter the same one); nil builds one from Names, Kind and
+	// Resolve.
+	Reader *Reader
 	// ProbeTimeout bounds the completion probe.
 	ProbeTimeout time.Duration
 	// Now is the clock for the completion probe's age (nil: time.Now).
@@ -57,20 +59,16 @@ type Client struct {
 
 // NewClient returns a Client; Close it to stop a probe in flight.
 func NewClient(c Config) *Client {
-	cl := &Client{
-		target: c.Target,
-		scrape: func(ctx context.Context, t Target) MetricsObservation {
-			return scrape(ctx, t, func(map[string]*dto.MetricFamily) (configs.MetricNames, string) { return c.Names, c.Kind })
-		},
+	r := c.Reader
+	if r == nil {
+		r = NewReader(c.Names, c.Kind, c.Resolve)
+	}
+	return &Client{
+		target:     c.Target,
+		scrape:     func(ctx context.Context, t Target) MetricsObservation { return scrape(ctx, t, r.pick) },
 		completion: NewCompletionProber(c.Target, c.ProbeTimeout, c.Now),
-		kind:       func() string { return c.Kind },
+		kind:       r.Kind,
 	}
-	if c.Kind == configs.KindAuto && c.Resolve != nil {
-		en := newEngineNames(c.Names, c.Resolve)
-		cl.scrape = func(ctx context.Context, t Target) MetricsObservation { return scrape(ctx, t, en.pick) }
-		cl.kind = en.current
-	}
-	return cl
 }
 
 // Kind is the engine kind the scrapes are read as: engine.kind, or with

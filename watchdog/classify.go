@@ -587,7 +587,7 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 	shedding(history, &ev)
 	ev.Serving = (sc.moving && !sc.reset) || last.Probe.State == probes.ProbeOK
 	if d, ok := r.extra[probes.MetricRequestSuccess]; ok {
-		ev.CompletionsPerSec = r.perSecond(d)
+		ev.CompletionsPerSec, ev.CompletionsKnown = r.perSecond(d), true
 		if ev.CompletionsPerSec > 0 && ev.Waiting > 0 {
 			ev.DrainEstimate = time.Duration(ev.Waiting / ev.CompletionsPerSec * float64(time.Second))
 		}

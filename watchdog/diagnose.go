@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
 )
@@ -47,6 +49,16 @@ type Report struct {
 	RetryStorm RetryStormCheck `json:"retry_storm"`
 	// Missing lists configured metrics the engine does not export.
 	Missing []string `json:"missing_metrics,omitempty"`
+	// Lacks lists the canonical series (probes.Metric*) no readable scrape
+	// in the window had: the figures drawn from them are unknown for this
+	// engine, not zero (llama.cpp counts no finished requests and has no
+	// latency histogram).
+	Lacks []string `json:"engine_lacks,omitempty"`
+	// Slots is llama.cpp's /slots at the end of the window: the requests it
+	// runs at once, its capacity without Little's law (nil on other
+	// engines, or with SlotsError when /slots could not be read).
+	Slots      *probes.Slots `json:"slots,omitempty"`
+	SlotsError string        `json:"slots_error,omitempty"`
 	// Notes are hints for the operator beside the verdict, e.g. that an
 	// engine refusing connections may still be loading.
 	Notes []string `json:"notes,omitempty"`
@@ -91,12 +103,13 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		now = time.Now
 	}
 	p := opts.Probes
+	kind := func() string { return opts.Engine.Kind }
+	pc := probes.FromConfig(opts.Engine, opts.Watchdog)
 	if p == nil {
-		pc := probes.FromConfig(opts.Engine, opts.Watchdog)
 		pc.Now = now
 		c := probes.NewClient(pc)
 		defer c.Close()
-		p = c
+		p, kind = c, c.Kind
 	}
 	n := max(int(window/interval)+1, 2)
 	history := make([]Sample, n)
@@ -176,6 +189,10 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 	if l, ok := LoadOver(history, r.Window); ok {
 		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
 	}
+	r.Lacks = lacking(history)
+	if kind() == configs.KindLlamaCpp {
+		r.Slots, r.SlotsError = readSlots(ctx, pc.Target, timeout)
+	}
 	r.Action = actionFor(v.State, true, opts.Watchdog.DryRun)
 	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
 		r.Notes = append(r.Notes, "the port refuses connections: the engine may still be loading its model (vLLM opens its port only once loaded, and diagnose cannot know when it started); run again in a few minutes or read the engine's log before restarting it")
@@ -234,7 +251,15 @@ func (r Report) WriteText(w io.Writer) error {
 	line("Queue")
 	row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
 	row("running", "%s", humanize.Count(ev.Running))
-	row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
+	lacks := func(name string) bool { return slices.Contains(r.Lacks, name) }
+	switch {
+	case ev.CompletionsKnown:
+		row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
+	case lacks(probes.MetricRequestSuccess):
+		row("completions/s", "unknown (the engine counts no finished requests; its token rate is under Progress)")
+	default:
+		row("completions/s", "unknown (too few readable scrapes in the window)")
+	}
 	if ev.DrainEstimate > 0 {
 		row("est. drain", "%s", humanize.Estimate(ev.DrainEstimate))
 	}
@@ -279,17 +304,25 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	line("")
 	line("Capacity")
+	switch {
+	case r.Slots != nil:
+		row("slots", "%d, %d processing (llama.cpp's /slots: the most it runs at once)", r.Slots.Total, r.Slots.Processing)
+	case r.SlotsError != "":
+		row("slots", "unknown (%s)", r.SlotsError)
+	}
 	if l := r.Load; l != nil {
 		row("in flight", "%s (Little's law: %s completions/s x %s mean latency)", humanize.Count(l.InFlight), humanize.Count(l.CompletionsPerSec), humanize.Duration(l.MeanLatency))
 		row("executing", "%s at once (latency less %s of queue time in the engine)", humanize.Count(l.Executing), humanize.Duration(l.MeanQueue))
-		cap := "automatic"
-		if r.MaxInFlight > 0 {
-			cap = fmt.Sprint(r.MaxInFlight)
-		}
+		cap := capWords(r.MaxInFlight)
 		if l.Saturated {
 			row("recommended cap", "max_in_flight %d: more only queues inside the engine (configured: %s)", l.RecommendedCap, cap)
 		} else {
 			row("recommended cap", "not judged: the engine did not queue in the window, so this is demand, not capacity (configured: %s)", cap)
+		}
+	} else if lacks(probes.MetricE2ELatencyCount) {
+		row("in flight", "unknown (the engine exports no request latency histogram for Little's law)")
+		if s := r.Slots; s != nil {
+			row("recommended cap", "max_in_flight %d: the engine's slots; more only queues inside it (configured: %s)", s.Total, capWords(r.MaxInFlight))
 		}
 	} else {
 		row("in flight", "unknown (no request completed in the window)")
@@ -301,6 +334,8 @@ func (r Report) WriteText(w io.Writer) error {
 	case rs.Judged:
 		row("retry storm", "no: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f)",
 			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
+	case lacks(probes.MetricPrefixCacheQueries) || lacks(probes.MetricPromptTokens):
+		row("retry storm", "not judged (the engine exports no prompt-token or prefix-cache query counter)")
 	default:
 		row("retry storm", "not judged (too little traffic in the window)")
 	}
@@ -319,4 +354,50 @@ func sortedNames(m map[string]float64) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// lacking lists the canonical extra series that no readable scrape of
+// history had; nil when no scrape was readable (then nothing is known to
+// be missing).
+func lacking(history []Sample) []string {
+	seen := map[string]bool{}
+	readable := false
+	for i := range history {
+		if !history[i].readable() {
+			continue
+		}
+		readable = true
+		for n := range history[i].Metrics.Metrics.Extra {
+			seen[n] = true
+		}
+	}
+	if !readable {
+		return nil
+	}
+	var out []string
+	for _, n := range []string{probes.MetricRequestSuccess, probes.MetricE2ELatencyCount, probes.MetricPromptTokens, probes.MetricPrefixCacheQueries} {
+		if !seen[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// capWords is admission.max_in_flight as configured.
+func capWords(maxInFlight int) string {
+	if maxInFlight > 0 {
+		return fmt.Sprint(maxInFlight)
+	}
+	return "automatic"
+}
+
+// readSlots reads llama.cpp's /slots for the report.
+func readSlots(ctx context.Context, t probes.Target, timeout time.Duration) (*probes.Slots, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	s, err := probes.ReadSlots(ctx, t)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return &s, ""
 }

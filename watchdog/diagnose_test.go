@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/probes"
 )
 
 func TestExitCodeByState(t *testing.T) {
@@ -201,5 +202,61 @@ func TestDiagnoseOfARefusingEngineSaysItMayBeLoading(t *testing.T) {
 	_ = r.WriteText(&text)
 	if r.State != StateDown || len(r.Notes) == 0 || !strings.Contains(text.String(), "may still be loading") {
 		t.Fatalf("%s: %s\n%s", r.State, r.Reason, text.String())
+	}
+}
+
+// A figure the engine cannot give is printed as unknown with the reason,
+// never as 0: on llama.cpp (no finished-request counter, no latency
+// histogram, no prefix-cache queries) diagnose once printed
+// "completions/s 0" under load while calls completed. A measured 0 stays 0.
+func TestDiagnoseSaysUnknownForWhatTheEngineLacks(t *testing.T) {
+	llama := []string{probes.MetricRequestSuccess, probes.MetricE2ELatencyCount, probes.MetricPrefixCacheQueries}
+	for _, tc := range []struct {
+		name     string
+		r        Report
+		want     []string
+		jsonRate bool
+	}{
+		{"llama.cpp under load", Report{State: StateSaturated, Lacks: llama,
+			Slots:    &probes.Slots{Total: 2, Processing: 2},
+			Evidence: Evidence{Waiting: 22, Running: 2, TokensPerSec: 310}},
+			[]string{
+				"slots              2, 2 processing (llama.cpp's /slots: the most it runs at once)",
+				"recommended cap    max_in_flight 2: the engine's slots; more only queues inside it (configured: automatic)",
+				"completions/s      unknown (the engine counts no finished requests; its token rate is under Progress)",
+				"in flight          unknown (the engine exports no request latency histogram for Little's law)",
+				"retry storm        not judged (the engine exports no prompt-token or prefix-cache query counter)",
+				"tokens             +0 (310 tok/s)",
+			}, false},
+		{"vLLM, idle: a measured 0", Report{State: StateHealthy,
+			Evidence: Evidence{CompletionsKnown: true}},
+			[]string{
+				"completions/s      0\n",
+				"in flight          unknown (no request completed in the window)",
+				"retry storm        not judged (too little traffic in the window)",
+			}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var text bytes.Buffer
+			if err := tc.r.WriteText(&text); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(text.String(), want) {
+					t.Errorf("text lacks %q:\n%s", want, text.String())
+				}
+			}
+			raw, err := json.Marshal(tc.r.Evidence)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ev map[string]any
+			if err := json.Unmarshal(raw, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if _, has := ev["completions_per_second"]; has != tc.jsonRate {
+				t.Errorf("json has completions_per_second: %v, want %v: %s", has, tc.jsonRate, raw)
+			}
+		})
 	}
 }

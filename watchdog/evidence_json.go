@@ -25,7 +25,7 @@ type evidenceJSON struct {
 	Probe             string             `json:"probe"`
 	ProbeLatency      float64            `json:"probe_latency_seconds"`
 	MetricsError      string             `json:"metrics_error,omitempty"`
-	CompletionsPerSec float64            `json:"completions_per_second"`
+	CompletionsPerSec *float64           `json:"completions_per_second,omitempty"`
 	DrainEstimate     float64            `json:"drain_estimate_seconds"`
 	Hang              HangKind           `json:"hang,omitempty"`
 	Ranks             []rankJSON         `json:"ranks,omitempty"`
@@ -66,7 +66,7 @@ func (e Evidence) MarshalJSON() ([]byte, error) {
 		Stalled: seconds(e.Stalled), CounterReset: e.CounterReset,
 		Models: e.Models, Health: e.Health, Probe: e.Probe,
 		ProbeLatency: seconds(e.ProbeLatency), MetricsError: e.MetricsError,
-		CompletionsPerSec: e.CompletionsPerSec, DrainEstimate: seconds(e.DrainEstimate),
+		CompletionsPerSec: knownOnly(e.CompletionsPerSec, e.CompletionsKnown), DrainEstimate: seconds(e.DrainEstimate),
 		Hang: e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
 		Unanswered: seconds(e.Unanswered), ProbeFailing: e.ProbeFailing, Odd: e.Odd, Serving: e.Serving,
 		HangAfter: seconds(e.HangAfter), HangAfterWhy: e.HangAfterWhy,
@@ -101,8 +101,9 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		Stalled: duration(j.Stalled), CounterReset: j.CounterReset,
 		Models: j.Models, Health: j.Health, Probe: j.Probe,
 		ProbeLatency: duration(j.ProbeLatency), MetricsError: j.MetricsError,
-		CompletionsPerSec: j.CompletionsPerSec, DrainEstimate: duration(j.DrainEstimate),
-		Hang: j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
+		CompletionsPerSec: valueOf(j.CompletionsPerSec), CompletionsKnown: j.CompletionsPerSec != nil,
+		DrainEstimate: duration(j.DrainEstimate),
+		Hang:          j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
 		ProbeFailing: j.ProbeFailing, Odd: j.Odd, Serving: j.Serving,
 		HangAfter: duration(j.HangAfter), HangAfterWhy: j.HangAfterWhy,
 		ShedRate: j.ShedRate, ShedCalls: j.ShedCalls, LimiterQueued: j.LimiterQueued, LimiterOnly: j.LimiterOnly,
@@ -112,4 +113,20 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		e.Ranks = append(e.Ranks, RankEvidence{Rank: r.Rank, Waiting: r.Waiting, Running: r.Running, Stalled: duration(r.Stalled), Hung: r.Hung})
 	}
 	return nil
+}
+
+// knownOnly is v when it is known; nil leaves an unknown figure out of the
+// JSON rather than writing it as 0.
+func knownOnly(v float64, known bool) *float64 {
+	if !known {
+		return nil
+	}
+	return &v
+}
+
+func valueOf(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

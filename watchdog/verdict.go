@@ -77,9 +77,12 @@ type Evidence struct {
 	// stuck exporter) and the probes judge alone. Zero otherwise.
 	Stale time.Duration `json:"stale_seconds,omitempty"`
 
-	// CompletionsPerSec is the finished-request rate; DrainEstimate the
-	// time to clear the waiting queue at that rate (0 if unknown).
+	// CompletionsPerSec is the finished-request rate, known only when
+	// CompletionsKnown (the engine counts finished requests: llama.cpp does
+	// not, and its rate is unknown, never 0); DrainEstimate the time to
+	// clear the waiting queue at that rate (0 if unknown).
 	CompletionsPerSec float64       `json:"completions_per_second"`
+	CompletionsKnown  bool          `json:"completions_known"`
 	DrainEstimate     time.Duration `json:"drain_estimate_seconds"`
 
 	// Hang says which kind of hang a hung verdict found: HangEngine (no

@@ -49,7 +49,11 @@ type Options struct {
 
 	// Probes observes the engine; nil builds a probes.Client from Engine
 	// and Watchdog (closed when Run returns).
-	Probes    Probes
+	Probes Probes
+	// Reader reads the engine's /metrics for the Client built when Probes
+	// is nil: the daemon shares one with the admission limiter. nil builds
+	// one from Engine.
+	Reader    *probes.Reader
 	Pager     Pager
 	Recoverer Recoverer
 	Limiter   LimiterControl
@@ -199,7 +203,7 @@ func New(opts Options) (*Watchdog, error) {
 	}
 	if w.probes == nil {
 		pc := probes.FromConfig(opts.Engine, opts.Watchdog)
-		pc.Now = w.now
+		pc.Now, pc.Reader = w.now, opts.Reader
 		w.ownProbes = probes.NewClient(pc)
 		w.probes = w.ownProbes
 	}
@@ -373,6 +377,7 @@ type Capacity struct {
 	InFlightKnown     bool            `json:"in_flight_known"`
 	MaxInFlight       int             `json:"max_in_flight,omitempty"`
 	CompletionsPerSec float64         `json:"completions_per_second"`
+	CompletionsKnown  bool            `json:"completions_known"`
 	TokensPerSec      float64         `json:"tokens_per_second"`
 	RetryStorm        RetryStormCheck `json:"retry_storm"`
 	// Load is Little's law with the recommended cap (nil without
@@ -409,7 +414,7 @@ func (w *Watchdog) Capacity() Capacity {
 	p := w.base
 	p.RateWindow = window
 	ev := Classify(w.history, p, last).Evidence
-	c.Window, c.CompletionsPerSec, c.TokensPerSec = ev.Window, ev.CompletionsPerSec, ev.TokensPerSec
+	c.Window, c.CompletionsPerSec, c.CompletionsKnown, c.TokensPerSec = ev.Window, ev.CompletionsPerSec, ev.CompletionsKnown, ev.TokensPerSec
 	if l, ok := LoadOver(w.history, window); ok {
 		c.InFlight, c.InFlightKnown, c.Load = l.InFlight, true, &l
 	}

@@ -238,6 +238,10 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 	ek := resolveEngineKind(ctx, cfg.Engine)
 	log.WithField("engine_kind", ek.Kind).Info("engine kind: " + ek.Words)
 	engine := ek.Engine
+	// One engine reader for the limiter and the watchdog: they read the
+	// same series by the same profile, and with engine.kind still auto the
+	// first readable scrape decides for both.
+	reader := probes.NewReader(engine.Metrics, engine.Kind, cfg.Engine.MetricsFor)
 
 	// The limiter.
 	if cfg.Admission.Enabled {
@@ -248,7 +252,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 		d.limiter, err = admission.New(cfg.Admission, upstream, cfg.Engine.APIKey,
 			admission.WithLogger(log.WithField("part", "admission")),
 			admission.WithRegisterer(d.registry),
-			admission.WithEngineMetrics(engine.Metrics.Waiting, engine.Metrics.Running),
+			admission.WithEngineReader(reader),
 			admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers))
 		if err != nil {
 			return nil, err
@@ -292,7 +296,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 
 	// The watchdog.
 	wo := watchdog.Options{
-		Engine: engine, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
+		Engine: engine, Reader: reader, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
 		Pager: d.fanout(), Recoverer: d.recovery, Store: d.store,
 		Log: log.WithField("part", "watchdog"), Registerer: d.registry,
 		OnCycle: d.onCycle, Notice: d.notice, Conditions: d.pager,

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -70,5 +71,30 @@ func TestRequiredInCIOrWhenAsked(t *testing.T) {
 		if got := Required(RequireHAProxyEnv); got != tc.want {
 			t.Errorf("CI=%q %s=%q: Required = %v, want %v", tc.ci, RequireHAProxyEnv, tc.env, got, tc.want)
 		}
+	}
+}
+
+// The llama.cpp build is where test.sh says, else in the cache folder of
+// the version build.sh pins.
+func TestLlamaCppDir(t *testing.T) {
+	pinned, err := os.ReadFile("../../e2e/llamacpp/node-llama-cpp.version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(string(pinned))
+	for _, tc := range []struct {
+		name, dirEnv, cacheEnv, want string
+	}{
+		{"exported by test.sh", "/opt/llama", "/c", "/opt/llama"},
+		{"the pinned version's cache folder", "", "/c", "/c/llama.cpp/node-llama-cpp-" + version},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(LlamaCppDirEnv, tc.dirEnv)
+			t.Setenv("VIGIL_CACHE_DIR", tc.cacheEnv)
+			got, err := llamaCppDir()
+			if err != nil || got != tc.want {
+				t.Fatalf("llamaCppDir() = %q, %v, want %q", got, err, tc.want)
+			}
+		})
 	}
 }
