@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/internal/humanize"
 )
 
@@ -95,7 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		for _, n := range sizes {
 			for _, sc := range scs {
 				p := params{n: n, max: max(2, n/10), minServing: n / 2, leaseTTL: *lease, restartFor: *restartFor, poll: 100 * time.Millisecond, etcdOnly: *etcdOnly}
-				fmt.Fprintf(stderr, "fleet: run %d, N=%d, %s (load %s) ...\n", r+1, n, sc.name, loadavg())
+				fmt.Fprintf(stderr, "fleet: run %d, N=%d, %s (load %s) ...\n", r+1, n, sc.name, harness.LoadAvg())
 				res, err := runScenario(ctx, p, sc, etcd, *seed+uint64(r), 3*time.Minute, stderr)
 				if err != nil {
 					fmt.Fprintf(stderr, "fleet: run %d, N=%d, %s: %v\n", r+1, n, sc.name, err)
@@ -161,18 +162,4 @@ func printSeries(w io.Writer, run int, r result) {
 	for _, e := range r.errs {
 		fmt.Fprintf(w, "run %d %s N=%d: error: %s\n", run, r.scenario, r.p.n, e)
 	}
-}
-
-// loadavg is the machine's 1-minute load average, for the record of how
-// busy the shared cores were.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
 }

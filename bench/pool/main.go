@@ -106,7 +106,7 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 		o.nodes, o.nodes, o.scale, o.limiterTime)
 	var results []armResult
 	for _, a := range o.arms {
-		fmt.Fprintf(stderr, "pool: arm %s (load %s) ...\n", a.name, loadavg())
+		fmt.Fprintf(stderr, "pool: arm %s (load %s) ...\n", a.name, harness.LoadAvg())
 		r, err := runArm(ctx, o, a, c)
 		if err != nil {
 			return fmt.Errorf("arm %s: %w", a.name, err)
@@ -117,18 +117,4 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error 
 	}
 	printResults(stdout, results, c)
 	return nil
-}
-
-// loadavg is the machine's 1-minute load average, for the record of how
-// busy the shared cores were.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
 }
