@@ -54,13 +54,13 @@ const (
 // overdue; a saturated engine keeps progressing; a slow one has a long
 // step.
 type stallWatch struct {
-	step        time.Duration // learned time between a stream's chunks
+	step time.Duration // learned time between a stream's chunks
 	// streamTaught: streams taught the step; plain answers (whose time
 	// includes the engine's queue) no longer do.
 	streamTaught bool
-	prefillRate float64       // learned prompt tokens a second
-	last        time.Time     // the last progress
-	calls       map[*upstreamCall]*watched
+	prefillRate  float64   // learned prompt tokens a second
+	last         time.Time // the last progress
+	calls        map[*upstreamCall]*watched
 
 	suspected bool
 	since     time.Time // when the suspicion was raised

@@ -122,7 +122,9 @@ func TestStallSuspicion(t *testing.T) {
 			step: 30 * time.Millisecond, prefill: 4000, stream: stream}
 		return ld.calls()
 	}
-	beside := with(fast, func(l *load) { l.from, l.to, l.gap, l.step = 10*time.Second, 26*time.Second, time.Second, 90*time.Millisecond })
+	beside := with(fast, func(l *load) {
+		l.from, l.to, l.gap, l.step = 10*time.Second, 26*time.Second, time.Second, 90*time.Millisecond
+	})
 	cat := func(lds ...[]simCall) []simCall {
 		var out []simCall
 		for _, l := range lds {
