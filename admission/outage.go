@@ -195,13 +195,13 @@ func (l *Limiter) SetRecovering(on bool) {
 	now := l.clock.Now()
 	if !on {
 		l.out.end(now)
-		l.core.SetRecovering(false, 0)
+		l.core.SetRecovering(false)
 		return
 	}
 	if !l.out.begin(now) {
 		return
 	}
-	l.core.SetRecovering(true, l.out.expected(now))
+	l.core.SetRecovering(true)
 	l.inflight.interruptAll(errEngineLost)
 }
 
