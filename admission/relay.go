@@ -82,9 +82,14 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	actx, cut := context.WithCancelCause(ex.ctx)
 	defer cut(nil)
 	m := meter{sent: l.clock.Now()}
+	answered := false
 	if d.peer == nil {
 		m.call = l.startCall(tk, cut)
-		defer l.inflight.done(m.call)
+		l.stallSent(m.call, tk)
+		defer func() {
+			l.inflight.done(m.call)
+			l.stallDone(m.call, answered, o.CompletionTokens)
+		}()
 	}
 	// lost: the engine was declared lost under this send (cut, or refusing
 	// while it is recovered), and the execution still has a client.
@@ -134,6 +139,7 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	if tk != nil {
 		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 	}
+	answered = true
 	return sentDone, true, nil
 }
 

@@ -94,12 +94,12 @@ func (s *stallWatch) sent(c *upstreamCall, now time.Time, prompt, output int, st
 // chunk notes bytes of c's answer: progress. A stream's gaps teach the
 // step time, its first byte the prefill rate.
 func (s *stallWatch) chunk(c *upstreamCall, now time.Time) {
-	th := s.threshold()
-	s.progress(now)
 	w := s.calls[c]
 	if w == nil {
-		return
+		return // not a call it watches (e.g. a passed-through GET)
 	}
+	th := s.threshold()
+	s.progress(now)
 	switch {
 	case !w.stream:
 	case w.lastByte.IsZero():

@@ -74,6 +74,14 @@ func (l *Limiter) SetSuspected(on bool) {
 	}
 }
 
+// Holding reports whether the engine is held: suspected stalled, being
+// recovered, or ramping after a restart (nobody is refused for it then).
+func (l *Limiter) Holding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holdingLocked(l.clock.Now())
+}
+
 // Divert takes every queued request out of the queue (but those marked
 // Undivertible) and ends its Acquire with ErrDiverted, for the transport
 // to send elsewhere; it returns how many. Only while the engine is

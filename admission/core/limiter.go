@@ -98,6 +98,12 @@ func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 // discards.
 func WithLogger(e *logrus.Entry) Option { return func(l *Limiter) { l.log = e } }
 
+// WithProgress tells the core when the engine last made progress (a
+// byte of any answer; the transport sees them): a queue wait that
+// reaches its bound while nothing progressed since it began is not
+// refused yet (see expire). Without it, every bound refuses.
+func WithProgress(last func() time.Time) Option { return func(l *Limiter) { l.progress = last } }
+
 // WithLimit replaces the automatic cap, the limit in force while
 // max_in_flight is 0.
 func WithLimit(lim Limit) Option { return func(l *Limiter) { l.auto = lim } }
@@ -130,12 +136,12 @@ type Limiter struct {
 	recovering  bool
 	// suspected: the engine is suspected stalled (package admission's
 	// stall watch): nothing new goes to it, and nobody is refused for it.
-	suspected bool
-	slowFrom        time.Time // zero: no slow start running
-	tenants         *tenantTable
-	budget          *retryBudget
-	completions     *eventRate
-	deadlines       *deadlines
+	suspected   bool
+	slowFrom    time.Time // zero: no slow start running
+	tenants     *tenantTable
+	budget      *retryBudget
+	completions *eventRate
+	deadlines   *deadlines
 	// admissions over the last completionSpan, since busySince (when the
 	// last idle spell ended): the queue's drain rate.
 	admissions *eventRate
@@ -155,6 +161,9 @@ type Limiter struct {
 	awaitingFirst int
 
 	admitted, queued, abandoned atomic.Uint64
+	// progress is when the engine last progressed (WithProgress; nil:
+	// unknown).
+	progress func() time.Time
 	// heldWaits counts queue waits that reached their bound while the
 	// engine was held, and went on (under mu).
 	heldWaits uint64
@@ -481,8 +490,16 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 		return
 	}
 	now := l.clock.Now()
-	if l.holdingLocked(now) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+	// Nothing progressed since it queued: the engine may have stopped, and
+	// the suspicion (package admission) is still deciding; a refusal now
+	// would be for the engine's silence, not its pace.
+	silent := l.progress != nil && l.progress().Before(w.at)
+	if (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+		// Once held, always: the engine's return finds the work the
+		// hang held up ahead of it (streams continued, calls held), and
+		// a refusal then is still the hang's.
 		l.heldWaits++
+		w.held = true
 		l.dispatchLocked(now) // a slow start's cap grows with time alone
 		return
 	}

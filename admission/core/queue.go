@@ -31,6 +31,9 @@ type waiter struct {
 	route, tenant string
 	// undivertible: Divert leaves it queued (see Request.Undivertible).
 	undivertible bool
+	// held: its bound was reached while the engine was held, and it
+	// waits on (see Limiter.expire).
+	held bool
 	// Placeholders only: the call's key and the timer that drops it.
 	placeholder bool
 	k           CallKey
@@ -203,6 +206,7 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 			return
 		}
 		w := l.removeWaiterLocked(e)
+		w.lis.heldWait = w.held
 		w.lis.startAwaitingLocked()
 		l.addInFlightLocked(now, 1)
 		l.admitted.Add(1)

@@ -55,6 +55,7 @@ type options struct {
 	tail     time.Duration
 	drain    time.Duration
 	seed     uint64
+	retries  int
 	arms     []armSpec
 	// timeline, when set, gets the engine and the limiter every every.
 	timeline io.Writer
@@ -77,9 +78,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.restart, "restart", 45*time.Second, "the recovery's start to the restarted engine ready, engine time")
 	fs.DurationVar(&o.tail, "tail", 20*time.Second, "load after the restarted engine is ready, engine time")
 	fs.DurationVar(&o.drain, "drain", 3*time.Minute, "longest wait for the calls to end after the load, engine time (the rest are cancelled and counted unfinished)")
+	fs.IntVar(&o.retries, "retries", sdkRetries, "retries per call (0: clients that do not retry, as behind HAProxy, which never retries a 503)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals and calls (the same in every arm)")
 	fs.DurationVar(&o.every, "timeline", 0, "print the engine and the limiter at this interval of engine time, to stderr (0: not)")
-	arms := fs.String("arms", "a,b,c", "arms to run: a (moving off), b (no peer), c (a peer)")
+	arms := fs.String("arms", "a,b,c", "arms to run: a (moving off), b (no peer), c (a peer), d (a peer, suspicion off), e (no peer, suspicion off)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -87,17 +89,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if !(o.scale > 0) || o.seqs < 1 || !(o.load > 0) || o.peerLoad < 0 || o.warmup <= 0 || o.detect < 0 || o.restart < 0 ||
-		o.tail < 0 || o.drain <= 0 {
-		fmt.Fprintln(stderr, "hanglost: -scale, -seqs, -load, -warmup and -drain must be positive, -peer-load, -detect, -restart and -tail not negative")
+		o.tail < 0 || o.drain <= 0 || o.retries < 0 {
+		fmt.Fprintln(stderr, "hanglost: -scale, -seqs, -load, -warmup and -drain must be positive, -peer-load, -detect, -restart, -tail and -retries not negative")
 		return 2
 	}
 	if o.every > 0 {
 		o.timeline = stderr
 	}
 	for _, a := range strings.Split(*arms, ",") {
-		i := strings.Index("abc", strings.TrimSpace(a))
+		i := strings.Index("abcde", strings.TrimSpace(a))
 		if len(strings.TrimSpace(a)) != 1 || i < 0 {
-			fmt.Fprintf(stderr, "hanglost: -arms: unknown arm %q (have a, b, c)\n", a)
+			fmt.Fprintf(stderr, "hanglost: -arms: unknown arm %q (have a, b, c, d, e)\n", a)
 			return 2
 		}
 		o.arms = append(o.arms, armSpecs[i])
@@ -126,7 +128,7 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) (*repo
 	fmt.Fprintf(stdout, "Calls: open-loop Poisson at %.2f C, %d calls over %s, prompts %d ± %d tokens, answers lognormal median %d (mean %.0f), a quarter each unary/streamed on /v1/completions and /v1/chat/completions, n=1.\n",
 		o.load, len(calls), humanize.Duration(o.length()), promptMean, promptSpread, answerMedian, meanAnswer)
 	fmt.Fprintf(stdout, "Clients: the OpenAI SDKs' retries: %s timeout, %d retries, backoff 0.5 s doubling to 8 s, Retry-After up to 60 s honoured.\n",
-		humanize.Duration(sdkTimeout), sdkRetries)
+		humanize.Duration(sdkTimeout), o.retries)
 	fmt.Fprintf(stdout, "Limiter: vigil's admission defaults (engine_max_seqs %d), engine-time clock; max_moves per arm. Peer (arm c): the same limiter and engine, its own clients at %.2f C.\n",
 		o.seqs, o.peerLoad)
 	fmt.Fprintf(stdout, "Schedule (engine time): %s of load, Engine.Hang(); %s later SetRecovering(true) and the engine stopped; %s later a fresh engine, SetRecovering(false), SlowStart(); %s more load.\n\n",
