@@ -220,7 +220,10 @@ func (r *report) printWindow(w io.Writer) {
 		base := r.suspicionOff(run.spec)
 		vsLost, vsP99 := "n/a", "n/a"
 		if base != nil && base.run != run {
-			vsLost = ratio(f.neverAnswered, base.fig.neverAnswered)
+			vsLost = fmt.Sprintf("%d vs %d", f.neverAnswered, base.fig.neverAnswered)
+			if base.fig.neverAnswered > 0 {
+				vsLost = ratio(f.neverAnswered, base.fig.neverAnswered)
+			}
 			if base.fig.afterP99 > 0 {
 				vsP99 = fmt.Sprintf("%.2fx", float64(f.afterP99)/float64(base.fig.afterP99))
 			}
