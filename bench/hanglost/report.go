@@ -214,7 +214,7 @@ func (r *report) print(w io.Writer) {
 func (r *report) printWindow(w io.Writer) {
 	fmt.Fprintf(w, "The hang window (clients retry %d times; latency of calls started after the hang against those ended before it, engine seconds):\n", r.o.retries)
 	t := humanize.Table{Header: []string{"arm", "never answered (streams)", "vs suspicion off", "after the hang p50 / p99 (s)",
-		"added p50 / p99 (s)", "p99 vs suspicion off", "hang → last call to the hung engine (s)", "suspicions (false)", "refused while held"}}
+		"added p50 / p99 (s)", "p99 vs suspicion off", "hang → last call to the hung engine (s)", "suspicions (false)", "refused while held", "the peer's own calls never answered"}}
 	for _, a := range r.arms {
 		f, run := a.fig, a.run
 		base := r.suspicionOff(run.spec)
@@ -232,9 +232,13 @@ func (r *report) printWindow(w io.Writer) {
 		if run.lastToHung >= 0 {
 			last = secs(run.lastToHung)
 		}
+		peerLost := "-"
+		if run.peerStats != nil {
+			peerLost = fmt.Sprintf("%d of %d", run.peerSent-run.peerDelivered, run.peerSent)
+		}
 		t.Add(run.spec.name, fmt.Sprintf("%d (%d)", f.neverAnswered, f.streamsNever), vsLost,
 			secs(f.afterP50)+" / "+secs(f.afterP99), secs(f.afterP50-f.beforeP50)+" / "+secs(f.afterP99-f.beforeP99), vsP99,
-			last, fmt.Sprintf("%d (%d)", run.stats.Suspicions, run.stats.FalseSuspicions), countList64(run.stats.HeldRefused))
+			last, fmt.Sprintf("%d (%d)", run.stats.Suspicions, run.stats.FalseSuspicions), countList64(run.stats.HeldRefused), peerLost)
 	}
 	t.Print(w)
 	fmt.Fprintln(w)
