@@ -76,6 +76,7 @@ type Limiter struct {
 	// closed when its loop ends.
 	sm            stallMon
 	stallLoopDone chan struct{}
+	onSuspect     func(on bool) // WithSuspicionHook
 }
 
 // counters are the monotonic counts behind Stats and the metrics (the

@@ -37,6 +37,13 @@ type stallMon struct {
 	haveBase bool
 }
 
+// WithSuspicionHook is told when a suspicion is raised (true) and when
+// progress clears it (false), e.g. to take new traffic off this node at
+// the load balancer softly meanwhile (a lower weight: reversible, no
+// guard, never a restart). It is not told at the verdict: the recovery
+// drains and restores the node itself. It must not block.
+func WithSuspicionHook(f func(on bool)) Option { return func(l *Limiter) { l.onSuspect = f } }
+
 // stallSent notes a call sent to the engine (tk: its slot).
 func (l *Limiter) stallSent(c *upstreamCall, tk *core.Listener) {
 	if tk == nil || !l.cfg.SuspectStalls {
@@ -161,6 +168,9 @@ func (l *Limiter) suspect(now time.Time) {
 	if l.peerFor(nil) != nil {
 		l.core.Divert()
 	}
+	if l.onSuspect != nil {
+		l.onSuspect(true)
+	}
 }
 
 // unsuspect releases the engine: it progressed, the suspicion was false.
@@ -169,6 +179,9 @@ func (l *Limiter) unsuspect() {
 	l.out.closeFalse()
 	l.core.SetSuspected(false)
 	l.log.Info("admission: the engine progresses again; the suspicion was false")
+	if l.onSuspect != nil {
+		l.onSuspect(false)
+	}
 }
 
 // confirmStall turns a suspicion into the outage at the watchdog's

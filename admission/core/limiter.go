@@ -312,6 +312,9 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	w := l.enqueueLocked(now, r, ph, lis)
 	w.deadline = now.Add(maxWait)
 	w.undivertible = r.Undivertible
+	// Queued while the engine is held: its bound would judge a pace the
+	// engine does not have (see expire).
+	w.held = l.holdingLocked(now)
 	l.mu.Unlock()
 	return l.wait(ctx, r, lis, w, maxWait, timeout)
 }
