@@ -500,9 +500,13 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 	if (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
 		// Once held, always: the engine's return finds the work the
 		// hang held up ahead of it (streams continued, calls held), and
-		// a refusal then is still the hang's.
+		// a refusal then is still the hang's. A wait deferred only for
+		// silence is not marked: once the engine progresses, its next
+		// bound refuses as usual (a long plain answer is silent too).
 		l.heldWaits++
-		w.held = true
+		if !silent || l.holdingLocked(now) {
+			w.held = true
+		}
 		l.dispatchLocked(now) // a slow start's cap grows with time alone
 		return
 	}
