@@ -125,12 +125,15 @@ func (s *stallWatch) chunk(c *upstreamCall, now time.Time) {
 // stream does.
 func (s *stallWatch) done(c *upstreamCall, now time.Time, answered bool, output int) {
 	w := s.calls[c]
+	if w == nil {
+		return // not a call it watches (e.g. a passed-through GET /health)
+	}
 	delete(s.calls, c)
 	if !answered {
 		return
 	}
 	s.progress(now)
-	if w != nil && !w.stream && output > 0 && !s.streamTaught {
+	if !w.stream && output > 0 && !s.streamTaught {
 		d := now.Sub(w.sent) - s.prefill(w.prompt)
 		if d > 0 {
 			s.step = time.Duration(ewma(float64(s.step), float64(d)/float64(output), stepWeight))

@@ -213,3 +213,24 @@ func TestStallSuspicionHysteresis(t *testing.T) {
 		t.Fatalf("backoff %d after a quiet spell, want 1", s.backoff)
 	}
 }
+
+// What the limiter passes through (GET /health, /metrics: the load
+// balancer's checks) is no progress of the engine's, though it answers
+// while hung.
+func TestStallWatchIgnoresCallsItDoesNotWatch(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	s := newStallWatch()
+	c := &upstreamCall{}
+	s.sent(c, t0, 10, 100, true)
+	s.chunk(c, t0.Add(50*time.Millisecond))
+	for i := 1; i <= 20; i++ { // a health check every 100 ms
+		hc := &upstreamCall{}
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		s.chunk(hc, at)
+		s.done(hc, at, true, -1)
+	}
+	if !s.check(t0.Add(2 * time.Second)) {
+		t.Fatal("passed-through answers hid the stall")
+	}
+}
