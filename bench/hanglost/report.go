@@ -40,7 +40,10 @@ type figures struct {
 	// Over every call.
 	total, delivered, deliveredWrong, unfinished int
 	p50, p99                                     time.Duration
-	group                                        [groups]struct{ n, delivered int }
+	group                                        [groups]struct {
+		n, delivered int
+		lat          []time.Duration
+	}
 	// The hang window: calls never answered (streams among them), and the
 	// latency p50/p99 of the calls started after the hang against those
 	// ended before it (the same arm's baseline).
@@ -63,6 +66,7 @@ func measure(r *armRun, calls []call, want []string) figures {
 		if d := res.delivered(); d != nil {
 			f.delivered++
 			f.group[g].delivered++
+			f.group[g].lat = append(f.group[g].lat, res.end-res.start)
 			lat = append(lat, res.end-res.start)
 			switch {
 			case g == beforeHang:
@@ -197,7 +201,9 @@ func (r *report) print(w io.Writer) {
 			secs(run.verdictAt), secs(run.readyAt))
 		var gs []string
 		for g := range groups {
-			gs = append(gs, fmt.Sprintf("%s %d/%d", groupNames[g], a.fig.group[g].delivered, a.fig.group[g].n))
+			gr := a.fig.group[g]
+			gs = append(gs, fmt.Sprintf("%s %d/%d (p50 %s s, p99 %s s)", groupNames[g], gr.delivered, gr.n,
+				secs(harness.Percentile(gr.lat, 50)), secs(harness.Percentile(gr.lat, 99))))
 		}
 		fmt.Fprintf(w, "delivered by start: %s", strings.Join(gs, ", "))
 		if run.peerStats != nil {
