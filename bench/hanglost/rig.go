@@ -221,7 +221,7 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	if o.timeline != nil {
-		go timeline(callCtx, o, clock, spec, slot, lim, done)
+		go timeline(callCtx, o, clock, spec, slot, lim, peer, done)
 	}
 
 	// The fault: the engine hangs; the watchdog's verdict comes a
@@ -275,7 +275,7 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 }
 
 // timeline prints the engine and the limiter every -timeline-every.
-func timeline(ctx context.Context, o options, clock *simclient.Clock, spec armSpec, slot *engineSlot, lim *harness.Limiter, done <-chan struct{}) {
+func timeline(ctx context.Context, o options, clock *simclient.Clock, spec armSpec, slot *engineSlot, lim, peer *harness.Limiter, done <-chan struct{}) {
 	for at := o.every; ; at += o.every {
 		if !clock.SleepUntil(ctx, at) {
 			return
@@ -298,8 +298,12 @@ func timeline(ctx context.Context, o options, clock *simclient.Clock, spec armSp
 				rej = append(rej, fmt.Sprintf("%s=%d", k, s.Rejected[k]))
 			}
 		}
-		fmt.Fprintf(o.timeline, "%s t=%4.0f %s %s held=%d rejected{%s}\n", spec.name, clock.Now().Seconds(), eng, lim.Brief(), held,
-			strings.Join(rej, " "))
+		ps := ""
+		if peer != nil {
+			ps = " | peer " + peer.Brief()
+		}
+		fmt.Fprintf(o.timeline, "%s t=%4.0f %s %s held=%d suspected=%v rejected{%s}%s\n", spec.name, clock.Now().Seconds(), eng, lim.Brief(), held,
+			s.Suspected, strings.Join(rej, " "), ps)
 	}
 }
 
