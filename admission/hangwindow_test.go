@@ -82,6 +82,13 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 			}
 			time.Sleep(time.Until(hung.Add(3 * time.Second))) // the verdict comes later
 			p.l.SetRecovering(true)
+			if withPeer {
+				// The peer runs the streams cut: their slots here are free
+				// for the restarted engine's slow start.
+				eventually(t, 3*time.Second, "the slots of the calls moved given back", func() bool {
+					return p.l.Stats().InFlight == 0
+				})
+			}
 			time.Sleep(100 * time.Millisecond)
 			re.restart(t)
 			p.l.SetRecovering(false)

@@ -124,6 +124,12 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	}
 	o.Dropped = resp.StatusCode >= 500
 	l.noteMoved(ex, rl, d, cont)
+	if d.peer != nil && tk != nil {
+		// The peer runs it now: its slot here goes back to the calls
+		// waiting for this engine, or a restarted engine's slow start
+		// would find its cap full of calls another node is answering.
+		tk.Release(core.Outcome{Cancelled: true, CompletionTokens: -1, TotalTokens: -1})
+	}
 	if readErr := l.tee(ex, resp, &m, tk, d, cont); readErr != nil {
 		if lost() {
 			return sentCut, false, nil

@@ -75,6 +75,10 @@ type Request struct {
 	// Undivertible: the call was offered to a peer already (or must not
 	// move); Divert leaves it queued.
 	Undivertible bool
+	// MaxWait, when set, bounds the queue wait whatever else would allow,
+	// the engine held or not: a call another vigil moved here is better
+	// held at home than queued behind this engine's own (0: no bound).
+	MaxWait time.Duration
 }
 
 // budgeted: a retry that would start a new execution of its call.
@@ -297,6 +301,9 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	}
 	l.demandLocked(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
 	maxWait := l.maxWaitLocked(r, timeout)
+	if r.MaxWait > 0 {
+		maxWait = min(maxWait, r.MaxWait)
+	}
 	if r.Stream && !l.holdingLocked(now) {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
 			l.undoLocked(now, lis)
@@ -497,7 +504,7 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 	// the suspicion (package admission) is still deciding; a refusal now
 	// would be for the engine's silence, not its pace.
 	silent := l.progress != nil && l.progress().Before(w.at)
-	if (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+	if r.MaxWait <= 0 && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
 		// Once held, always: the engine's return finds the work the
 		// hang held up ahead of it (streams continued, calls held), and
 		// a refusal then is still the hang's. A wait deferred only for

@@ -190,6 +190,17 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatal("Divert with no suspicion took a request")
 			}
 		}},
+		{"MaxWait bounds a wait even while the engine is held", func(c *configs.Admission) {
+			c.MaxInFlight = 1
+		}, func(t *testing.T, l *Limiter) {
+			l.SetSuspected(true)
+			ch := acquireAsync(context.Background(), l, Request{MaxWait: 500 * time.Millisecond})
+			untilQueued(t, l, 1)
+			advance(500 * time.Millisecond)
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout at its MaxWait", a)
+			}
+		}},
 		{"slow start holds the queue rather than refusing it", func(c *configs.Admission) {
 			c.MaxInFlight = 10
 			c.SlowStart = time.Minute
