@@ -216,3 +216,31 @@ func TestAFalseSuspicionIsReversedAndCounted(t *testing.T) {
 		t.Errorf("hook told %v, want on then off", hook)
 	}
 }
+
+// A call for a suspected engine goes to the first peer that takes it: a
+// peer that refuses (503) is passed over for the next.
+func TestAHeldEnginesCallTriesEachPeer(t *testing.T) {
+	t.Parallel()
+	re := newRestartableEngine(t, 0)
+	full := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	pe := newRestartableEngine(t, 0)
+	peer := startProxy(t, testConfig(), pe.url)
+	p := startProxy(t, testConfig(), re.url, WithNode("node1"), WithPeers(func() []Peer {
+		return []Peer{{Node: "node2", URL: full.srv.URL}, {Node: "node3", URL: peer.url}}
+	}))
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	long := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":2000`, 1)
+	go readCall(ctx, c, p.url, pathCompletions, long)
+	eventually(t, 5*time.Second, "the stream under way", func() bool { return re.cur.Load().Stats().GenerationTokens > 20 })
+	re.cur.Load().Hang()
+	eventually(t, 3*time.Second, "the stall suspected", p.l.Suspected)
+	s := readCall(ctx, c, p.url, pathCompletions, moveUnary)
+	if s.status != http.StatusOK || full.calls.Load() != 1 {
+		t.Fatalf("status %d, the full peer asked %d times; want 200 from node3 after node2 refused", s.status, full.calls.Load())
+	}
+	if fate, _ := p.l.RequestFate(); fate.MovedTo["node3"] != 1 || fate.MovedTo["node2"] != 0 {
+		t.Fatalf("moved %v, want the call at node3", fate.MovedTo)
+	}
+}

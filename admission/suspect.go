@@ -213,27 +213,38 @@ func (l *Limiter) peerFor(r *http.Request) *Peer {
 }
 
 // toPeer sends a call the held engine cannot take to a pool peer's
-// limiter and streams its answer back. It reports whether the client was
-// answered (or left); false when there is no peer or it refused, and the
-// call waits here instead.
+// limiter, each in turn until one takes it, and streams its answer back.
+// It reports whether the client was answered (or left); false when there
+// is no peer or none took it, and the call waits here instead.
 func (a *attempt) toPeer(body []byte) bool {
 	l := a.l
-	p := l.peerFor(a.r)
-	if p == nil {
+	if l.peerFor(a.r) == nil {
 		return false
 	}
+	for _, p := range l.peers() {
+		if done, taken := a.sendToPeer(&p, body); done || taken {
+			return true
+		}
+	}
+	return false
+}
+
+// sendToPeer offers the call to p: taken when p answers it (streamed to
+// the client), done when the client left meanwhile.
+func (a *attempt) sendToPeer(p *Peer, body []byte) (done, taken bool) {
+	l := a.l
 	rl := l.newRelay(a.r, body)
 	resp, err := l.transport.RoundTrip(l.relayRequest(a.r.Context(), rl, dest{peer: p}, body))
 	if err != nil {
 		if a.r.Context().Err() != nil {
-			return true // the client left; nobody to answer
+			return true, false // the client left; nobody to answer
 		}
 		l.log.WithError(err).WithField("peer", p.Node).Debug("admission: peer could not take a call from a held engine")
-		return false
+		return false, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		return false
+		return false, false
 	}
 	l.c.moved.Add(1)
 	l.c.diverted.Add(1)
@@ -259,5 +270,5 @@ func (a *attempt) toPeer(body []byte) bool {
 	if sinkErr == nil && readErr != nil && a.r.Context().Err() == nil {
 		panic(http.ErrAbortHandler) // a broken answer must look broken
 	}
-	return true
+	return false, true
 }
