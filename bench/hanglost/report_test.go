@@ -67,6 +67,49 @@ func TestReportPrintsTheRatioAgainstMovingOff(t *testing.T) {
 	}
 }
 
+// The hang window's table compares each arm with the arm of the same
+// peering whose suspicion is off, and says what the peer's own clients
+// lost.
+func TestTheHangWindowTableComparesWithSuspicionOff(t *testing.T) {
+	s := time.Second
+	arm := func(spec armSpec, never, after99 int, last time.Duration, peerSent, peerDelivered int) armFigures {
+		r := &armRun{spec: spec, lastToHung: last, peerSent: peerSent, peerDelivered: peerDelivered,
+			stats: admission.Stats{Suspicions: 2, FalseSuspicions: 1, HeldRefused: map[string]uint64{"queue_full": 3}}}
+		if spec.peer {
+			r.peerStats = &admission.Stats{}
+		}
+		return armFigures{run: r, fig: figures{neverAnswered: never, afterP99: time.Duration(after99) * s}}
+	}
+	rep := &report{o: options{scale: 6}, arms: []armFigures{
+		arm(armSpecs[1], 0, 10, s/2, 0, 0),     // b: no peer
+		arm(armSpecs[2], 2, 20, s/2, 100, 100), // c: a peer
+		arm(armSpecs[3], 4, 40, 4*s, 100, 90),  // d: a peer, suspicion off
+		arm(armSpecs[4], 0, 20, 5*s, 0, 0),     // e: no peer, suspicion off
+	}}
+	var buf bytes.Buffer
+	rep.printWindow(&buf)
+	rows := map[string]string{}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		for _, a := range rep.arms {
+			if strings.HasPrefix(line, "| "+a.run.spec.name+" ") {
+				rows[a.run.spec.name] = strings.Join(strings.Fields(line), " ") // cells unpadded
+			}
+		}
+	}
+	for name, want := range map[string][]string{
+		armSpecs[1].name: {"| 0 vs 0 |", "| 0.50x |", "| 0.5 |", "| 2 (1) |", "queue_full: 3", "| - |"},
+		armSpecs[2].name: {"| 0.50x |", "| 0.50x |", "| 0 of 100 |"},
+		armSpecs[3].name: {"| n/a |", "| 4.0 |", "| 10 of 100 |"},
+		armSpecs[4].name: {"| n/a |", "| 5.0 |"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(rows[name], w) {
+				t.Errorf("%s: row lacks %q:\n%s", name, w, rows[name])
+			}
+		}
+	}
+}
+
 func TestCallsAreSizedAndTheirUnaryTwinIsTheSameRequest(t *testing.T) {
 	calls := draw(1, "Node", 10, 20*time.Second)
 	if len(calls) < 100 {
