@@ -81,7 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.retries, "retries", sdkRetries, "retries per call (0: clients that do not retry, as behind HAProxy, which never retries a 503)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals and calls (the same in every arm)")
 	fs.DurationVar(&o.every, "timeline", 0, "print the engine and the limiter at this interval of engine time, to stderr (0: not)")
-	arms := fs.String("arms", "a,b,c", "arms to run: a (moving off), b (no peer), c (a peer), d (a peer, suspicion off), e (no peer, suspicion off)")
+	arms := fs.String("arms", "a,b,c", "arms to run: a (moving off), b (no peer), c (a peer), d (a peer, suspicion off), e (no peer, suspicion off), f (no hang: false suspicions; use -load past 1 to saturate)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -97,9 +97,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		o.timeline = stderr
 	}
 	for _, a := range strings.Split(*arms, ",") {
-		i := strings.Index("abcde", strings.TrimSpace(a))
+		i := strings.Index("abcdef", strings.TrimSpace(a))
 		if len(strings.TrimSpace(a)) != 1 || i < 0 {
-			fmt.Fprintf(stderr, "hanglost: -arms: unknown arm %q (have a, b, c, d, e)\n", a)
+			fmt.Fprintf(stderr, "hanglost: -arms: unknown arm %q (have a, b, c, d, e, f)\n", a)
 			return 2
 		}
 		o.arms = append(o.arms, armSpecs[i])

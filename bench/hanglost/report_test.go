@@ -184,6 +184,10 @@ func TestArmsEndToEnd(t *testing.T) {
 			t.Errorf("%s: %d of %d calls never answered (%d streams), %v refused while held; want none",
 				spec.name, f.neverAnswered, f.total, f.streamsNever, r.stats.HeldRefused)
 		}
+		if spec.noHang && (len(r.stats.HeldRefused) != 0 || r.stats.Rejected["stream_deadline"] != 0) {
+			t.Errorf("%s: refused %v while held, %d stream deadlines, with no hang (%d suspicions, %d false)", spec.name,
+				r.stats.HeldRefused, r.stats.Rejected["stream_deadline"], r.stats.Suspicions, r.stats.FalseSuspicions)
+		}
 		if spec.maxMoves == 0 && f.lost == 0 {
 			t.Errorf("%s: nothing lost with moving off", spec.name)
 		}

@@ -123,6 +123,9 @@ type armSpec struct {
 	// noSuspicion turns the stall suspicion off (admission.suspect_stalls
 	// false): the engine is held only from the verdict on.
 	noSuspicion bool
+	// noHang: the engine never hangs; every suspicion is false (run it at
+	// a -load past 1 for a saturated engine).
+	noHang bool
 }
 
 var armSpecs = []armSpec{
@@ -131,6 +134,7 @@ var armSpecs = []armSpec{
 	{name: "c: a peer", what: "max_moves 2, a peer: the calls cut move to a second limiter in front of a healthy engine", maxMoves: 2, peer: true},
 	{name: "d: a peer, suspicion off", what: "as c with admission.suspect_stalls false: nothing is held before the verdict", maxMoves: 2, peer: true, noSuspicion: true},
 	{name: "e: no peer, suspicion off", what: "as b with admission.suspect_stalls false", maxMoves: 2, noSuspicion: true},
+	{name: "f: no hang", what: "as b, but the engine never hangs: every suspicion is false", maxMoves: 2, noHang: true},
 }
 
 // armRun is what one arm measured.
@@ -231,6 +235,19 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 	if !clock.SleepUntil(ctx, o.warmup) {
 		return nil, ctx.Err()
 	}
+	if spec.noHang {
+		// No fault: the schedule's marks only sort the calls.
+		r.hangAt, r.lastToHung = clock.Now(), -1
+		if !clock.SleepUntil(ctx, o.warmup+o.detect) {
+			return nil, ctx.Err()
+		}
+		r.verdictAt = clock.Now()
+		if !clock.SleepUntil(ctx, o.warmup+o.detect+o.restart) {
+			return nil, ctx.Err()
+		}
+		r.readyAt = clock.Now()
+		return r.finish(ctx, o, clock, lim, peer, done, stopCalls, &peerSent, &peerDelivered, wallStart)
+	}
 	st, eng := lim.Stats(), slot.engine().Stats()
 	slot.engine().Hang()
 	r.hangAt = clock.Now()
@@ -251,6 +268,12 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 	lim.SlowStart()
 	r.readyAt = clock.Now()
 
+	return r.finish(ctx, o, clock, lim, peer, done, stopCalls, &peerSent, &peerDelivered, wallStart)
+}
+
+// finish waits out the load and the calls, and reads the limiters.
+func (r *armRun) finish(ctx context.Context, o options, clock *simclient.Clock, lim, peer *harness.Limiter, done <-chan struct{},
+	stopCalls func(), peerSent, peerDelivered *atomic.Int64, wallStart time.Time) (*armRun, error) {
 	// Every call ends by itself; the drain only bounds the wait.
 	if !clock.SleepUntil(ctx, o.length()) {
 		return nil, ctx.Err()
