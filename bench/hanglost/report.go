@@ -251,10 +251,10 @@ func (r *report) printWindow(w io.Writer) {
 }
 
 // suspicionOff is the arm with the stall suspicion off and the same
-// peering as spec (with moves on), or nil.
+// peering and fault as spec (with moves on), or nil.
 func (r *report) suspicionOff(spec armSpec) *armFigures {
 	for i := range r.arms {
-		if s := r.arms[i].run.spec; s.noSuspicion && s.maxMoves > 0 && s.peer == spec.peer {
+		if s := r.arms[i].run.spec; s.noSuspicion && s.maxMoves > 0 && s.peer == spec.peer && s.noHang == spec.noHang {
 			return &r.arms[i]
 		}
 	}

@@ -237,7 +237,9 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 	}
 	if spec.noHang {
 		// No fault: the schedule's marks only sort the calls.
+		st, eng := lim.Stats(), slot.engine().Stats()
 		r.hangAt, r.lastToHung = clock.Now(), -1
+		r.limQueue, r.limInFlight, r.engRunning, r.engWaiting = st.QueueDepth, st.InFlight, eng.Running, eng.Waiting
 		if !clock.SleepUntil(ctx, o.warmup+o.detect) {
 			return nil, ctx.Err()
 		}
