@@ -244,3 +244,31 @@ func TestAHeldEnginesCallTriesEachPeer(t *testing.T) {
 		t.Fatalf("moved %v, want the call at node3", fate.MovedTo)
 	}
 }
+
+// A call cut at the verdict is offered to each peer in turn: a peer that
+// refuses is passed over for the next, and costs none of max_moves.
+func TestACutCallTriesEachPeer(t *testing.T) {
+	t.Parallel()
+	want := uninterrupted(t, pathCompletions, moveStream)
+	re := newRestartableEngine(t, 0)
+	full := newFakeEngine(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	pe := newRestartableEngine(t, 0)
+	peer := startProxy(t, testConfig(), pe.url)
+	cfg := testConfig()
+	cfg.MaxMoves = 1
+	p := startProxy(t, cfg, re.url, WithNode("node1"), WithPeers(func() []Peer {
+		return []Peer{{Node: "node2", URL: full.srv.URL}, {Node: "node3", URL: peer.url}}
+	}))
+	ch := make(chan streamed, 1)
+	go func() { ch <- readCall(context.Background(), newClient(t), p.url, pathCompletions, moveStream) }()
+	eventually(t, 5*time.Second, "the stream under way", func() bool { return re.cur.Load().Stats().GenerationTokens > 5 })
+	re.cur.Load().Hang()
+	p.l.SetRecovering(true)
+	s := <-ch
+	if s.status != http.StatusOK || !s.Whole() || s.Text != want.Text || full.calls.Load() != 1 {
+		t.Fatalf("got %+v (node2 asked %d times); want the whole stream, continued at node3 after node2 refused", s, full.calls.Load())
+	}
+	if fate, _ := p.l.RequestFate(); fate.MovedTo["node3"] != 1 || fate.LostTotal() != 0 {
+		t.Fatalf("fate %+v, want the stream moved to node3, none lost", fate)
+	}
+}

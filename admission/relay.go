@@ -28,8 +28,10 @@ type relay struct {
 	engine, peer http.Header
 	moves        int
 	// movedIn: the call came from another vigil; it moves no further.
-	movedIn   bool
-	peerTried bool
+	movedIn bool
+	// peersTried counts the peers offered the call: each once, in the
+	// order the pool gives them, then the call is held.
+	peersTried int
 	held      bool // counted once as held for the restarted engine
 }
 
@@ -328,10 +330,10 @@ func (l *Limiter) moveTo(ex *execution, rl *relay) move {
 	if rl.moves > l.cfg.MaxMoves {
 		return move{kind: moveLost, why: lossMoves}
 	}
-	if !rl.movedIn && !rl.peerTried && l.peers != nil {
-		if ps := l.peers(); len(ps) > 0 {
-			rl.peerTried = true // one peer, once: then the call is held
-			mv.d = dest{peer: &ps[0]}
+	if !rl.movedIn && l.peers != nil {
+		if ps := l.peers(); rl.peersTried < len(ps) {
+			mv.d = dest{peer: &ps[rl.peersTried]}
+			rl.peersTried++
 			return mv
 		}
 	}

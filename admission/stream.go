@@ -250,6 +250,9 @@ func (l *Limiter) execute(ex *execution, rl *relay, tk *core.Listener) {
 		if res == sentDone {
 			return
 		}
+		if res == sentRefused {
+			rl.moves-- // a peer that would not take it moved nothing
+		}
 		mv := l.moveTo(ex, rl)
 		switch mv.kind {
 		case moveStop:
