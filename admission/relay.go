@@ -32,7 +32,7 @@ type relay struct {
 	// peersTried counts the peers offered the call: each once, in the
 	// order the pool gives them, then the call is held.
 	peersTried int
-	held      bool // counted once as held for the restarted engine
+	held       bool // counted once as held for the restarted engine
 }
 
 // newRelay reads what a call needs to be sent, now and again.
