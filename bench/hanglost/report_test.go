@@ -142,6 +142,29 @@ func TestCallsAreSizedAndTheirUnaryTwinIsTheSameRequest(t *testing.T) {
 	}
 }
 
+func TestLongPromptsAreSpreadInOrder(t *testing.T) {
+	calls := withLongPrompts(draw(1, "Node", 10, 20*time.Second), 3, 30000, 20*time.Second)
+	long := 0
+	for i, c := range calls {
+		if i > 0 && c.at < calls[i-1].at {
+			t.Fatalf("call %d at %v before call %d at %v", i, c.at, i-1, calls[i-1].at)
+		}
+		var b map[string]any
+		if err := json.Unmarshal(c.body, &b); err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := b["prompt"].(string); len(p) >= 4*30000 {
+			long++
+			if !c.kind.stream() || c.at != time.Duration(long)*5*time.Second {
+				t.Errorf("long call %d: %s at %v, want streamed at %v", long, c.kind, c.at, time.Duration(long)*5*time.Second)
+			}
+		}
+	}
+	if long != 3 {
+		t.Errorf("%d long prompts, want 3", long)
+	}
+}
+
 func boolToInt(b bool) int {
 	if b {
 		return 1
