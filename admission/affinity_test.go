@@ -36,8 +36,10 @@ func TestKeyedRetriesFindTheirExecution(t *testing.T) {
 			attempt: retry()},
 		{name: "a retry of a call turned away here had nothing to find and is not counted",
 			before: func(t *testing.T, p proxy, c func(...string) answer) {
+				// Held through the recovery until its client's own
+				// timeout, then turned away.
 				p.l.SetRecovering(true)
-				if a := c(key("a")...); a.status != 503 {
+				if a := c(append(key("a"), "X-Stainless-Timeout", "0.3")...); a.status != 503 {
 					t.Fatalf("while recovering: %d, want 503", a.status)
 				}
 				p.l.SetRecovering(false)

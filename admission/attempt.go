@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"time"
 
@@ -73,26 +74,53 @@ func (a *attempt) found() {
 	}
 }
 
+// movedInWait bounds the queue wait of a call another vigil moved here:
+// refused after it (503), the call is held at home for its restarted
+// engine instead of waiting behind this engine's own calls.
+const movedInWait = 2 * time.Second
+
 // acquire asks the core for a slot. When none is granted the client has
-// been answered (or has left) and ok is false.
+// been answered (or has left) and ok is false. While the engine is held
+// (suspected stalled or recovered) a call goes to a pool peer first, and
+// so does a queued one the core diverts; one no peer takes waits here.
 func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok bool) {
 	l, c := a.l, a.c
-	prompt, tokens := estimateTokens(body, info)
-	tk, rj, err := l.core.Acquire(a.r.Context(), core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
-		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
-		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body))})
-	switch {
-	case err != nil:
-		a.leftUnanswered(false) // the client left while queued; nobody to answer
-		return nil, false
-	case rj != nil:
-		if c.adopt {
-			l.co.markUnanswered(c.k, false, l.clock.Now())
-		}
-		l.reject(a.w, fromCore(rj))
+	if l.holdsEngine() && a.toPeer(body) {
 		return nil, false
 	}
-	return tk, true
+	prompt, tokens := estimateTokens(body, info)
+	req := core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
+		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
+		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body)),
+		Undivertible: l.peerFor(a.r) == nil}
+	if a.r.Header.Get(movedFromHeader) != "" {
+		req.MaxWait = movedInWait
+	}
+	for {
+		queuedAt, held := l.clock.Now(), l.holdsEngine() || l.core.Holding()
+		tk, rj, err := l.core.Acquire(a.r.Context(), req)
+		switch {
+		case errors.Is(err, core.ErrDiverted):
+			if a.toPeer(body) {
+				return nil, false
+			}
+			req.Undivertible = true // the peer would not take it: it waits here
+			continue
+		case err != nil:
+			a.leftUnanswered(false) // the client left while queued; nobody to answer
+			return nil, false
+		case rj != nil:
+			if c.adopt {
+				l.co.markUnanswered(c.k, false, l.clock.Now())
+			}
+			l.reject(a.w, fromCore(rj))
+			return nil, false
+		}
+		if d := l.clock.Now().Sub(queuedAt); d >= time.Millisecond && (held || tk.HeldWait() || l.holdsEngine() || l.core.Holding()) {
+			l.out.queued(d)
+		}
+		return tk, true
+	}
 }
 
 // run executes the call in the slot tk grants: shared by its attempts

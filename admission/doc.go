@@ -21,7 +21,9 @@
 // attempt.go finds its work or acquires a slot and runs it, stream.go
 // streams the answer), coalesce.go runs keyed calls once for all their
 // attempts and keeps keyless orphans for adoption, reject.go answers the
-// core's rejections.
+// core's rejections. outage.go, relay.go and continuation.go move the
+// calls of a lost engine; stall.go suspects a stalled one in seconds and
+// suspect.go holds it meanwhile (docs/design.md, the hang window).
 //
 // # What a request goes through
 //
@@ -61,7 +63,8 @@
 //     answers with a slot, or a rejection this package sends as 429
 //     (rate_limit_error: the key's quotas, the retry budget) or 503
 //     (server_error: queue full, wait expired, a stream the queue would not
-//     reach in time, engine restarting).
+//     reach in time; never for an engine suspected stalled or restarting,
+//     whose calls go to a pool peer or wait).
 //  4. Upstream: the engine's API key replaces the client's Authorization
 //     when inject_api_key is on. The answer streams back unbuffered, every
 //     read flushed, with X-Accel-Buffering: no on SSE.

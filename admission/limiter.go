@@ -73,6 +73,12 @@ type Limiter struct {
 	node   string
 	lostMu sync.Mutex
 	lost   map[string]uint64 // calls cut by a lost engine that could not move, by why
+
+	// sm suspects a stalled engine (stall.go, suspect.go); stallLoopDone is
+	// closed when its loop ends.
+	sm            stallMon
+	stallLoopDone chan struct{}
+	onSuspect     func(on bool) // WithSuspicionHook
 }
 
 // counters are the monotonic counts behind Stats and the metrics (the
@@ -91,6 +97,12 @@ type counters struct {
 	// Calls cut by a lost engine: moved to a peer, held for the
 	// restarted engine, streams continued (lost ones: Limiter.lost).
 	moved, held, continued atomic.Uint64
+	// The stall suspicion: suspicions raised, those progress cleared
+	// (false), calls sent to a peer instead of a held engine.
+	suspicions, falseSuspicions, diverted atomic.Uint64
+	// heldRefused counts, by reason, calls refused while the engine was
+	// held (suspected, recovered, ramping).
+	heldRefused map[string]*atomic.Uint64
 }
 
 // New builds a limiter that forwards to upstream (the engine's base URL,
@@ -122,11 +134,17 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 		o(l)
 	}
 	l.log = l.log.WithField("component", "admission")
-	l.core = core.New(cfg, core.WithClock(l.clock), core.WithLogger(l.log))
+	copts := []core.Option{core.WithClock(l.clock), core.WithLogger(l.log)}
+	if cfg.SuspectStalls {
+		copts = append(copts, core.WithProgress(l.lastProgress))
+	}
+	l.core = core.New(cfg, copts...)
 	l.lost = map[string]uint64{}
 	l.c.rejected = make(map[string]*atomic.Uint64, len(allReasons))
+	l.c.heldRefused = make(map[string]*atomic.Uint64, len(allReasons))
 	for _, r := range allReasons {
 		l.c.rejected[r] = new(atomic.Uint64)
+		l.c.heldRefused[r] = new(atomic.Uint64)
 	}
 	l.co = newCoalescer(cfg, l.clock, func() { l.c.cancelledDeferred.Add(1) },
 		func() { l.c.cancelledImmediate.Add(1) })
@@ -136,6 +154,13 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 		if err := l.reg.Register(&collector{l: l}); err != nil {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
 		}
+	}
+	l.sm.w = newStallWatch()
+	l.stallLoopDone = make(chan struct{})
+	if cfg.SuspectStalls {
+		go l.watchStalls()
+	} else {
+		close(l.stallLoopDone)
 	}
 	l.pollDone = make(chan struct{})
 	if l.reader != nil {
@@ -262,6 +287,7 @@ func (l *Limiter) Close() {
 	l.stop()
 	l.co.closeAll()
 	<-l.pollDone
+	<-l.stallLoopDone
 	l.transport.CloseIdleConnections()
 }
 

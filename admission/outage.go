@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -34,6 +35,10 @@ type outage struct {
 	// held counts the calls waiting for the engine now.
 	held int
 	fate Fate
+	// window: a hang window's accounting is open (a suspicion or an
+	// outage began it); fate counts what the hang cost until the next.
+	window bool
+	waits  []time.Duration // the waits of calls held in the queue (Fate.Queued), bounded
 }
 
 // defaultOutage is the expected length of a recovery before one was seen:
@@ -51,6 +56,15 @@ type Fate struct {
 	Continued int `json:"continued"`
 	// Lost counts calls ended with an error, by why.
 	Lost map[string]int `json:"lost,omitempty"`
+	// Refused counts calls the limiter itself answered 503 while the
+	// engine was held (suspected stalled, recovered, or ramping after the
+	// restart), by reason: what the hang cost beyond the calls it cut.
+	Refused map[string]int `json:"refused,omitempty"`
+	// Queued counts calls that waited in vigil's queue while the engine
+	// was held, and were served; WaitP50 and WaitMax are their waits.
+	Queued  int           `json:"queued,omitempty"`
+	WaitP50 time.Duration `json:"wait_p50_ns,omitempty"`
+	WaitMax time.Duration `json:"wait_max_ns,omitempty"`
 }
 
 // Moved is the calls moved to peers.
@@ -62,10 +76,14 @@ func (f Fate) Moved() int {
 	return n
 }
 
-// LostTotal is the calls lost.
+// LostTotal is the calls lost: cut and ended with an error, or refused
+// while the engine was held.
 func (f Fate) LostTotal() int {
 	n := 0
 	for _, c := range f.Lost {
+		n += c
+	}
+	for _, c := range f.Refused {
 		n += c
 	}
 	return n
@@ -87,7 +105,7 @@ func (f Fate) Peers() []string {
 }
 
 func (f Fate) clone() Fate {
-	f.MovedTo, f.Lost = maps.Clone(f.MovedTo), maps.Clone(f.Lost)
+	f.MovedTo, f.Lost, f.Refused = maps.Clone(f.MovedTo), maps.Clone(f.Lost), maps.Clone(f.Refused)
 	return f
 }
 
@@ -98,8 +116,49 @@ func (o *outage) begin(now time.Time) bool {
 	if o.on {
 		return false
 	}
-	o.on, o.began, o.ready, o.fate = true, now, make(chan struct{}), Fate{}
+	o.on, o.began, o.ready = true, now, make(chan struct{})
+	if !o.window {
+		o.fate, o.waits, o.window = Fate{}, nil, true
+	}
 	return true
+}
+
+// open opens a hang window's accounting at a suspicion (the verdict, if
+// it comes, keeps counting in it).
+func (o *outage) open(time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.window {
+		o.fate, o.waits, o.window = Fate{}, nil, true
+	}
+}
+
+// closeFalse closes the window of a suspicion progress cleared: the next
+// one starts afresh (what this one moved stays counted until then).
+func (o *outage) closeFalse() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.on {
+		o.window = false
+	}
+}
+
+// maxWaits bounds the waits kept for the window's percentiles.
+const maxWaits = 4096
+
+// queued counts a call served after waiting d in the queue while the
+// engine was held.
+func (o *outage) queued(d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fate.MovedTo == nil {
+		o.fate.MovedTo, o.fate.Lost = map[string]int{}, map[string]int{}
+	}
+	o.fate.Queued++
+	o.fate.WaitMax = max(o.fate.WaitMax, d)
+	if len(o.waits) < maxWaits {
+		o.waits = append(o.waits, d)
+	}
 }
 
 // end ends the outage: held calls go to the engine again.
@@ -110,6 +169,7 @@ func (o *outage) end(now time.Time) {
 		return
 	}
 	o.on = false
+	o.window = false
 	o.last = now.Sub(o.began)
 	close(o.ready)
 }
@@ -152,6 +212,9 @@ func (o *outage) note(f func(*Fate)) {
 	if o.fate.MovedTo == nil {
 		o.fate.MovedTo, o.fate.Lost = map[string]int{}, map[string]int{}
 	}
+	if o.fate.Refused == nil {
+		o.fate.Refused = map[string]int{}
+	}
 	f(&o.fate)
 }
 
@@ -166,7 +229,13 @@ func (o *outage) hold(d int) {
 func (o *outage) snapshot() (Fate, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.fate.clone(), o.held
+	f := o.fate.clone()
+	if len(o.waits) > 0 {
+		w := slices.Clone(o.waits)
+		slices.Sort(w)
+		f.WaitP50 = w[len(w)/2]
+	}
+	return f, o.held
 }
 
 // Peer is another vigil's limiter a call may move to.
@@ -195,13 +264,17 @@ func (l *Limiter) SetRecovering(on bool) {
 	now := l.clock.Now()
 	if !on {
 		l.out.end(now)
-		l.core.SetRecovering(false, 0)
+		l.core.SetRecovering(false)
 		return
 	}
 	if !l.out.begin(now) {
 		return
 	}
-	l.core.SetRecovering(true, l.out.expected(now))
+	l.core.SetRecovering(true)
+	l.confirmStall(now)
+	if l.peerFor(nil) != nil {
+		l.core.Divert() // answered soonest by a peer than by a restart
+	}
 	l.inflight.interruptAll(errEngineLost)
 }
 

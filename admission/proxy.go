@@ -46,6 +46,13 @@ func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
 	if c := l.c.rejected[rj.reason]; c != nil {
 		c.Add(1)
 	}
+	if rj.status == http.StatusServiceUnavailable && (l.holdsEngine() || l.core.Holding()) {
+		// Refused while the engine was held: a call the hang cost.
+		if c := l.c.heldRefused[rj.reason]; c != nil {
+			c.Add(1)
+		}
+		l.out.note(func(f *Fate) { f.Refused[rj.reason]++ })
+	}
 	l.log.WithFields(logrus.Fields{"reason": rj.reason, "status": rj.status,
 		"retry_after_seconds": rj.wait.Seconds()}).Debug("admission: rejected")
 	rj.write(w)

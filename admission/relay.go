@@ -28,9 +28,11 @@ type relay struct {
 	engine, peer http.Header
 	moves        int
 	// movedIn: the call came from another vigil; it moves no further.
-	movedIn   bool
-	peerTried bool
-	held      bool // counted once as held for the restarted engine
+	movedIn bool
+	// peersTried counts the peers offered the call: each once, in the
+	// order the pool gives them, then the call is held.
+	peersTried int
+	held       bool // counted once as held for the restarted engine
 }
 
 // newRelay reads what a call needs to be sent, now and again.
@@ -82,9 +84,14 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	actx, cut := context.WithCancelCause(ex.ctx)
 	defer cut(nil)
 	m := meter{sent: l.clock.Now()}
+	answered := false
 	if d.peer == nil {
 		m.call = l.startCall(tk, cut)
-		defer l.inflight.done(m.call)
+		l.stallSent(m.call, tk)
+		defer func() {
+			l.inflight.done(m.call)
+			l.stallDone(m.call, answered, o.CompletionTokens)
+		}()
 	}
 	// lost: the engine was declared lost under this send (cut, or refusing
 	// while it is recovered), and the execution still has a client.
@@ -119,6 +126,12 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	}
 	o.Dropped = resp.StatusCode >= 500
 	l.noteMoved(ex, rl, d, cont)
+	if d.peer != nil && tk != nil {
+		// The peer runs it now: its slot here goes back to the calls
+		// waiting for this engine, or a restarted engine's slow start
+		// would find its cap full of calls another node is answering.
+		tk.Release(core.Outcome{Cancelled: true, CompletionTokens: -1, TotalTokens: -1})
+	}
 	if readErr := l.tee(ex, resp, &m, tk, d, cont); readErr != nil {
 		if lost() {
 			return sentCut, false, nil
@@ -134,6 +147,7 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	if tk != nil {
 		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 	}
+	answered = true
 	return sentDone, true, nil
 }
 
@@ -316,10 +330,10 @@ func (l *Limiter) moveTo(ex *execution, rl *relay) move {
 	if rl.moves > l.cfg.MaxMoves {
 		return move{kind: moveLost, why: lossMoves}
 	}
-	if !rl.movedIn && !rl.peerTried && l.peers != nil {
-		if ps := l.peers(); len(ps) > 0 {
-			rl.peerTried = true // one peer, once: then the call is held
-			mv.d = dest{peer: &ps[0]}
+	if !rl.movedIn && l.peers != nil {
+		if ps := l.peers(); rl.peersTried < len(ps) {
+			mv.d = dest{peer: &ps[rl.peersTried]}
+			rl.peersTried++
 			return mv
 		}
 	}

@@ -110,6 +110,20 @@ type Stats struct {
 	Continued uint64            `json:"continued"`
 	Lost      map[string]uint64 `json:"lost,omitempty"`
 	HeldNow   int               `json:"held_now"`
+	// The hang window (docs/design.md): Suspected says the engine is
+	// suspected stalled now; Suspicions counts the suspicions raised,
+	// FalseSuspicions those its progress cleared before any verdict.
+	// Diverted counts calls sent to a pool peer instead of a held engine
+	// (suspected, recovered); HeldWaits queue waits that reached their
+	// bound while the engine was held and went on instead of being
+	// refused; HeldRefused the calls refused (503) while it was held, by
+	// reason: what a hang still cost.
+	Suspected       bool              `json:"suspected"`
+	Suspicions      uint64            `json:"suspicions"`
+	FalseSuspicions uint64            `json:"false_suspicions"`
+	Diverted        uint64            `json:"diverted"`
+	HeldWaits       uint64            `json:"held_waits"`
+	HeldRefused     map[string]uint64 `json:"held_refused,omitempty"`
 	// LearnedClientTimeouts are the client timeouts learned per path from
 	// clients that announce none and give up (see admission.client_timeouts).
 	LearnedClientTimeouts map[string]time.Duration `json:"learned_client_timeouts_ns,omitempty"`
@@ -149,7 +163,18 @@ func (l *Limiter) Stats() Stats {
 	s.Lost = maps.Clone(l.lost)
 	l.lostMu.Unlock()
 	_, s.HeldNow = l.out.snapshot()
+	s.Suspected = l.Suspected()
+	s.Suspicions, s.FalseSuspicions, s.Diverted = l.c.suspicions.Load(), l.c.falseSuspicions.Load(), l.c.diverted.Load()
+	for r, c := range l.c.heldRefused {
+		if n := c.Load(); n > 0 {
+			if s.HeldRefused == nil {
+				s.HeldRefused = map[string]uint64{}
+			}
+			s.HeldRefused[r] = n
+		}
+	}
 	cs := l.core.Stats()
+	s.HeldWaits = cs.HeldWaits
 	s.Admitted, s.Queued, s.QueueAbandoned = cs.Admitted, cs.Queued, cs.Abandoned
 	s.QueueDepth, s.QueueHeld, s.OldestQueued = cs.QueueDepth, cs.QueueHeld, cs.OldestQueued
 	s.InFlight, s.Cap, s.Automatic = cs.InFlight, cs.Cap, cs.Automatic
@@ -201,6 +226,10 @@ var (
 	descOrphans   = desc("orphans", "Executions whose every client left, kept for a retry to attach or adopt.")
 	descLostCalls = desc("engine_lost_calls_total", "Calls in flight on an engine declared hung or down, by what became of "+
 		"them: moved to a pool peer, held for the restarted engine, continued (streams), lost (ended with an error, by reason).", "fate", "reason")
+	descSuspected = desc("stall_suspected", "1 while the engine is suspected stalled: nothing new goes to it.")
+	descSuspicion = desc("stall_suspicions_total", "Stall suspicions raised, by whether progress cleared them before a verdict (false).", "false")
+	descHeldCalls = desc("held_engine_calls_total", "Calls that met a held engine (suspected stalled, recovered, ramping "+
+		"after the restart): diverted to a pool peer, waited past their queue bound, refused (by reason).", "fate", "reason")
 	descHeldNow    = desc("held_for_recovery", "Calls held for the engine being recovered, to be sent once it is ready.")
 	descKeyedRetry = desc("keyed_retries_total", "Keyed retries that had an execution to find, by whether they found it "+
 		"(attached or stored); a low found share means the load balancer does not route by Idempotency-Key.", "found")
@@ -210,7 +239,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
 		descAbandoned, descRejected, descCoalesced, descAdopted, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
 		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descObjective, descAwaiting, descRate, descStored, descStoredB, descOrphans, descKeyedRetry,
-		descLostCalls, descHeldNow} {
+		descLostCalls, descHeldNow, descSuspected, descSuspicion, descHeldCalls} {
 		ch <- d
 	}
 }
@@ -266,4 +295,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descLostCalls, s.Lost[why], "lost", why)
 	}
 	gauge(descHeldNow, float64(s.HeldNow))
+	sus := 0.0
+	if s.Suspected {
+		sus = 1
+	}
+	gauge(descSuspected, sus)
+	counter(descSuspicion, s.Suspicions-s.FalseSuspicions, "false")
+	counter(descSuspicion, s.FalseSuspicions, "true")
+	counter(descHeldCalls, s.Diverted, "diverted", "")
+	counter(descHeldCalls, s.HeldWaits, "waited", "")
+	for _, r := range allReasons {
+		counter(descHeldCalls, s.HeldRefused[r], "refused", r)
+	}
 }

@@ -54,7 +54,12 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	// Not cut when the engine is lost: without an execution that outlives
 	// it, the call has nowhere to move (admission.coalesce off).
 	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk), nil)}
-	defer l.inflight.done(m.call)
+	l.stallSent(m.call, tk)
+	answered := false
+	defer func() {
+		l.inflight.done(m.call)
+		l.stallDone(m.call, answered, o.CompletionTokens)
+	}()
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -100,6 +105,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	if tk != nil { // no ticket: the limiter is bypassed and reads no outcome
 		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
 	}
+	answered = true
 	return false
 }
 
@@ -143,6 +149,9 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink fu
 			now := l.clock.Now()
 			first := m.first.IsZero()
 			m.chunk(buf[:n], now)
+			if m.call != nil {
+				l.stallChunk(m.call, now)
+			}
 			if first && tk != nil && m.sse && resp.StatusCode < 300 {
 				tk.FirstToken(now.Sub(m.sent))
 			}
@@ -240,6 +249,9 @@ func (l *Limiter) execute(ex *execution, rl *relay, tk *core.Listener) {
 		res, complete, failure = l.send(ex, rl, d, body, cont, tk, &o)
 		if res == sentDone {
 			return
+		}
+		if res == sentRefused {
+			rl.moves-- // a peer that would not take it moved nothing
 		}
 		mv := l.moveTo(ex, rl)
 		switch mv.kind {

@@ -524,10 +524,20 @@ func callFateLine(f recovery.CallFate) string {
 	if f.Continued > 0 {
 		parts = append(parts, fmt.Sprintf("%s streams continued", humanize.Count(float64(f.Continued))))
 	}
-	lost, whys := 0, make([]string, 0, len(f.Lost))
+	if f.Queued > 0 {
+		parts = append(parts, fmt.Sprintf("%s new calls held in vigil's queue (wait p50 %s, max %s)",
+			humanize.Count(float64(f.Queued)), humanize.GoTenths(f.WaitP50), humanize.GoTenths(f.WaitMax)))
+	}
+	lost, whys := 0, make([]string, 0, len(f.Lost)+len(f.Refused))
 	for _, why := range slices.Sorted(maps.Keys(f.Lost)) {
 		lost += f.Lost[why]
 		whys = append(whys, fmt.Sprintf("%s (%d)", why, f.Lost[why]))
+	}
+	// Calls vigil refused while the engine was held are lost as surely
+	// as those cut: the client that does not retry never gets an answer.
+	for _, why := range slices.Sorted(maps.Keys(f.Refused)) {
+		lost += f.Refused[why]
+		whys = append(whys, fmt.Sprintf("refused while held: %s (%d)", why, f.Refused[why]))
 	}
 	if lost > 0 {
 		parts = append(parts, fmt.Sprintf("%s lost: %s", humanize.Count(float64(lost)), strings.Join(whys, ", ")))

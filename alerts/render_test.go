@@ -229,6 +229,11 @@ func TestRecoveryStepsReadAsSentences(t *testing.T) {
 		{"held calls with none lost say so", recovery.Step{Name: recovery.StepResolved, OK: true, At: at, Detail: "recovered",
 			Calls: &recovery.CallFate{Held: 6, Continued: 2}},
 			":white_check_mark: node1: recovery finished: recovered. 6 held for the restarted engine, 2 streams continued, none lost."},
+		{"calls refused while the engine was held are lost, never none lost", recovery.Step{Name: recovery.StepResolved, OK: true, At: at, Detail: "recovered",
+			Calls: &recovery.CallFate{MovedTo: map[string]int{"node2": 13}, Continued: 3, Queued: 4, WaitP50: 2500 * time.Millisecond, WaitMax: 22 * time.Second,
+				Refused: map[string]int{"stream_deadline": 20, "queue_timeout": 1}}},
+			":white_check_mark: node1: recovery finished: recovered. 13 in-flight requests moved to node2, 3 streams continued, " +
+				"4 new calls held in vigil's queue (wait p50 2.5s, max 22s), 21 lost: refused while held: queue_timeout (1), refused while held: stream_deadline (20)."},
 		{"a dry run says it changed nothing", recovery.Step{Name: recovery.StepRestart, OK: true, At: at, DryRun: true, Detail: "would restart container vllm"},
 			":arrows_counterclockwise: node1: [dry run] restarted the engine: would restart container vllm."},
 		{"a step that failed on its own says so", recovery.Step{Name: recovery.StepWaitReady, At: at, Err: "not ready after 20m"},

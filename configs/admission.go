@@ -86,6 +86,12 @@ type Admission struct {
 	// after it was held. 0 turns moving off: such calls fail, as without
 	// vigil.
 	MaxMoves int `yaml:"max_moves"`
+	// SuspectStalls: the limiter suspects a stalled engine within seconds
+	// from the bytes it sees (docs/design.md, the hang window) and sends
+	// nothing new to it while suspected: calls go to a pool peer or wait
+	// in the queue, none is refused for it. Reversible; it restarts
+	// nothing. On by default.
+	SuspectStalls bool `yaml:"suspect_stalls"`
 	// ResultTTL keeps finished results for late retries, within
 	// ResultStoreBytes of memory.
 	ResultTTL        time.Duration `yaml:"result_ttl"`
@@ -157,6 +163,7 @@ func defaultAdmission() Admission {
 		Coalesce:          true,
 		CancelAfter:       10 * time.Second,
 		MaxMoves:          2,
+		SuspectStalls:     true,
 		ResultTTL:         2 * time.Minute,
 		ResultStoreBytes:  64 << 20,
 		RetryRatio:        0.1,

@@ -1,19 +1,22 @@
 package e2e_test
 
 // A hang under load loses no call: the real vigil binary in front of each
-// engine container, HAProxy in front of the vigils, clients that retry as
-// the OpenAI SDKs do (two retries, backoff from 0.5 s, on 429, 5xx and
-// connection errors). When node1's engine hangs, vigil cuts the calls in
-// flight on it and moves them: to node2's vigil when the pool has it,
-// else held until the restarted engine serves; streams under way go on
-// where they stopped. Every answer is checked against the text the
-// engine gives uninterrupted (the simulated engine's text follows from
-// the prompt alone).
+// engine container, HAProxy in front of the vigils, clients that do not
+// retry (HAProxy does not retry a 503 either: every refusal reaches a
+// person; issue #36). From the first frozen second vigil suspects the
+// stall and sends nothing new to the engine: new calls go to node2's
+// vigil when the pool has it, else wait in vigil's queue. At the verdict
+// vigil cuts the calls in flight and moves them: to node2, else held
+// until the restarted engine serves; streams under way go on where they
+// stopped. Every answer is checked against the text the engine gives
+// uninterrupted (the simulated engine's text follows from the prompt
+// alone).
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -35,14 +38,22 @@ var movesCalls = []struct{ path, body string }{
 	{"/v1/chat/completions", `{"messages":[{"role":"user","content":"Count to ten."}],"max_tokens":250}`},
 }
 
-// sdkCall is one call as an OpenAI SDK makes it: up to two retries.
+// sdkCall is one call as a client makes it: sent once (retries 0, as
+// these tests do) or as an OpenAI SDK does, up to two retries.
 type sdkCall struct {
 	i          int
 	start, end time.Time
 	attempts   int
 	ok         bool
 	why        string
+	// atBalancer: refused by HAProxy itself (no server in rotation: the
+	// only one drained), not by a vigil.
+	atBalancer bool
 }
+
+// sdkRetries is how often the load's clients retry: none, so every
+// refusal is a lost call.
+const sdkRetries = 0
 
 func doSDKCall(ctx context.Context, c *http.Client, base string, i int, want map[int]string) sdkCall {
 	call := sdkCall{i: i, start: time.Now()}
@@ -54,7 +65,7 @@ func doSDKCall(ctx context.Context, c *http.Client, base string, i int, want map
 func sendSDKCall(ctx context.Context, c *http.Client, base string, call sdkCall, want map[int]string) sdkCall {
 	i := call.i
 	mc := movesCalls[i]
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt <= sdkRetries; attempt++ {
 		if attempt > 0 {
 			time.Sleep(time.Duration(500<<(attempt-1)) * time.Millisecond)
 		}
@@ -70,9 +81,12 @@ func sendSDKCall(ctx context.Context, c *http.Client, base string, call sdkCall,
 			continue // connection errors and timeouts are retried
 		}
 		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			cancel()
-			call.why = fmt.Sprintf("HTTP %d", resp.StatusCode)
+			call.why = fmt.Sprintf("HTTP %d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+			// A vigil answers OpenAI-shaped JSON; HAProxy its own page.
+			call.atBalancer = !strings.Contains(string(b), `"error"`)
 			if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 				continue
 			}
@@ -206,6 +220,12 @@ type limiterFate struct {
 		Continued uint64            `json:"continued"`
 		Lost      map[string]uint64 `json:"lost"`
 		HeldNow   int               `json:"held_now"`
+		// The hang window: suspicions raised (false ones), calls sent to
+		// node2 instead of the held engine, calls refused while held.
+		Suspicions      uint64            `json:"suspicions"`
+		FalseSuspicions uint64            `json:"false_suspicions"`
+		Diverted        uint64            `json:"diverted"`
+		HeldRefused     map[string]uint64 `json:"held_refused"`
 	} `json:"limiter"`
 }
 
@@ -260,13 +280,26 @@ func TestAHungEngineUnderLoadLosesNoCallWithAPeer(t *testing.T) {
 		}
 	}
 	f := r.vigils[0].limiterFate(t)
-	t.Logf("%d calls, %d in flight at the hang, %d lost; node1's vigil moved %d, continued %d, held %d, lost %v",
-		len(calls), atHang, lost, f.Limiter.Moved, f.Limiter.Continued, f.Limiter.Held, f.Limiter.Lost)
+	t.Logf("%d calls, %d in flight at the hang, %d lost; node1's vigil moved %d (diverted %d), continued %d, held %d, lost %v, "+
+		"refused while held %v; suspicions %d (false %d)",
+		len(calls), atHang, lost, f.Limiter.Moved, f.Limiter.Diverted, f.Limiter.Continued, f.Limiter.Held, f.Limiter.Lost,
+		f.Limiter.HeldRefused, f.Limiter.Suspicions, f.Limiter.FalseSuspicions)
 	if lost != 0 {
 		t.Errorf("%d of %d calls lost, want 0", lost, len(calls))
 	}
-	if f.Limiter.Moved == 0 || len(f.Limiter.Lost) != 0 {
-		t.Errorf("node1's vigil moved %d calls and lost %v; want the calls cut moved to node2, none lost", f.Limiter.Moved, f.Limiter.Lost)
+	if f.Limiter.Moved == 0 || len(f.Limiter.Lost) != 0 || len(f.Limiter.HeldRefused) != 0 {
+		t.Errorf("node1's vigil moved %d calls, lost %v, refused %v; want the calls cut moved to node2, none lost",
+			f.Limiter.Moved, f.Limiter.Lost, f.Limiter.HeldRefused)
+	}
+	if f.Limiter.Suspicions == 0 || f.Limiter.Diverted == 0 {
+		t.Errorf("suspicions %d, diverted %d; want the stall suspected and new calls sent to node2 before the verdict",
+			f.Limiter.Suspicions, f.Limiter.Diverted)
+	}
+	// node2 took node1's share on top of its own, and node1 served again
+	// after its restart: neither suspected a healthy engine.
+	if p := r.vigils[1].limiterFate(t); f.Limiter.FalseSuspicions != 0 || p.Limiter.Suspicions != 0 {
+		t.Errorf("false suspicions: node1 %d, node2 %d raised; want none on a healthy engine",
+			f.Limiter.FalseSuspicions, p.Limiter.Suspicions)
 	}
 }
 
@@ -280,26 +313,34 @@ func TestAHungEngineUnderLoadLosesNoCallWithoutAPeer(t *testing.T) {
 	want := uninterruptedTexts(t, r.engs[0].api)
 	calls, hang := r.hangUnderLoad(t, want)
 
-	inFlight, failedLater := 0, 0
+	inFlight, window, failedLater := 0, 0, 0
 	for _, c := range calls {
 		switch {
 		case c.start.Before(hang) && c.end.After(hang):
 			inFlight++
-			if !c.ok {
-				t.Errorf("call %d in flight at the hang (%d attempts) lost: %s", c.i, c.attempts, c.why)
-			}
-		case !c.ok && c.start.After(hang):
+		case c.start.After(hang) && !c.atBalancer:
+			window++ // sent to vigil during the hang, before the drain
+		}
+		switch {
+		case !c.ok && c.atBalancer && c.start.After(hang):
 			// Sent while the only server was drained: HAProxy has nowhere
 			// to send it, as without vigil. Counted, not asserted.
 			failedLater++
 		case !c.ok:
-			t.Errorf("call %d (before the hang) lost: %s", c.i, c.why)
+			t.Errorf("call %d (started %s, %d attempts) lost: %s", c.i, c.start.Format("15:04:05.000"), c.attempts, c.why)
 		}
 	}
 	f := r.vigils[0].limiterFate(t)
-	t.Logf("%d calls, %d in flight at the hang; %d sent during the outage failed at HAProxy; vigil held %d, continued %d, lost %v",
-		len(calls), inFlight, failedLater, f.Limiter.Held, f.Limiter.Continued, f.Limiter.Lost)
-	if inFlight == 0 || f.Limiter.Held == 0 || len(f.Limiter.Lost) != 0 {
-		t.Errorf("%d calls in flight at the hang, vigil held %d and lost %v; want some held, none lost", inFlight, f.Limiter.Held, f.Limiter.Lost)
+	t.Logf("%d calls, %d in flight at the hang, %d sent to vigil during it; %d sent during the outage failed at HAProxy; "+
+		"vigil held %d, continued %d, lost %v, refused while held %v; suspicions %d (false %d)",
+		len(calls), inFlight, window, failedLater, f.Limiter.Held, f.Limiter.Continued, f.Limiter.Lost, f.Limiter.HeldRefused,
+		f.Limiter.Suspicions, f.Limiter.FalseSuspicions)
+	if inFlight == 0 || f.Limiter.Held == 0 || len(f.Limiter.Lost) != 0 || len(f.Limiter.HeldRefused) != 0 {
+		t.Errorf("%d calls in flight at the hang, vigil held %d, lost %v, refused %v; want some held, none lost",
+			inFlight, f.Limiter.Held, f.Limiter.Lost, f.Limiter.HeldRefused)
+	}
+	if f.Limiter.Suspicions == 0 || f.Limiter.FalseSuspicions != 0 {
+		t.Errorf("suspicions %d (false %d); want the stall suspected before the verdict, none false",
+			f.Limiter.Suspicions, f.Limiter.FalseSuspicions)
 	}
 }

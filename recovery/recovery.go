@@ -63,11 +63,19 @@ type CallFate struct {
 	Held      int            `json:"held"`
 	Continued int            `json:"continued"`
 	Lost      map[string]int `json:"lost,omitempty"`
+	// Refused counts calls vigil answered 503 while the engine was held
+	// (suspected stalled, recovered, ramping), by reason: lost too.
+	Refused map[string]int `json:"refused,omitempty"`
+	// Queued counts calls that waited in vigil's queue while the engine
+	// was held and were then served; WaitP50 and WaitMax their waits.
+	Queued  int           `json:"queued,omitempty"`
+	WaitP50 time.Duration `json:"wait_p50_ns,omitempty"`
+	WaitMax time.Duration `json:"wait_max_ns,omitempty"`
 }
 
-// Any reports whether any call was cut.
+// Any reports whether the hang touched any call.
 func (f CallFate) Any() bool {
-	return len(f.MovedTo) > 0 || f.Held > 0 || f.Continued > 0 || len(f.Lost) > 0
+	return len(f.MovedTo) > 0 || f.Held > 0 || f.Continued > 0 || len(f.Lost) > 0 || len(f.Refused) > 0 || f.Queued > 0
 }
 
 // Reporter is told every step as it happens (the pager implements it).

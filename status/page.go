@@ -104,6 +104,14 @@ type pageDoc struct {
 		Moved              float64           `json:"moved"`
 		Continued          float64           `json:"continued"`
 		Lost               map[string]uint64 `json:"lost"`
+		// The hang window (admission.Stats): a stall suspected now, the
+		// suspicions raised and the false ones, calls sent to a peer
+		// instead of the held engine, and those refused while it was held.
+		Suspected       bool              `json:"suspected"`
+		Suspicions      float64           `json:"suspicions"`
+		FalseSuspicions float64           `json:"false_suspicions"`
+		Diverted        float64           `json:"diverted"`
+		HeldRefused     map[string]uint64 `json:"held_refused"`
 	} `json:"limiter"`
 	Overrides []struct {
 		Key    string    `json:"key"`
@@ -156,7 +164,8 @@ type pageData struct {
 	Rejections []kv
 	OldestWait float64
 	// LostCalls says the calls cut by a lost engine that could not move,
-	// with why ("none lost", "1 lost: n_gt_1").
+	// and those refused while it was held, with why ("none lost",
+	// "1 lost: n_gt_1", "21 lost: 21 refused while held (stream_deadline)").
 	LostCalls string
 	// PoolKnown: the document has a pool (listed peers or etcd members),
 	// even if no other member is in it right now.
@@ -243,7 +252,7 @@ func renderPage(snap Snapshot) ([]byte, error) {
 		}
 		slices.SortFunc(d.Rejections, func(a, b kv) int { return strings.Compare(a.Key, b.Key) })
 		d.OldestWait = d.Limiter.OldestQueuedNS / 1e9
-		d.LostCalls = lostWords(d.Limiter.Lost)
+		d.LostCalls = lostWords(d.Limiter.Lost, d.Limiter.HeldRefused)
 	}
 	var buf bytes.Buffer
 	if err := pageTmpl.Execute(&buf, d); err != nil {
@@ -363,7 +372,8 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 {{end}}{{if .TTFTObjectiveNS}}<tr><th>first-token objective</th><td class="n">{{secs (nsSecs .TTFTObjectiveNS)}} (p90)</td></tr>
 {{end}}<tr><th>queue</th><td class="n">{{.QueueDepth}} waiting{{if .QueueDepth}}, oldest {{secs $.OldestWait}}{{end}}</td></tr>
 {{if or .Recovering .HeldNow}}<tr><th>held for the recovery</th><td class="n">{{.HeldNow}} calls cut from the engine, sent again once it serves</td></tr>
-{{end}}{{if or .Moved .Continued .Lost}}<tr><th>calls cut by a lost engine</th><td class="n">{{num .Moved}} moved to peers, {{num .Continued}} streams continued, {{$.LostCalls}}</td></tr>
+{{end}}{{if or .Moved .Continued .Lost .HeldRefused}}<tr><th>calls cut by a lost engine</th><td class="n">{{num .Moved}} moved to peers, {{num .Continued}} streams continued, {{$.LostCalls}}</td></tr>
+{{end}}{{if or .Suspected .Suspicions}}<tr><th>stall suspicion</th><td class="n">{{if .Suspected}}<span class="warn">suspected now</span>: nothing new goes to the engine; {{end}}{{num .Suspicions}} raised, {{num .FalseSuspicions}} false (progress resumed), {{num .Diverted}} calls sent to a peer instead</td></tr>
 {{end}}
 <tr><th>completions</th><td class="n">{{num .CompletionRate}}/s</td></tr>
 <tr><th>calls / executions</th><td class="n">{{num .Calls}} / {{num .Executions}}</td></tr>
@@ -398,20 +408,36 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 `
 
 // lostWords says how many calls were lost and why: "none lost",
-// "1 lost: n_gt_1", or "3 lost: 2 n_gt_1, 1 logprobs".
-func lostWords(lost map[string]uint64) string {
-	var total uint64
-	var parts []string
+// "1 lost: n_gt_1", or "3 lost: 2 n_gt_1, 1 logprobs"; calls refused
+// while the engine was held (refused) are lost too: "22 lost: 1 n_gt_1,
+// 21 refused while held (20 stream_deadline, 1 queue_timeout)".
+func lostWords(lost, refused map[string]uint64) string {
+	var total, nrefused uint64
+	var parts, whys []string
 	for _, why := range slices.Sorted(maps.Keys(lost)) {
 		if n := lost[why]; n > 0 {
 			total += n
 			parts = append(parts, fmt.Sprintf("%d %s", n, why))
 		}
 	}
+	cut := len(parts)
+	for _, why := range slices.Sorted(maps.Keys(refused)) {
+		if n := refused[why]; n > 0 {
+			nrefused += n
+			whys = append(whys, fmt.Sprintf("%d %s", n, why))
+		}
+	}
+	if nrefused > 0 {
+		total += nrefused
+		if len(whys) == 1 {
+			whys[0] = strings.SplitN(whys[0], " ", 2)[1]
+		}
+		parts = append(parts, fmt.Sprintf("%d refused while held (%s)", nrefused, strings.Join(whys, ", ")))
+	}
 	switch {
 	case total == 0:
 		return "none lost"
-	case len(parts) == 1:
+	case cut == 1 && len(parts) == 1:
 		return fmt.Sprintf("%d lost: %s", total, strings.SplitN(parts[0], " ", 2)[1])
 	}
 	return fmt.Sprintf("%d lost: %s", total, strings.Join(parts, ", "))

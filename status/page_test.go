@@ -161,6 +161,25 @@ func TestRenderPage(t *testing.T) {
 			return s
 		}(), []string{"held for the recovery</th><td class=\"n\">4 calls cut from the engine, sent again once it serves",
 			"calls cut by a lost engine</th><td class=\"n\">14 moved to peers, 3 streams continued, 1 lost: n_gt_1"}, nil},
+		{"calls refused while the engine was held are lost, never none lost", func() Snapshot {
+			s := hungSnapshot()
+			st := s.Limiter.(admission.Stats)
+			st.Moved, st.Continued = 13, 3
+			st.HeldRefused = map[string]uint64{"stream_deadline": 20, "queue_timeout": 1}
+			st.Suspected, st.Suspicions, st.FalseSuspicions, st.Diverted = true, 2, 1, 6
+			s.Limiter = st
+			return s
+		}(), []string{"13 moved to peers, 3 streams continued, 21 lost: 21 refused while held (1 queue_timeout, 20 stream_deadline)",
+			"stall suspicion</th><td class=\"n\"><span class=\"warn\">suspected now</span>: nothing new goes to the engine; 2 raised, 1 false (progress resumed), 6 calls sent to a peer instead"},
+			[]string{"none lost"}},
+		{"cut calls lost and one refused while held", func() Snapshot {
+			s := hungSnapshot()
+			st := s.Limiter.(admission.Stats)
+			st.Lost = map[string]uint64{"n_gt_1": 1}
+			st.HeldRefused = map[string]uint64{"recovering": 1}
+			s.Limiter = st
+			return s
+		}(), []string{"2 lost: 1 n_gt_1, 1 refused while held (recovering)"}, []string{"none lost", "stall suspicion"}},
 		{"a pool with no other member found", Snapshot{Node: "n", At: t0, Pool: []struct{}{}},
 			[]string{"No other member found: none listed in pool.peers, none registered in etcd."},
 			[]string{"No peers configured"}},

@@ -26,14 +26,15 @@ func (l *Limiter) SetSaturated(on bool) {
 }
 
 // SetRecovering marks the engine as being recovered (hung or down, being
-// restarted): nothing is admitted until it is cleared. New requests are
-// turned away (ReasonRecovering, Retry-After expected: the rest of the
-// recovery); a waiter stays queued when its wait may outlast expected, so
-// it is served by the restarted engine, and is turned away likewise
-// otherwise. Clearing it does not start a slow start by itself: the
-// recovery calls SlowStart once the engine is back, and a recovery that
-// failed leaves the cap as it was.
-func (l *Limiter) SetRecovering(on bool, expected time.Duration) {
+// restarted): nothing goes to it until it is cleared. Nobody is refused
+// for it: new requests and the queued ones wait in the queue (within its
+// size and bytes, and their clients' timeouts) for the restarted engine,
+// unless the transport diverts them to a peer first (Divert). Held places
+// of keyed calls are dropped: the engine they waited for is gone.
+// Clearing it does not start a slow start by itself: the recovery calls
+// SlowStart once the engine is back, and a recovery that failed leaves
+// the cap as it was.
+func (l *Limiter) SetRecovering(on bool) {
 	l.mu.Lock()
 	if on == l.recovering {
 		l.mu.Unlock()
@@ -41,16 +42,11 @@ func (l *Limiter) SetRecovering(on bool, expected time.Duration) {
 	}
 	now := l.clock.Now()
 	l.recovering = on
-	l.recoveringUntil = now.Add(expected)
 	if on {
 		for e := l.waiters.Front(); e != nil; {
 			next := e.Next()
-			w := e.Value.(*waiter)
-			if w.placeholder || !w.deadline.After(l.recoveringUntil) {
+			if e.Value.(*waiter).placeholder {
 				l.removeWaiterLocked(e)
-				if !w.placeholder {
-					w.ch <- waitResult{rej: l.recoveringRejectionLocked(now)}
-				}
 			}
 			e = next
 		}
@@ -59,6 +55,54 @@ func (l *Limiter) SetRecovering(on bool, expected time.Duration) {
 	}
 	l.mu.Unlock()
 	l.log.WithField("recovering", on).Info("admission: engine recovery changed")
+}
+
+// SetSuspected marks the engine as suspected stalled (package admission's
+// stall watch) or clears it. While it holds nothing new goes to the
+// engine: requests queue, and nobody is refused for the engine's silence
+// (no stream deadline, no queue timeout; see holdingLocked). Clearing it
+// hands the queue the slots free.
+func (l *Limiter) SetSuspected(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on == l.suspected {
+		return
+	}
+	l.suspected = on
+	if !on {
+		l.dispatchLocked(l.clock.Now())
+	}
+}
+
+// Holding reports whether the engine is held: suspected stalled, being
+// recovered, or ramping after a restart (nobody is refused for it then).
+func (l *Limiter) Holding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holdingLocked(l.clock.Now())
+}
+
+// Divert takes every queued request out of the queue (but those marked
+// Undivertible) and ends its Acquire with ErrDiverted, for the transport
+// to send elsewhere; it returns how many. Only while the engine is
+// suspected or being recovered: otherwise the queue is served here.
+func (l *Limiter) Divert() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.suspected && !l.recovering {
+		return 0
+	}
+	n := 0
+	for e := l.waiters.Front(); e != nil; {
+		next := e.Next()
+		if w := e.Value.(*waiter); !w.placeholder && !w.undivertible {
+			l.removeWaiterLocked(e)
+			w.ch <- waitResult{divert: true}
+			n++
+		}
+		e = next
+	}
+	return n
 }
 
 // HoldBytes counts n bytes of request bodies held outside the queue (calls
@@ -163,6 +207,12 @@ type Stats struct {
 	// one auto derived from the engine); 0: none.
 	TTFTObjective                    time.Duration
 	Saturated, Recovering, SlowStart bool
+	// Suspected: the engine is suspected stalled (SetSuspected).
+	Suspected bool
+	// HeldWaits counts queue waits that reached their bound while the
+	// engine was held (suspected, recovered, ramping) and went on instead
+	// of being refused.
+	HeldWaits uint64
 	// CompletionRate: answers finished per second over the last 10 s.
 	CompletionRate float64
 	// EngineWaiting and EngineRunning: the engine's gauges as last read
@@ -202,6 +252,7 @@ func (l *Limiter) Stats() Stats {
 	s.FirstTokenLimit, s.AwaitingFirstToken = l.firstTokenLimitLocked(), l.awaitingFirst
 	s.TTFTObjective = l.objectiveLocked()
 	s.Saturated, s.Recovering, s.SlowStart = l.saturated, l.recovering, !l.slowFrom.IsZero()
+	s.Suspected, s.HeldWaits = l.suspected, l.heldWaits
 	s.CompletionRate = l.completionRateLocked(now)
 	s.EngineWaiting, s.EngineRunning = l.engineWaiting, l.engineRunning
 	for route, g := range l.deadlines.learned {

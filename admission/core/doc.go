@@ -17,13 +17,18 @@
 // a fixed one (NewFixed); a Limit's optional parts (EngineReader, Learner,
 // Prober, FirstTokenLimiter) are called only where they exist. The
 // watchdog steers it with SetSaturated, SetRecovering, SlowStart and
-// SetMaxInFlight; ObserveEngine feeds it the engine's load; GaveUp tells it
+// SetMaxInFlight, the transport's stall watch with SetSuspected and
+// Divert; ObserveEngine feeds it the engine's load; GaveUp tells it
 // a client's timeout; Stats tells what it decided and holds.
 //
 // # What decides, in order
 //
-//  1. Recovery: while the engine restarts, everything is turned away
-//     (ReasonRecovering, 30 s).
+//  1. Holding: while the engine is suspected stalled (SetSuspected),
+//     recovered (SetRecovering) or ramping in its slow start, nothing new
+//     goes to a stopped engine and nobody is refused for it: no stream
+//     deadline, and a queue wait past its bound goes on (to the client's
+//     announced timeout); Divert hands the queue to the transport for a
+//     peer.
 //  2. Tenants: rpm, tpm and max_in_flight per key, 429 over them; a request
 //     larger than the key's whole tpm is Final.
 //  3. Retry budget: retries that would run a call again may be retry_ratio

@@ -72,6 +72,13 @@ type Request struct {
 	Keyed, Coalesced bool
 	Key              CallKey
 	Bytes            int64 // the body it holds while queued
+	// Undivertible: the call was offered to a peer already (or must not
+	// move); Divert leaves it queued.
+	Undivertible bool
+	// MaxWait, when set, bounds the queue wait whatever else would allow,
+	// the engine held or not: a call another vigil moved here is better
+	// held at home than queued behind this engine's own (0: no bound).
+	MaxWait time.Duration
 }
 
 // budgeted: a retry that would start a new execution of its call.
@@ -80,6 +87,10 @@ func (r Request) budgeted() bool { return r.Retry && !r.NeverExecuted }
 // ErrClientGone is Acquire's error when the context ended while the
 // request waited in the queue: nobody is left to answer.
 var ErrClientGone = errors.New("client went away")
+
+// ErrDiverted is Acquire's error when Divert took the request out of the
+// queue: the transport sends it elsewhere (a pool peer).
+var ErrDiverted = errors.New("diverted from a stalled engine")
 
 // Option adjusts a Limiter built by New.
 type Option func(*Limiter)
@@ -90,6 +101,12 @@ func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 // WithLogger sets where the core logs its control changes; the default
 // discards.
 func WithLogger(e *logrus.Entry) Option { return func(l *Limiter) { l.log = e } }
+
+// WithProgress tells the core when the engine last made progress (a
+// byte of any answer; the transport sees them): a queue wait that
+// reaches its bound while nothing progressed since it began is not
+// refused yet (see expire). Without it, every bound refuses.
+func WithProgress(last func() time.Time) Option { return func(l *Limiter) { l.progress = last } }
 
 // WithLimit replaces the automatic cap, the limit in force while
 // max_in_flight is 0.
@@ -121,13 +138,14 @@ type Limiter struct {
 	queuedBytes int64 // request bodies held by live waiters
 	saturated   bool
 	recovering  bool
-	// recoveringUntil is when the recovery is expected to end.
-	recoveringUntil time.Time
-	slowFrom        time.Time // zero: no slow start running
-	tenants         *tenantTable
-	budget          *retryBudget
-	completions     *eventRate
-	deadlines       *deadlines
+	// suspected: the engine is suspected stalled (package admission's
+	// stall watch): nothing new goes to it, and nobody is refused for it.
+	suspected   bool
+	slowFrom    time.Time // zero: no slow start running
+	tenants     *tenantTable
+	budget      *retryBudget
+	completions *eventRate
+	deadlines   *deadlines
 	// admissions over the last completionSpan, since busySince (when the
 	// last idle spell ended): the queue's drain rate.
 	admissions *eventRate
@@ -147,6 +165,12 @@ type Limiter struct {
 	awaitingFirst int
 
 	admitted, queued, abandoned atomic.Uint64
+	// progress is when the engine last progressed (WithProgress; nil:
+	// unknown).
+	progress func() time.Time
+	// heldWaits counts queue waits that reached their bound while the
+	// engine was held, and went on (under mu).
+	heldWaits uint64
 }
 
 // New builds the core from the admission config (validated by package
@@ -277,7 +301,10 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	}
 	l.demandLocked(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
 	maxWait := l.maxWaitLocked(r, timeout)
-	if r.Stream {
+	if r.MaxWait > 0 {
+		maxWait = min(maxWait, r.MaxWait)
+	}
+	if r.Stream && !l.holdingLocked(now) {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
 			l.undoLocked(now, lis)
 			l.mu.Unlock()
@@ -291,17 +318,18 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	}
 	w := l.enqueueLocked(now, r, ph, lis)
 	w.deadline = now.Add(maxWait)
+	w.undivertible = r.Undivertible
+	// Queued while the engine is held: its bound would judge a pace the
+	// engine does not have (see expire).
+	w.held = l.holdingLocked(now)
 	l.mu.Unlock()
-	return l.wait(ctx, r, lis, w, maxWait)
+	return l.wait(ctx, r, lis, w, maxWait, timeout)
 }
 
 // chargeLocked turns a request away while the engine restarts, or over its
 // tenant's quotas or the retry budget; otherwise it charges both and
 // returns the Listener the slot will be granted to.
 func (l *Limiter) chargeLocked(now time.Time, r Request, timeout time.Duration) (*Listener, *Rejection) {
-	if l.recovering {
-		return nil, l.recoveringRejectionLocked(now)
-	}
 	if !r.Retry {
 		l.budget.first(now)
 	}
@@ -367,7 +395,7 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	if waiting && !room {
 		waiting = l.nextWaiterLocked(false) != nil
 	}
-	if l.inFlight >= c || (lis.stream && !room) || waiting {
+	if l.inFlight >= c || (lis.stream && !room) || waiting || l.recovering || l.suspected {
 		return false
 	}
 	if ph != nil {
@@ -392,40 +420,31 @@ func (l *Limiter) firstTokenRoomLocked(stream bool) bool {
 }
 
 // wait blocks until the request's slot, its rejection (queue full behind
-// newer work, wait expired, recovery), or its client's departure.
-func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter, maxWait time.Duration) (*Listener, *Rejection, error) {
-	stop := l.clock.AfterFunc(maxWait, func() { l.expire(r, w) })
-	defer stop()
+// newer work, wait expired), a diversion, or its client's departure. A
+// wait that reaches its bound while the engine is held (holdingLocked) is
+// not refused for it: it waits another bound, within its client's timeout
+// when known.
+func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter, maxWait, timeout time.Duration) (*Listener, *Rejection, error) {
 	var res waitResult
-	select {
-	case res = <-w.ch:
-	case <-ctx.Done():
+	for got := false; !got; {
+		fired := make(chan struct{})
+		stop := l.clock.AfterFunc(maxWait, func() { close(fired) })
+		select {
+		case res = <-w.ch:
+			got = true
+		case <-fired:
+			l.expire(r, w, timeout)
+		case <-ctx.Done():
+			stop()
+			return l.gone(r, lis, w)
+		}
+		stop()
+	}
+	if res.divert {
 		l.mu.Lock()
-		if w.queued && !w.placeholder {
-			if r.Keyed && l.cfg.CancelAfter > 0 && l.held[r.Key] == nil {
-				// Like an execution's deferred cancellation: the client's
-				// retry (SDK backoff of a few seconds) resumes from here.
-				l.holdLocked(w, r.Key, l.cfg.CancelAfter)
-			} else {
-				l.removeWaiterLocked(w.elem)
-			}
-			l.undoLocked(l.clock.Now(), lis)
-			l.mu.Unlock()
-			l.abandoned.Add(1)
-			return nil, nil, ErrClientGone
-		}
+		l.undoLocked(l.clock.Now(), lis)
 		l.mu.Unlock()
-		// A slot or a rejection was handed over just as the client left.
-		if res = <-w.ch; res.rej == nil {
-			lis.admitted = l.clock.Now()
-			lis.Ignore()
-		} else {
-			l.mu.Lock()
-			l.undoLocked(l.clock.Now(), lis)
-			l.mu.Unlock()
-		}
-		l.abandoned.Add(1)
-		return nil, nil, ErrClientGone
+		return nil, nil, ErrDiverted
 	}
 	if res.rej != nil {
 		l.mu.Lock()
@@ -437,15 +456,67 @@ func (l *Limiter) wait(ctx context.Context, r Request, lis *Listener, w *waiter,
 	return lis, nil, nil
 }
 
+// gone ends the wait of a request whose client left.
+func (l *Limiter) gone(r Request, lis *Listener, w *waiter) (*Listener, *Rejection, error) {
+	l.mu.Lock()
+	if w.queued && !w.placeholder {
+		if r.Keyed && l.cfg.CancelAfter > 0 && l.held[r.Key] == nil {
+			// Like an execution's deferred cancellation: the client's
+			// retry (SDK backoff of a few seconds) resumes from here.
+			l.holdLocked(w, r.Key, l.cfg.CancelAfter)
+		} else {
+			l.removeWaiterLocked(w.elem)
+		}
+		l.undoLocked(l.clock.Now(), lis)
+		l.mu.Unlock()
+		l.abandoned.Add(1)
+		return nil, nil, ErrClientGone
+	}
+	l.mu.Unlock()
+	// A slot, a rejection or a diversion was handed over just as the
+	// client left.
+	if res := <-w.ch; res.rej == nil && !res.divert {
+		lis.admitted = l.clock.Now()
+		lis.Ignore()
+	} else {
+		l.mu.Lock()
+		l.undoLocked(l.clock.Now(), lis)
+		l.mu.Unlock()
+	}
+	l.abandoned.Add(1)
+	return nil, nil, ErrClientGone
+}
+
 // expire ends a wait that reached its bound: a 503 with the honest delay;
-// a keyed call's place is held until its client comes back.
-func (l *Limiter) expire(r Request, w *waiter) {
+// a keyed call's place is held until its client comes back. While the
+// engine is held (suspected stalled, recovered, or ramping after a
+// restart) the wait goes on instead: its bound judges the engine's pace,
+// and an engine that stopped has none; only the client's own timeout
+// (when known) ends it.
+func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !w.queued || w.placeholder {
 		return
 	}
 	now := l.clock.Now()
+	// Nothing progressed since it queued: the engine may have stopped, and
+	// the suspicion (package admission) is still deciding; a refusal now
+	// would be for the engine's silence, not its pace.
+	silent := l.progress != nil && l.progress().Before(w.at)
+	if r.MaxWait <= 0 && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+		// Once held, always: the engine's return finds the work the
+		// hang held up ahead of it (streams continued, calls held), and
+		// a refusal then is still the hang's. A wait deferred only for
+		// silence is not marked: once the engine progresses, its next
+		// bound refuses as usual (a long plain answer is silent too).
+		l.heldWaits++
+		if !silent || l.holdingLocked(now) {
+			w.held = true
+		}
+		l.dispatchLocked(now) // a slow start's cap grows with time alone
+		return
+	}
 	rj := queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.aheadLocked(w)))
 	l.noteStreamLocked(r, true)
 	if r.Keyed && l.held[r.Key] == nil {
@@ -456,6 +527,15 @@ func (l *Limiter) expire(r Request, w *waiter) {
 		l.removeWaiterLocked(w.elem)
 	}
 	w.ch <- waitResult{rej: rj}
+}
+
+// holdingLocked: the engine is suspected stalled, being recovered, or
+// ramping after a restart (slow start). Its drain rate then says nothing
+// of when a waiter is served, so neither a stream's first-token bound
+// nor a queue wait's bound refuses anyone (docs/design.md, the hang
+// window); the queue's size and bytes still bound what is held.
+func (l *Limiter) holdingLocked(now time.Time) bool {
+	return l.suspected || l.recovering || (!l.slowFrom.IsZero() && now.Sub(l.slowFrom) < l.cfg.SlowStart)
 }
 
 // queueWaitFor bounds a request's queue wait by max_queue_wait and by its

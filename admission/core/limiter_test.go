@@ -125,20 +125,97 @@ func TestAcquireDecides(t *testing.T) {
 			// instead of being refused for the key's concurrency.
 			ch = acquireAsync(context.Background(), l, Request{Tenant: "a"})
 			untilQueued(t, l, 1)
-			l.SetRecovering(true, time.Hour) // longer than its wait: it cannot wait for the engine
-			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonRecovering {
-				t.Fatalf("got %+v, want the recovery's rejection", a)
+			l.SetRecovering(true)
+			advance(10 * time.Second) // five times its wait: the engine, not the queue, is late
+			if l.Stats().QueueDepth != 1 {
+				t.Fatal("a queued request was refused while the engine is recovered")
+			}
+			if n := l.Divert(); n != 1 {
+				t.Fatalf("diverted %d, want 1", n)
+			}
+			if a := get(t, ch); !errors.Is(a.err, ErrDiverted) {
+				t.Fatalf("got %+v, want ErrDiverted", a)
 			}
 		}},
-		{"recovery turns new requests away for the rest of its expected length", nil, func(t *testing.T, l *Limiter) {
-			l.SetRecovering(true, 30*time.Second)
-			_, rj, _ := l.Acquire(context.Background(), Request{})
-			if rj == nil || rj.Reason != ReasonRecovering || rj.Wait != 30*time.Second || rj.RateLimited() {
-				t.Fatalf("got %+v, want recovering, 30 s", rj)
+		{"recovery holds new requests in the queue, refusing none", func(c *configs.Admission) {
+			c.MaxInFlight = 1
+		}, func(t *testing.T, l *Limiter) {
+			l.SetRecovering(true)
+			ch := acquireAsync(context.Background(), l, Request{Stream: true})
+			untilQueued(t, l, 1)
+			advance(30 * time.Second)
+			if s := l.Stats(); s.QueueDepth != 1 || s.InFlight != 0 || s.HeldWaits == 0 {
+				t.Fatalf("depth %d, in flight %d, held waits %d; want the stream held", s.QueueDepth, s.InFlight, s.HeldWaits)
 			}
-			time.Sleep(20 * time.Second)
-			if _, rj, _ = l.Acquire(context.Background(), Request{}); rj == nil || rj.Wait != 10*time.Second {
-				t.Fatalf("got %+v, want recovering, 10 s", rj)
+			l.SetRecovering(false)
+			if a := get(t, ch); a.lis == nil {
+				t.Fatalf("got %+v, want a slot once the engine is back", a)
+			}
+		}},
+		{"a client's own timeout still ends a held wait", func(c *configs.Admission) {
+			c.MaxInFlight = 1
+		}, func(t *testing.T, l *Limiter) {
+			l.SetRecovering(true)
+			ch := acquireAsync(context.Background(), l, Request{Timeout: 3 * time.Second})
+			untilQueued(t, l, 1)
+			advance(3 * time.Second)
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout at the client's timeout", a)
+			}
+		}},
+		{"suspected: nothing new goes to the engine, nobody is refused, Divert hands the queue over", func(c *configs.Admission) {
+			c.MaxInFlight = 2
+		}, func(t *testing.T, l *Limiter) {
+			first := mustAcquire(t, l, Request{})
+			l.SetSuspected(true)
+			ch := acquireAsync(context.Background(), l, Request{Stream: true})
+			kept := acquireAsync(context.Background(), l, Request{Undivertible: true})
+			untilQueued(t, l, 2)
+			advance(20 * time.Second)
+			if s := l.Stats(); s.QueueDepth != 2 || s.InFlight != 1 || !s.Suspected {
+				t.Fatalf("depth %d, in flight %d; want both held beside a free slot", s.QueueDepth, s.InFlight)
+			}
+			if n := l.Divert(); n != 1 {
+				t.Fatalf("diverted %d, want the divertible one", n)
+			}
+			if a := get(t, ch); !errors.Is(a.err, ErrDiverted) {
+				t.Fatalf("got %+v, want ErrDiverted", a)
+			}
+			l.SetSuspected(false) // progress: the free slot goes to the queue
+			if a := get(t, kept); a.lis == nil {
+				t.Fatalf("got %+v, want a slot once the suspicion cleared", a)
+			}
+			first.Release(Outcome{Success: true})
+			if l.Divert() != 0 {
+				t.Fatal("Divert with no suspicion took a request")
+			}
+		}},
+		{"MaxWait bounds a wait even while the engine is held", func(c *configs.Admission) {
+			c.MaxInFlight = 1
+		}, func(t *testing.T, l *Limiter) {
+			l.SetSuspected(true)
+			ch := acquireAsync(context.Background(), l, Request{MaxWait: 500 * time.Millisecond})
+			untilQueued(t, l, 1)
+			advance(500 * time.Millisecond)
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout at its MaxWait", a)
+			}
+		}},
+		{"slow start holds the queue rather than refusing it", func(c *configs.Admission) {
+			c.MaxInFlight = 10
+			c.SlowStart = time.Minute
+		}, func(t *testing.T, l *Limiter) {
+			l.SlowStart()
+			mustAcquire(t, l, Request{}) // the whole cap at 10%
+			ch := acquireAsync(context.Background(), l, Request{Stream: true})
+			untilQueued(t, l, 1)
+			advance(3 * time.Second) // past its 2 s wait, the cap still 1
+			if s := l.Stats(); s.QueueDepth != 1 || s.HeldWaits == 0 {
+				t.Fatal("a stream was refused during the slow start")
+			}
+			advance(2 * time.Second) // the cap has grown to 2
+			if a := get(t, ch); a.lis == nil {
+				t.Fatalf("got %+v, want a slot as the cap ramps", a)
 			}
 		}},
 		{"a queued request that can wait out the recovery stays queued and is served after it", func(c *configs.Admission) {
@@ -148,12 +225,12 @@ func TestAcquireDecides(t *testing.T) {
 			first := mustAcquire(t, l, Request{})
 			ch := acquireAsync(context.Background(), l, Request{})
 			untilQueued(t, l, 1)
-			l.SetRecovering(true, time.Minute)
+			l.SetRecovering(true)
 			first.Release(Outcome{Cancelled: true}) // cut with the engine: the slot frees, nothing is admitted
 			if s := l.Stats(); s.QueueDepth != 1 || s.InFlight != 0 {
 				t.Fatalf("during the recovery: depth %d, in flight %d; want 1, 0", s.QueueDepth, s.InFlight)
 			}
-			l.SetRecovering(false, 0)
+			l.SetRecovering(false)
 			if a := get(t, ch); a.lis == nil {
 				t.Fatalf("got %+v, want a slot once the engine is back", a)
 			}

@@ -27,6 +27,9 @@ type Listener struct {
 	// yet seen (counted in the Limiter's awaitingFirst). Under the
 	// Limiter's lock.
 	stream, awaiting bool
+	// heldWait: it waited in the queue past its bound while the engine
+	// was held (see Limiter.expire).
+	heldWait bool
 }
 
 // startAwaitingLocked counts a stream just admitted as awaiting its first
@@ -50,6 +53,16 @@ func (lis *Listener) stopAwaitingLocked() {
 // Prompt is the request's estimated prompt tokens, for reading an answer
 // that does not report its usage.
 func (lis *Listener) Prompt() int { return lis.prompt }
+
+// Output is the request's estimated output tokens (what it may ask for).
+func (lis *Listener) Output() int { return max(0, lis.tokens-lis.prompt) }
+
+// HeldWait reports whether the request waited in the queue past its
+// bound while the engine was held (suspected, recovered, ramping).
+func (lis *Listener) HeldWait() bool { return lis.heldWait }
+
+// Stream reports whether the request's answer is streamed.
+func (lis *Listener) Stream() bool { return lis.stream }
 
 // Outcome is what the request's upstream call reports when it ends.
 type Outcome struct {

@@ -29,15 +29,21 @@ type waiter struct {
 	// route and tenant infer its client's timeout while it waits, when it
 	// announced none: a timeout learned meanwhile applies to it too.
 	route, tenant string
+	// undivertible: Divert leaves it queued (see Request.Undivertible).
+	undivertible bool
+	// held: its bound was reached while the engine was held, and it
+	// waits on (see Limiter.expire).
+	held bool
 	// Placeholders only: the call's key and the timer that drops it.
 	placeholder bool
 	k           CallKey
 	stopHold    func() bool
 }
 
-// waitResult: a slot (rej == nil) or a rejection.
+// waitResult: a slot (rej == nil), a rejection, or a diversion.
 type waitResult struct {
 	rej      *Rejection
+	divert   bool
 	inFlight int // with a slot: requests in flight, this one included
 	// at and area: when the slot was granted, and inFlightArea then.
 	at   time.Time
@@ -190,8 +196,8 @@ func (l *Limiter) holdLocked(w *waiter, k CallKey, d time.Duration) {
 
 // dispatchLocked hands freed slots to waiters, newest or oldest first.
 func (l *Limiter) dispatchLocked(now time.Time) {
-	if l.recovering {
-		return // nothing goes to an engine being recovered; the queue waits for it
+	if l.recovering || l.suspected {
+		return // nothing goes to an engine being recovered or suspected; the queue waits for it
 	}
 	c := l.capLocked(now)
 	for l.inFlight < c {
@@ -200,6 +206,7 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 			return
 		}
 		w := l.removeWaiterLocked(e)
+		w.lis.heldWait = w.held
 		w.lis.startAwaitingLocked()
 		l.addInFlightLocked(now, 1)
 		l.admitted.Add(1)
@@ -271,13 +278,6 @@ func (l *Limiter) nextOldestLocked() *list.Element {
 		}
 	}
 	return nil
-}
-
-// recoveringRejectionLocked turns a request away while the engine is
-// recovered, told to come back when the recovery is expected to end.
-func (l *Limiter) recoveringRejectionLocked(now time.Time) *Rejection {
-	return &Rejection{Reason: ReasonRecovering, Message: "The engine is being restarted; retry after the indicated delay.",
-		Wait: max(l.recoveringUntil.Sub(now), time.Second)}
 }
 
 func queueRejection(reason string, wait time.Duration) *Rejection {

@@ -30,6 +30,10 @@ type client struct {
 	http  *http.Client
 	base  string
 	clock *simclient.Clock
+	// retries is how many times a call is retried (the SDKs': 2; 0: a
+	// client that does not retry, as behind HAProxy, which never retries
+	// a 503).
+	retries int
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -43,8 +47,8 @@ const (
 	sdkMaxRetryAfter = 60 * time.Second
 )
 
-func newClient(base string, clock *simclient.Clock, seed uint64) *client {
-	return &client{http: simclient.NewHTTPClient(), base: base, clock: clock, rng: rand.New(rand.NewPCG(seed, 0xc11e))}
+func newClient(base string, clock *simclient.Clock, seed uint64, retries int) *client {
+	return &client{http: simclient.NewHTTPClient(), base: base, clock: clock, retries: retries, rng: rand.New(rand.NewPCG(seed, 0xc11e))}
 }
 
 // outcome is how one attempt ended.
@@ -101,7 +105,7 @@ func (c *client) do(ctx context.Context, cl call) result {
 	for n := 0; ; n++ {
 		a := c.attempt(ctx, cl, n)
 		res.attempts = append(res.attempts, a)
-		if a.outcome == okAnswer || !a.retryable || n >= sdkRetries || ctx.Err() != nil {
+		if a.outcome == okAnswer || !a.retryable || n >= c.retries || ctx.Err() != nil {
 			break
 		}
 		wait := a.retryAfter

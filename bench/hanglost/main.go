@@ -55,7 +55,11 @@ type options struct {
 	tail     time.Duration
 	drain    time.Duration
 	seed     uint64
-	arms     []armSpec
+	retries  int
+	// longPrompts calls of longTokens prompt tokens are added (lone long
+	// prefills).
+	longPrompts, longTokens int
+	arms                    []armSpec
 	// timeline, when set, gets the engine and the limiter every every.
 	timeline io.Writer
 	every    time.Duration
@@ -77,9 +81,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.restart, "restart", 45*time.Second, "the recovery's start to the restarted engine ready, engine time")
 	fs.DurationVar(&o.tail, "tail", 20*time.Second, "load after the restarted engine is ready, engine time")
 	fs.DurationVar(&o.drain, "drain", 3*time.Minute, "longest wait for the calls to end after the load, engine time (the rest are cancelled and counted unfinished)")
+	fs.IntVar(&o.retries, "retries", sdkRetries, "retries per call (0: clients that do not retry, as behind HAProxy, which never retries a 503)")
+	fs.IntVar(&o.longPrompts, "long-prompts", 0, "add this many streamed calls with long prompts, spread over the run (lone long prefills)")
+	fs.IntVar(&o.longTokens, "long-tokens", 60000, "prompt tokens of each -long-prompts call")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals and calls (the same in every arm)")
 	fs.DurationVar(&o.every, "timeline", 0, "print the engine and the limiter at this interval of engine time, to stderr (0: not)")
-	arms := fs.String("arms", "a,b,c", "arms to run: a (moving off), b (no peer), c (a peer)")
+	arms := fs.String("arms", "a,b,c", "arms to run: a (moving off), b (no peer), c (a peer), d (a peer, suspicion off), e (no peer, suspicion off), f (no hang: false suspicions; use -load past 1 to saturate)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -87,17 +94,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if !(o.scale > 0) || o.seqs < 1 || !(o.load > 0) || o.peerLoad < 0 || o.warmup <= 0 || o.detect < 0 || o.restart < 0 ||
-		o.tail < 0 || o.drain <= 0 {
-		fmt.Fprintln(stderr, "hanglost: -scale, -seqs, -load, -warmup and -drain must be positive, -peer-load, -detect, -restart and -tail not negative")
+		o.tail < 0 || o.drain <= 0 || o.retries < 0 || o.longPrompts < 0 || o.longTokens < 1 {
+		fmt.Fprintln(stderr, "hanglost: -scale, -seqs, -load, -warmup and -drain must be positive, -peer-load, -detect, -restart, -tail, -retries and -long-prompts not negative, -long-tokens positive")
 		return 2
 	}
 	if o.every > 0 {
 		o.timeline = stderr
 	}
 	for _, a := range strings.Split(*arms, ",") {
-		i := strings.Index("abc", strings.TrimSpace(a))
+		i := strings.Index("abcdef", strings.TrimSpace(a))
 		if len(strings.TrimSpace(a)) != 1 || i < 0 {
-			fmt.Fprintf(stderr, "hanglost: -arms: unknown arm %q (have a, b, c)\n", a)
+			fmt.Fprintf(stderr, "hanglost: -arms: unknown arm %q (have a, b, c, d, e, f)\n", a)
 			return 2
 		}
 		o.arms = append(o.arms, armSpecs[i])
@@ -116,7 +123,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 func experiment(ctx context.Context, o options, stdout, stderr io.Writer) (*report, error) {
 	start := time.Now()
 	c := enginesim.MeasureCapacity(engineConfig(o), meanCall)
-	calls := draw(o.seed, "Node", o.load*c, o.length())
+	calls := withLongPrompts(draw(o.seed, "Node", o.load*c, o.length()), o.longPrompts, o.longTokens, o.length())
 	var peerCalls []call
 	if o.peerLoad > 0 {
 		peerCalls = draw(o.seed+1000, "Peer", o.peerLoad*c, o.length())
@@ -126,7 +133,7 @@ func experiment(ctx context.Context, o options, stdout, stderr io.Writer) (*repo
 	fmt.Fprintf(stdout, "Calls: open-loop Poisson at %.2f C, %d calls over %s, prompts %d ± %d tokens, answers lognormal median %d (mean %.0f), a quarter each unary/streamed on /v1/completions and /v1/chat/completions, n=1.\n",
 		o.load, len(calls), humanize.Duration(o.length()), promptMean, promptSpread, answerMedian, meanAnswer)
 	fmt.Fprintf(stdout, "Clients: the OpenAI SDKs' retries: %s timeout, %d retries, backoff 0.5 s doubling to 8 s, Retry-After up to 60 s honoured.\n",
-		humanize.Duration(sdkTimeout), sdkRetries)
+		humanize.Duration(sdkTimeout), o.retries)
 	fmt.Fprintf(stdout, "Limiter: vigil's admission defaults (engine_max_seqs %d), engine-time clock; max_moves per arm. Peer (arm c): the same limiter and engine, its own clients at %.2f C.\n",
 		o.seqs, o.peerLoad)
 	fmt.Fprintf(stdout, "Schedule (engine time): %s of load, Engine.Hang(); %s later SetRecovering(true) and the engine stopped; %s later a fresh engine, SetRecovering(false), SlowStart(); %s more load.\n\n",

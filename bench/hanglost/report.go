@@ -40,13 +40,21 @@ type figures struct {
 	// Over every call.
 	total, delivered, deliveredWrong, unfinished int
 	p50, p99                                     time.Duration
-	group                                        [groups]struct{ n, delivered int }
+	group                                        [groups]struct {
+		n, delivered int
+		lat          []time.Duration
+	}
+	// The hang window: calls never answered (streams among them), and the
+	// latency p50/p99 of the calls started after the hang against those
+	// ended before it (the same arm's baseline).
+	neverAnswered, streamsNever              int
+	afterP50, afterP99, beforeP50, beforeP99 time.Duration
 }
 
 // measure sorts an arm's calls; want is each call's expected text.
 func measure(r *armRun, calls []call, want []string) figures {
 	f := figures{lostBy: map[string]int{}}
-	var lat []time.Duration
+	var lat, before, after []time.Duration
 	for i, res := range r.results {
 		if len(res.attempts) == 0 {
 			continue // never sent: the run was stopped
@@ -58,9 +66,21 @@ func measure(r *armRun, calls []call, want []string) figures {
 		if d := res.delivered(); d != nil {
 			f.delivered++
 			f.group[g].delivered++
+			f.group[g].lat = append(f.group[g].lat, res.end-res.start)
 			lat = append(lat, res.end-res.start)
+			switch {
+			case g == beforeHang:
+				before = append(before, res.end-res.start)
+			case g != atHang:
+				after = append(after, res.end-res.start)
+			}
 			if !right(d) {
 				f.deliveredWrong++
+			}
+		} else {
+			f.neverAnswered++
+			if calls[i].kind.stream() {
+				f.streamsNever++
 			}
 		}
 		if a := res.attempts[len(res.attempts)-1]; a.outcome == cancelled {
@@ -89,6 +109,8 @@ func measure(r *armRun, calls []call, want []string) figures {
 		}
 	}
 	f.p50, f.p99 = harness.Percentile(lat, 50), harness.Percentile(lat, 99)
+	f.beforeP50, f.beforeP99 = harness.Percentile(before, 50), harness.Percentile(before, 99)
+	f.afterP50, f.afterP99 = harness.Percentile(after, 50), harness.Percentile(after, 99)
 	return f
 }
 
@@ -171,6 +193,7 @@ func (r *report) print(w io.Writer) {
 	}
 	t.Print(w)
 	fmt.Fprintln(w)
+	r.printWindow(w)
 	for _, a := range r.arms {
 		run := a.run
 		fmt.Fprintf(w, "%s (%s): at the hang (t=%s) the limiter had %d in flight and %d queued, the engine %d running and %d waiting; verdict t=%s, ready t=%s; ",
@@ -178,7 +201,9 @@ func (r *report) print(w io.Writer) {
 			secs(run.verdictAt), secs(run.readyAt))
 		var gs []string
 		for g := range groups {
-			gs = append(gs, fmt.Sprintf("%s %d/%d", groupNames[g], a.fig.group[g].delivered, a.fig.group[g].n))
+			gr := a.fig.group[g]
+			gs = append(gs, fmt.Sprintf("%s %d/%d (p50 %s s, p99 %s s)", groupNames[g], gr.delivered, gr.n,
+				secs(harness.Percentile(gr.lat, 50)), secs(harness.Percentile(gr.lat, 99))))
 		}
 		fmt.Fprintf(w, "delivered by start: %s", strings.Join(gs, ", "))
 		if run.peerStats != nil {
@@ -187,6 +212,61 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "; wall %s.\n", run.wall.Round(time.Second))
 	}
 	fmt.Fprintf(w, "\nWall time %s at scale %g.\n", r.wall.Round(time.Second), r.o.scale)
+}
+
+// printWindow is the hang window per arm: what the hang cost the calls
+// that arrived after it, against the arm without suspicion of the same
+// peering (the same run).
+func (r *report) printWindow(w io.Writer) {
+	fmt.Fprintf(w, "The hang window (clients retry %d times; latency of calls started after the hang against those ended before it, engine seconds):\n", r.o.retries)
+	t := humanize.Table{Header: []string{"arm", "never answered (streams)", "vs suspicion off", "after the hang p50 / p99 (s)",
+		"added p50 / p99 (s)", "p99 vs suspicion off", "hang → last call to the hung engine (s)", "suspicions (false)", "refused while held", "the peer's own calls never answered"}}
+	for _, a := range r.arms {
+		f, run := a.fig, a.run
+		base := r.suspicionOff(run.spec)
+		vsLost, vsP99 := "n/a", "n/a"
+		if base != nil && base.run != run {
+			vsLost = fmt.Sprintf("%d vs %d", f.neverAnswered, base.fig.neverAnswered)
+			if base.fig.neverAnswered > 0 {
+				vsLost = ratio(f.neverAnswered, base.fig.neverAnswered)
+			}
+			if base.fig.afterP99 > 0 {
+				vsP99 = fmt.Sprintf("%.2fx", float64(f.afterP99)/float64(base.fig.afterP99))
+			}
+		}
+		last := "none"
+		if run.lastToHung >= 0 {
+			last = secs(run.lastToHung)
+		}
+		peerLost := "-"
+		if run.peerStats != nil {
+			peerLost = fmt.Sprintf("%d of %d", run.peerSent-run.peerDelivered, run.peerSent)
+		}
+		t.Add(run.spec.name, fmt.Sprintf("%d (%d)", f.neverAnswered, f.streamsNever), vsLost,
+			secs(f.afterP50)+" / "+secs(f.afterP99), secs(f.afterP50-f.beforeP50)+" / "+secs(f.afterP99-f.beforeP99), vsP99,
+			last, fmt.Sprintf("%d (%d)", run.stats.Suspicions, run.stats.FalseSuspicions), countList64(run.stats.HeldRefused), peerLost)
+	}
+	t.Print(w)
+	fmt.Fprintln(w)
+}
+
+// suspicionOff is the arm with the stall suspicion off and the same
+// peering and fault as spec (with moves on), or nil.
+func (r *report) suspicionOff(spec armSpec) *armFigures {
+	for i := range r.arms {
+		if s := r.arms[i].run.spec; s.noSuspicion && s.maxMoves > 0 && s.peer == spec.peer && s.noHang == spec.noHang {
+			return &r.arms[i]
+		}
+	}
+	return nil
+}
+
+func countList64(m map[string]uint64) string {
+	c := make(map[string]int, len(m))
+	for k, v := range m {
+		c[k] = int(v)
+	}
+	return countList(c)
 }
 
 // ratio is lost against base, the arm with moving off ("n/a": no such

@@ -33,6 +33,9 @@ type engineSlot struct {
 type running struct {
 	e *enginesim.Engine
 	h http.Handler
+	// lastCall is when (wall, Unix nanoseconds) this engine last received
+	// a call (a POST): after a hang, the last call sent to the hung engine.
+	lastCall atomic.Int64
 }
 
 func newEngineSlot(cfg enginesim.Config) *engineSlot {
@@ -43,12 +46,26 @@ func newEngineSlot(cfg enginesim.Config) *engineSlot {
 		if cur == nil {
 			panic(http.ErrAbortHandler)
 		}
+		if r.Method == http.MethodPost {
+			cur.lastCall.Store(time.Now().UnixNano())
+		}
 		cur.h.ServeHTTP(w, r)
 	}))
 	return s
 }
 
 func (s *engineSlot) url() string { return s.srv.URL }
+
+// lastCall is when the engine now behind the address last received a
+// call (zero: none, or no engine).
+func (s *engineSlot) lastCall() time.Time {
+	if cur := s.cur.Load(); cur != nil {
+		if n := cur.lastCall.Load(); n > 0 {
+			return time.Unix(0, n)
+		}
+	}
+	return time.Time{}
+}
 
 func (s *engineSlot) engine() *enginesim.Engine {
 	if cur := s.cur.Load(); cur != nil {
@@ -88,9 +105,10 @@ func engineConfig(o options) enginesim.Config {
 // admissionConfig is vigil's default admission config with max_moves as
 // the arm has it and engine_max_seqs set to the engine's seats (what an
 // operator configures for an engine started with --max-num-seqs).
-func admissionConfig(o options, maxMoves int) configs.Admission {
+func admissionConfig(o options, maxMoves int, suspect bool) configs.Admission {
 	cfg := configs.Default().Admission
 	cfg.MaxMoves = maxMoves
+	cfg.SuspectStalls = suspect
 	if o.seqs != 256 {
 		cfg.EngineMaxSeqs = o.seqs
 	}
@@ -102,12 +120,21 @@ type armSpec struct {
 	name, what string
 	maxMoves   int
 	peer       bool
+	// noSuspicion turns the stall suspicion off (admission.suspect_stalls
+	// false): the engine is held only from the verdict on.
+	noSuspicion bool
+	// noHang: the engine never hangs; every suspicion is false (run it at
+	// a -load past 1 for a saturated engine).
+	noHang bool
 }
 
 var armSpecs = []armSpec{
-	{name: "a: moving off", what: "max_moves 0: today's behaviour, the calls in flight stay on the hung engine", maxMoves: 0},
+	{name: "a: moving off", what: "max_moves 0, no stall suspicion: the calls in flight stay on the hung engine", maxMoves: 0, noSuspicion: true},
 	{name: "b: no peer", what: "max_moves 2, no peer: the calls cut are held for the restarted engine", maxMoves: 2},
 	{name: "c: a peer", what: "max_moves 2, a peer: the calls cut move to a second limiter in front of a healthy engine", maxMoves: 2, peer: true},
+	{name: "d: a peer, suspicion off", what: "as c with admission.suspect_stalls false: nothing is held before the verdict", maxMoves: 2, peer: true, noSuspicion: true},
+	{name: "e: no peer, suspicion off", what: "as b with admission.suspect_stalls false", maxMoves: 2, noSuspicion: true},
+	{name: "f: no hang", what: "as b, but the engine never hangs: every suspicion is false", maxMoves: 2, noHang: true},
 }
 
 // armRun is what one arm measured.
@@ -117,6 +144,9 @@ type armRun struct {
 	// Engine times from the arm's start: the hang, the verdict (recovery
 	// begins, the engine is stopped) and the restarted engine ready.
 	hangAt, verdictAt, readyAt time.Duration
+	// lastToHung is the hang to the last call the hung engine received
+	// (negative: none after the hang), engine time.
+	lastToHung time.Duration
 	// At the hang: the limiter's queue and calls in flight, the engine's
 	// running and waiting requests.
 	limQueue, limInFlight, engRunning, engWaiting int
@@ -144,7 +174,7 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 		peerSlot = newEngineSlot(engineConfig(o))
 		defer peerSlot.close()
 		var err error
-		peer, err = harness.StartLimiter(ctx, admissionConfig(o, 2), peerSlot.url(), "", o.scale, harness.TimeClock,
+		peer, err = harness.StartLimiter(ctx, admissionConfig(o, 2, !spec.noSuspicion), peerSlot.url(), "", o.scale, harness.TimeClock,
 			admission.WithNode("node2"))
 		if err != nil {
 			return nil, err
@@ -154,7 +184,7 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 		opts = append(opts, admission.WithPeers(func() []admission.Peer { return peers }))
 	}
 	opts = append(opts, admission.WithNode("node1"))
-	lim, err := harness.StartLimiter(ctx, admissionConfig(o, spec.maxMoves), slot.url(), "", o.scale, harness.TimeClock, opts...)
+	lim, err := harness.StartLimiter(ctx, admissionConfig(o, spec.maxMoves, !spec.noSuspicion), slot.url(), "", o.scale, harness.TimeClock, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -176,13 +206,13 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 		}
 		each.Wait()
 	}
-	node := newClient(lim.URL(), clock, o.seed)
+	node := newClient(lim.URL(), clock, o.seed, o.retries)
 	defer node.http.CloseIdleConnections()
 	wg.Add(1)
 	go send(node, calls, func(i int, res result) { r.results[i] = res })
 	var peerSent, peerDelivered atomic.Int64
 	if peer != nil && len(peerCalls) > 0 {
-		pc := newClient(peer.URL(), clock, o.seed+1)
+		pc := newClient(peer.URL(), clock, o.seed+1, o.retries)
 		defer pc.http.CloseIdleConnections()
 		wg.Add(1)
 		go send(pc, peerCalls, func(_ int, res result) {
@@ -195,7 +225,7 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	if o.timeline != nil {
-		go timeline(callCtx, o, clock, spec, slot, lim, done)
+		go timeline(callCtx, o, clock, spec, slot, lim, peer, done)
 	}
 
 	// The fault: the engine hangs; the watchdog's verdict comes a
@@ -205,15 +235,32 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 	if !clock.SleepUntil(ctx, o.warmup) {
 		return nil, ctx.Err()
 	}
+	if spec.noHang {
+		// No fault: the schedule's marks only sort the calls.
+		st, eng := lim.Stats(), slot.engine().Stats()
+		r.hangAt, r.lastToHung = clock.Now(), -1
+		r.limQueue, r.limInFlight, r.engRunning, r.engWaiting = st.QueueDepth, st.InFlight, eng.Running, eng.Waiting
+		if !clock.SleepUntil(ctx, o.warmup+o.detect) {
+			return nil, ctx.Err()
+		}
+		r.verdictAt = clock.Now()
+		if !clock.SleepUntil(ctx, o.warmup+o.detect+o.restart) {
+			return nil, ctx.Err()
+		}
+		r.readyAt = clock.Now()
+		return r.finish(ctx, o, clock, lim, peer, done, stopCalls, &peerSent, &peerDelivered, wallStart)
+	}
 	st, eng := lim.Stats(), slot.engine().Stats()
 	slot.engine().Hang()
 	r.hangAt = clock.Now()
+	hungWall := time.Now()
 	r.limQueue, r.limInFlight, r.engRunning, r.engWaiting = st.QueueDepth, st.InFlight, eng.Running, eng.Waiting
 	if !clock.SleepUntil(ctx, o.warmup+o.detect) {
 		return nil, ctx.Err()
 	}
 	r.verdictAt = clock.Now()
 	lim.SetRecovering(true)
+	r.lastToHung = time.Duration(float64(slot.lastCall().Sub(hungWall)) * o.scale)
 	slot.stop()
 	if !clock.SleepUntil(ctx, o.warmup+o.detect+o.restart) {
 		return nil, ctx.Err()
@@ -223,6 +270,12 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 	lim.SlowStart()
 	r.readyAt = clock.Now()
 
+	return r.finish(ctx, o, clock, lim, peer, done, stopCalls, &peerSent, &peerDelivered, wallStart)
+}
+
+// finish waits out the load and the calls, and reads the limiters.
+func (r *armRun) finish(ctx context.Context, o options, clock *simclient.Clock, lim, peer *harness.Limiter, done <-chan struct{},
+	stopCalls func(), peerSent, peerDelivered *atomic.Int64, wallStart time.Time) (*armRun, error) {
 	// Every call ends by itself; the drain only bounds the wait.
 	if !clock.SleepUntil(ctx, o.length()) {
 		return nil, ctx.Err()
@@ -247,7 +300,7 @@ func runArm(ctx context.Context, o options, spec armSpec, calls, peerCalls []cal
 }
 
 // timeline prints the engine and the limiter every -timeline-every.
-func timeline(ctx context.Context, o options, clock *simclient.Clock, spec armSpec, slot *engineSlot, lim *harness.Limiter, done <-chan struct{}) {
+func timeline(ctx context.Context, o options, clock *simclient.Clock, spec armSpec, slot *engineSlot, lim, peer *harness.Limiter, done <-chan struct{}) {
 	for at := o.every; ; at += o.every {
 		if !clock.SleepUntil(ctx, at) {
 			return
@@ -270,8 +323,12 @@ func timeline(ctx context.Context, o options, clock *simclient.Clock, spec armSp
 				rej = append(rej, fmt.Sprintf("%s=%d", k, s.Rejected[k]))
 			}
 		}
-		fmt.Fprintf(o.timeline, "%s t=%4.0f %s %s held=%d rejected{%s}\n", spec.name, clock.Now().Seconds(), eng, lim.Brief(), held,
-			strings.Join(rej, " "))
+		ps := ""
+		if peer != nil {
+			ps = " | peer " + peer.Brief()
+		}
+		fmt.Fprintf(o.timeline, "%s t=%4.0f %s %s held=%d suspected=%v rejected{%s}%s\n", spec.name, clock.Now().Seconds(), eng, lim.Brief(), held,
+			s.Suspected, strings.Join(rej, " "), ps)
 	}
 }
 

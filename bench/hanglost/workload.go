@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,6 +94,20 @@ func draw(seed uint64, name string, rate float64, d time.Duration) []call {
 		out = append(out, call{at: a.At, kind: k, body: body(k, text, answer, k.stream()), answer: answer})
 	}
 	return out
+}
+
+// withLongPrompts adds n streamed calls with prompts of tokens each,
+// spread evenly over d (the first at d/(n+1)): lone long prefills, which
+// send nothing for seconds and must raise no suspicion.
+func withLongPrompts(calls []call, n, tokens int, d time.Duration) []call {
+	for i := range n {
+		text := fmt.Sprintf("Long call %d. ", i)
+		text += strings.Repeat("lorem ipsum dolor sit amet, ", 1+4*tokens/28)[:max(0, 4*tokens-len(text))]
+		calls = append(calls, call{at: d * time.Duration(i+1) / time.Duration(n+1), kind: streamCompletion,
+			body: body(streamCompletion, text, answerMedian, true), answer: answerMedian})
+	}
+	slices.SortStableFunc(calls, func(a, b call) int { return cmp.Compare(a.at, b.at) }) // sent in order
+	return calls
 }
 
 // body is the request of kind k (stream as given: the expected text is

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -170,6 +171,9 @@ type daemon struct {
 	// lbServer is the drainer when the balancer polls vigil (healthcheck,
 	// agent): its listener is bound in newDaemon too.
 	lbServer actions.Server
+	// soft lowers this node's weight while the limiter suspects a stall
+	// (set after the limiter is built: suspicionHook reads it).
+	soft atomic.Pointer[softDrain]
 
 	// thMu serializes read-modify-write of the watchdog's thresholds
 	// (reload and overrides both change them).
@@ -253,7 +257,8 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 			admission.WithLogger(log.WithField("part", "admission")),
 			admission.WithRegisterer(d.registry),
 			admission.WithEngineReader(reader),
-			admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers))
+			admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers),
+			admission.WithSuspicionHook(d.suspicionHook))
 		if err != nil {
 			return nil, err
 		}
@@ -271,6 +276,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 		}
 	}
 	d.lbServer, _ = drainer.(actions.Server)
+	d.soft.Store(&softDrain{drainer: drainer, dryRun: cfg.Watchdog.DryRun, log: log.WithField("part", "admission")})
 	if d.restarter = o.Restarter; d.restarter == nil {
 		if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
 			return nil, err

@@ -1,0 +1,234 @@
+package admission
+
+import (
+	"time"
+)
+
+// A stall suspected in seconds (docs/design.md, "The hang window"). The
+// watchdog proves a hang from the engine's counters frozen over
+// hang_after, tens of seconds to minutes; the limiter sees every byte the
+// engine sends and can know much sooner that nothing moves. The suspicion
+// is cheap because what it does is reversible: nothing new goes to the
+// engine while it holds (calls go to a peer or wait in vigil's queue), and
+// it clears the moment a byte comes. It never restarts anything.
+
+const (
+	// stallSteps of the engine's own step time without any progress, with
+	// a call overdue, raise the suspicion.
+	stallSteps = 10
+	// stallFloor is the shortest silence that raises it, whatever the step
+	// time: a healthy engine pauses for a few hundred milliseconds now and
+	// then (a scheduler hiccup, a garbage collection, a CUDA graph).
+	stallFloor = time.Second
+	// defaultStep is the step time assumed before one is learned;
+	// defaultDecodeStep the one a plain answer's decode is given then,
+	// slow for any engine, so an engine first seen serving plain answers
+	// slowly is not suspected before its first answer teaches its pace.
+	defaultStep       = 50 * time.Millisecond
+	defaultDecodeStep = 500 * time.Millisecond
+	// defaultPrefillRate (prompt tokens a second) is assumed before one is
+	// learned: slow for any GPU, so a long prefill is given its time.
+	defaultPrefillRate = 1000.0
+	// stepWeight and prefillWeight weigh each new sample of the learned
+	// step time and prefill rate (exponential averages over about 20).
+	stepWeight, prefillWeight = 0.05, 0.05
+	// maxBackoff bounds how far false suspicions lengthen the silence
+	// needed (the hysteresis); backoffDecay of quiet halves it again.
+	maxBackoff   = 8
+	backoffDecay = time.Minute
+)
+
+// stallWatch decides, from what the limiter observes of the calls it sent
+// to the engine, whether the engine has stopped making progress. It is a
+// pure type: every method takes the time, none reads a clock, and the
+// limiter calls it under its own lock (stallMon).
+//
+// Progress is anything the engine did: a byte of any answer, an answer
+// done, an engine counter that advanced. The engine is suspected stalled
+// when, with calls in flight, nothing progressed for max(stallSteps step
+// times, stallFloor) (times the backoff) and at least one call is overdue:
+// a stream under way that sent nothing for that long, or a call whose
+// first byte is later than its prefill (its prompt at the learned prefill
+// rate) and, for a plain answer, its whole decode (its max tokens at the
+// learned step) allow. A lone long prefill or a long plain answer is not
+// overdue; a saturated engine keeps progressing; a slow one has a long
+// step.
+type stallWatch struct {
+	step time.Duration // learned time between a stream's chunks
+	// streamTaught: streams taught the step; plain answers (whose time
+	// includes the engine's queue) no longer do.
+	streamTaught bool
+	prefillRate  float64   // learned prompt tokens a second
+	last         time.Time // the last progress
+	calls        map[*upstreamCall]*watched
+
+	suspected bool
+	since     time.Time // when the suspicion was raised
+	backoff   int       // silence multiplier after false suspicions (1..maxBackoff)
+	calm      time.Time // when the backoff last changed
+	// raised counts suspicions; falseAlarms those progress cleared
+	// before a verdict.
+	raised, falseAlarms int
+}
+
+// watched is one call in flight as the stall watch sees it.
+type watched struct {
+	sent, lastByte time.Time
+	prompt, output int // estimated prompt tokens; output tokens it may ask for
+	stream         bool
+}
+
+func newStallWatch() *stallWatch {
+	return &stallWatch{calls: map[*upstreamCall]*watched{}, backoff: 1}
+}
+
+// sent notes a call sent to the engine.
+func (s *stallWatch) sent(c *upstreamCall, now time.Time, prompt, output int, stream bool) {
+	if len(s.calls) == 0 {
+		// Work arrives at an idle engine: its silence before is no stall.
+		s.last = now
+	}
+	s.calls[c] = &watched{sent: now, prompt: prompt, output: output, stream: stream}
+}
+
+// chunk notes bytes of c's answer: progress. A stream's gaps teach the
+// step time, its first byte the prefill rate.
+func (s *stallWatch) chunk(c *upstreamCall, now time.Time) {
+	w := s.calls[c]
+	if w == nil {
+		return // not a call it watches (e.g. a passed-through GET)
+	}
+	th := s.threshold()
+	s.progress(now)
+	switch {
+	case !w.stream:
+	case w.lastByte.IsZero():
+		if d := now.Sub(w.sent).Seconds(); d > 0 && w.prompt > 0 {
+			s.prefillRate = ewma(s.prefillRate, float64(w.prompt)/d, prefillWeight)
+		}
+	default:
+		// A gap longer than the silence that raises a suspicion is a
+		// stall (or a pause), not a step: it does not teach.
+		if gap := now.Sub(w.lastByte); gap > 0 && gap < th {
+			if !s.streamTaught {
+				s.step, s.streamTaught = 0, true
+			}
+			s.step = time.Duration(ewma(float64(s.step), float64(gap), stepWeight))
+		}
+	}
+	w.lastByte = now
+}
+
+// done notes c's end: progress when it ended with the engine's answer
+// (answered, of output tokens; -1: unknown), not when it was cut or its
+// client left. A plain answer's length teaches the step time when no
+// stream does.
+func (s *stallWatch) done(c *upstreamCall, now time.Time, answered bool, output int) {
+	w := s.calls[c]
+	if w == nil {
+		return // not a call it watches (e.g. a passed-through GET /health)
+	}
+	delete(s.calls, c)
+	if !answered {
+		return
+	}
+	s.progress(now)
+	if !w.stream && output > 0 && !s.streamTaught {
+		d := now.Sub(w.sent) - s.prefill(w.prompt)
+		if d > 0 {
+			s.step = time.Duration(ewma(float64(s.step), float64(d)/float64(output), stepWeight))
+		}
+	}
+}
+
+// progress notes that the engine did something at now (a byte, an
+// answer, a counter that advanced). A suspicion it clears was false.
+func (s *stallWatch) progress(now time.Time) {
+	if now.After(s.last) {
+		s.last = now
+	}
+	if s.suspected {
+		s.suspected = false
+		s.falseAlarms++
+		s.backoff = min(maxBackoff, 2*s.backoff)
+		s.calm = now
+	}
+}
+
+// confirmed notes the watchdog's verdict: the suspicion was true, and it
+// ends with the outage (the outage's own rules take over).
+func (s *stallWatch) confirmed(now time.Time) {
+	s.suspected = false
+	s.last = now
+	s.calls = map[*upstreamCall]*watched{}
+}
+
+// check reports whether the engine is suspected stalled at now.
+func (s *stallWatch) check(now time.Time) bool {
+	if s.backoff > 1 && now.Sub(s.calm) >= backoffDecay {
+		s.backoff /= 2
+		s.calm = now
+	}
+	if s.suspected || len(s.calls) == 0 {
+		return s.suspected
+	}
+	th := s.threshold()
+	if now.Sub(s.last) < th {
+		return false
+	}
+	for _, w := range s.calls {
+		if now.After(s.due(w, th)) {
+			s.suspected, s.since = true, now
+			s.raised++
+			return true
+		}
+	}
+	return false
+}
+
+// threshold is the silence that raises a suspicion.
+func (s *stallWatch) threshold() time.Duration {
+	return time.Duration(s.backoff) * max(stallSteps*s.stepTime(), stallFloor)
+}
+
+// due is when w is overdue if nothing came: th after its last byte, or
+// after its prefill and (a plain answer) its decode would have sent its
+// first.
+func (s *stallWatch) due(w *watched, th time.Duration) time.Time {
+	if !w.lastByte.IsZero() {
+		return w.lastByte.Add(th)
+	}
+	d := s.prefill(w.prompt)
+	if !w.stream {
+		step := s.step
+		if step <= 0 {
+			step = defaultDecodeStep
+		}
+		d += time.Duration(w.output) * step
+	}
+	return w.sent.Add(d + th)
+}
+
+// prefill is the time prompt tokens take at the learned prefill rate.
+func (s *stallWatch) prefill(prompt int) time.Duration {
+	rate := s.prefillRate
+	if rate <= 0 {
+		rate = defaultPrefillRate
+	}
+	return time.Duration(float64(prompt) / rate * float64(time.Second))
+}
+
+func (s *stallWatch) stepTime() time.Duration {
+	if s.step <= 0 {
+		return defaultStep
+	}
+	return s.step
+}
+
+// ewma folds x into avg with weight w (avg 0: none yet, x is taken).
+func ewma(avg, x, w float64) float64 {
+	if avg <= 0 {
+		return x
+	}
+	return avg + w*(x-avg)
+}

@@ -1,0 +1,236 @@
+package admission
+
+import (
+	"sort"
+	"testing"
+	"time"
+)
+
+// simCall is one call of a simulated engine: sent, its first byte, a byte
+// every `every` after (streams), its end. Times from the run's start.
+type simCall struct {
+	sent, first, every, end time.Duration
+	prompt, output          int
+	stream                  bool
+}
+
+// load is an engine's traffic: calls every `gap` from `from` to `to`,
+// each answered as the engine of step `step` would.
+type load struct {
+	from, to, gap time.Duration
+	prompt        int
+	output        int
+	stream        bool
+	// queue: time a call waits in the engine's own queue; step: the
+	// engine's step time; prefill: prompt tokens a second.
+	queue, step time.Duration
+	prefill     float64
+}
+
+func (ld load) calls() []simCall {
+	var cs []simCall
+	for t := ld.from; t < ld.to; t += ld.gap {
+		pre := time.Duration(float64(ld.prompt)/ld.prefill*float64(time.Second)) + ld.step
+		c := simCall{sent: t, prompt: ld.prompt, output: ld.output, stream: ld.stream}
+		// The engine's own queue fills over a quarter of the run's time: a
+		// saturated engine got there from a lighter load.
+		c.first = t + min(ld.queue, (t-ld.from)/4) + pre
+		c.end = c.first + time.Duration(ld.output-1)*ld.step
+		if ld.stream {
+			c.every = ld.step
+		} else {
+			c.first = c.end // a plain answer's first byte is its whole answer
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+type simEvent struct {
+	at   time.Duration
+	kind int // 0 sent, 1 chunk, 2 done
+	c    int
+}
+
+// runStall plays calls through a stallWatch, ticking every 20 ms, with
+// the engine stopped from stopAt on (0: never): nothing it would have
+// sent from then comes. It returns the first tick suspected (-1: none)
+// and the false alarms counted.
+func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration, falseAlarms int) {
+	var evs []simEvent
+	for i, c := range calls {
+		evs = append(evs, simEvent{c.sent, 0, i})
+		if c.stream {
+			for t := c.first; t < c.end; t += c.every {
+				evs = append(evs, simEvent{t, 1, i})
+			}
+		}
+		evs = append(evs, simEvent{c.end, 1, i}, simEvent{c.end, 2, i})
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	s := newStallWatch()
+	ups := make([]*upstreamCall, len(calls))
+	first = -1
+	next := 0
+	for tick := time.Duration(0); tick <= until; tick += 20 * time.Millisecond {
+		for ; next < len(evs) && evs[next].at <= tick; next++ {
+			e := evs[next]
+			if stopAt > 0 && e.at >= stopAt && e.kind != 0 {
+				continue
+			}
+			now := t0.Add(e.at)
+			c := calls[e.c]
+			switch e.kind {
+			case 0:
+				ups[e.c] = &upstreamCall{}
+				s.sent(ups[e.c], now, c.prompt, c.output, c.stream)
+			case 1:
+				s.chunk(ups[e.c], now)
+			case 2:
+				s.done(ups[e.c], now, true, c.output)
+			}
+		}
+		if s.check(t0.Add(tick)) && first < 0 {
+			first = tick
+		}
+	}
+	return first, s.falseAlarms
+}
+
+// The stall suspicion on the engines it must leave alone and on one that
+// stopped, each with streams in flight and without (plain answers only):
+// raised within a few step times of a stall (or, with plain answers only,
+// once the first of them is overdue), never on a healthy engine.
+func TestStallSuspicion(t *testing.T) {
+	t.Parallel()
+	const run, stop = 60 * time.Second, 30 * time.Second
+	fast := load{from: 0, to: run, gap: 250 * time.Millisecond, prompt: 200, output: 200, step: 30 * time.Millisecond, prefill: 5000}
+	with := func(ld load, f func(*load)) load { f(&ld); return ld }
+	streams := func(ld load) load { return with(ld, func(l *load) { l.stream = true }) }
+	plain := func(ld load) load { return with(ld, func(l *load) { l.stream = false; l.output = 100 }) }
+	saturated := with(fast, func(l *load) {
+		l.gap, l.step, l.queue = 100*time.Millisecond, 120*time.Millisecond, 4*time.Second
+	})
+	slow := with(fast, func(l *load) { l.gap, l.step, l.output = 2*time.Second, 400*time.Millisecond, 40 })
+	// A lone long prefill: short calls first (the prefill rate is learned
+	// from them), then one 60,000-token prompt prefilled for 15 s, alone
+	// or beside streams whose steps its chunks slow down.
+	short := with(fast, func(l *load) { l.to = 5 * time.Second })
+	long := func(stream bool) []simCall {
+		ld := load{from: 10 * time.Second, to: 10*time.Second + 1, gap: time.Second, prompt: 60000, output: 100,
+			step: 30 * time.Millisecond, prefill: 4000, stream: stream}
+		return ld.calls()
+	}
+	beside := with(fast, func(l *load) {
+		l.from, l.to, l.gap, l.step = 10*time.Second, 26*time.Second, time.Second, 90*time.Millisecond
+	})
+	cat := func(lds ...[]simCall) []simCall {
+		var out []simCall
+		for _, l := range lds {
+			out = append(out, l...)
+		}
+		return out
+	}
+
+	for _, tc := range []struct {
+		name  string
+		calls []simCall
+		stop  bool
+		// within: a stall is suspected at most this long after it began.
+		within time.Duration
+	}{
+		{name: "healthy, streams", calls: streams(fast).calls()},
+		{name: "healthy, plain answers", calls: plain(fast).calls()},
+		{name: "saturated, streams", calls: streams(saturated).calls()},
+		{name: "saturated, plain answers", calls: plain(saturated).calls()},
+		{name: "one long prefill beside streams", calls: cat(streams(short).calls(), long(true), streams(beside).calls())},
+		{name: "one long prefill alone", calls: cat(streams(short).calls(), long(true))},
+		{name: "one long plain prefill alone", calls: cat(plain(short).calls(), long(false))},
+		{name: "slow engine, streams", calls: streams(slow).calls()},
+		{name: "slow engine, plain answers", calls: plain(slow).calls()},
+		// Streams: 10 steps of 30 ms are under the 1 s floor.
+		{name: "a real stall, streams", calls: streams(fast).calls(), stop: true, within: stallFloor + 100*time.Millisecond},
+		// Plain answers: the oldest in flight is overdue once its decode
+		// (100 tokens at the learned step, 3 s) and the silence have
+		// passed.
+		{name: "a real stall, plain answers", calls: plain(fast).calls(), stop: true,
+			within: 100*30*time.Millisecond + stallFloor + 500*time.Millisecond},
+		{name: "a real stall of a slow engine, streams", calls: streams(slow).calls(), stop: true,
+			within: stallSteps*400*time.Millisecond + 100*time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stopAt := time.Duration(0)
+			if tc.stop {
+				stopAt = stop
+			}
+			first, falseAlarms := runStall(tc.calls, run, stopAt)
+			switch {
+			case !tc.stop && first >= 0:
+				t.Fatalf("suspected at %v on an engine that never stopped", first)
+			case tc.stop && (first < stop || first > stop+tc.within):
+				t.Fatalf("suspected at %v; want within %v of the stall at %v", first, tc.within, stop)
+			case falseAlarms != 0:
+				t.Fatalf("%d false alarms", falseAlarms)
+			}
+		})
+	}
+}
+
+// A suspicion clears at the first byte, counted false, and the next needs
+// a longer silence (hysteresis), until a quiet spell restores it.
+func TestStallSuspicionHysteresis(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	s := newStallWatch()
+	c := &upstreamCall{}
+	s.sent(c, at(0), 10, 100, true)
+	s.chunk(c, at(100*time.Millisecond))
+	if s.check(at(1050 * time.Millisecond)) {
+		t.Fatal("suspected before a second of silence")
+	}
+	if !s.check(at(1150 * time.Millisecond)) {
+		t.Fatal("not suspected after a second of silence")
+	}
+	s.chunk(c, at(1200*time.Millisecond))
+	if s.check(at(1210*time.Millisecond)) || s.falseAlarms != 1 {
+		t.Fatalf("still suspected after a byte, or not counted false (%d)", s.falseAlarms)
+	}
+	if s.check(at(2300 * time.Millisecond)) {
+		t.Fatal("suspected again after one second: the backoff did not double the silence")
+	}
+	if !s.check(at(3250 * time.Millisecond)) {
+		t.Fatal("not suspected after two seconds of silence")
+	}
+	s.confirmed(at(3300 * time.Millisecond))
+	if s.falseAlarms != 1 || s.raised != 2 {
+		t.Fatalf("false alarms %d, raised %d; want the confirmed one not false", s.falseAlarms, s.raised)
+	}
+	s.check(at(3300*time.Millisecond + backoffDecay))
+	if s.backoff != 1 {
+		t.Fatalf("backoff %d after a quiet spell, want 1", s.backoff)
+	}
+}
+
+// What the limiter passes through (GET /health, /metrics: the load
+// balancer's checks) is no progress of the engine's, though it answers
+// while hung.
+func TestStallWatchIgnoresCallsItDoesNotWatch(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	s := newStallWatch()
+	c := &upstreamCall{}
+	s.sent(c, t0, 10, 100, true)
+	s.chunk(c, t0.Add(50*time.Millisecond))
+	for i := 1; i <= 20; i++ { // a health check every 100 ms
+		hc := &upstreamCall{}
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		s.chunk(hc, at)
+		s.done(hc, at, true, -1)
+	}
+	if !s.check(t0.Add(2 * time.Second)) {
+		t.Fatal("passed-through answers hid the stall")
+	}
+}
