@@ -29,6 +29,11 @@ const (
 	ExtraE2ELatencyCount    = "vllm:e2e_request_latency_seconds_count"
 	ExtraQueueTimeSum       = "vllm:request_queue_time_seconds_sum"
 	ExtraQueueTimeCount     = "vllm:request_queue_time_seconds_count"
+	// The engine's own pace, for the hang window: prompt tokens served
+	// from the prefix cache (not prefilled), and the seconds spent
+	// prefilling.
+	ExtraPrefixCacheHits = "vllm:prefix_cache_hits_total"
+	ExtraPrefillTimeSum  = "vllm:request_prefill_time_seconds_sum"
 	// ExtraProcessStart is no engine's own: Python's Prometheus client
 	// (vLLM, SGLang) exports it by default, llama.cpp's C++ server does not.
 	ExtraProcessStart = "process_start_time_seconds"
@@ -101,7 +106,8 @@ var profiles = map[string]Profile{
 		Progress:   []string{"llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total"},
 		Heartbeats: []string{"llamacpp:n_decode_total"},
 		Extras: map[string]string{
-			ExtraPromptTokens: "llamacpp:prompt_tokens_total",
+			ExtraPromptTokens:   "llamacpp:prompt_tokens_total",
+			ExtraPrefillTimeSum: "llamacpp:prompt_seconds_total",
 		},
 	}},
 }
