@@ -141,8 +141,9 @@ func TestSaturatedForAnHourNeverRestarts(t *testing.T) {
 		r.mu.Lock()
 		cycles := r.cycles
 		r.mu.Unlock()
-		if cycles != 241 {
-			t.Fatalf("OnCycle called %d times in an hour of 15 s cycles, want 241", cycles)
+		// Work is pending all hour: a cycle every fastCycle.
+		if want := int(time.Hour/fastCycle(configs.Default().Watchdog.Interval)) + 1; cycles != want {
+			t.Fatalf("OnCycle called %d times in an hour of fast cycles, want %d", cycles, want)
 		}
 	})
 }
@@ -652,9 +653,9 @@ func TestCapacityAndTheRetryStormNotice(t *testing.T) {
 		r.start()
 		time.Sleep(6 * time.Minute)
 		c := r.w.Capacity()
-		// One completion a second, plus our probe every 15 s, of 12 s
-		// each: 12.8 in flight.
-		if !c.InFlightKnown || c.InFlight < 12.7 || c.InFlight > 12.9 || c.MaxInFlight != 32 || c.Window != 5*time.Minute {
+		// One completion a second, plus our probe every fast cycle (1 s
+		// with work pending), of 12 s each: 24 in flight.
+		if !c.InFlightKnown || c.InFlight < 23.9 || c.InFlight > 24.1 || c.MaxInFlight != 32 || c.Window != 5*time.Minute {
 			t.Fatalf("capacity %+v", c)
 		}
 		if c.RetryStorm.Alarm || !c.RetryStorm.Judged {

@@ -17,14 +17,24 @@ import (
 // is instead the longest silence the current work can cause, times a
 // margin, between hang_after_min and hang_after_max:
 //
-//   - the longest prompt in flight through the limiter (at the prompt
-//     tokens per second of busy time measured on this engine) plus a step:
-//     its prefill, and the decode steps its chunks delay until it is done;
+//   - the longest prompt in flight through the limiter, at the engine's
+//     prefill rate, plus a step: its prefill, and the decode steps its
+//     chunks delay until it is done;
+//   - work the limiter did not send (more in the engine than it admitted,
+//     or no limiter in front): a prompt as long as the model's context
+//     (max_model_len) at that rate, plus a step;
 //   - a high quantile of the silences seen on this engine with work
 //     pending (workLog, persisted);
-//   - hang_after_max for what vigil cannot size: work the limiter did not
-//     admit, a prompt with no measured prefill rate, an engine never seen
-//     serving.
+//   - hang_after_max for what vigil cannot size: a prompt with no prefill
+//     rate known, unsent work with no context length.
+//
+// The prefill rate is the slower of two figures, each counting only the
+// prompt tokens the engine computed (prefix-cache hits left out, so a rate
+// learned on cached prompts does not shorten the window of an uncached
+// one): the prompt tokens per second of busy time vigil measured
+// (persisted), and the engine's own, its prompt tokens over the seconds
+// its prefill-time histogram summed since it started. The latter is there
+// from the first scrape: no warm-up, nothing to wait for.
 
 const (
 	// windowMargin multiplies the longest legitimate silence.
@@ -34,9 +44,6 @@ const (
 	// logKeep is how long the work log remembers, and logMax its size.
 	logKeep = 6 * time.Hour
 	logMax  = 2000
-	// servedEnough is how many cycles of counters moving under work the
-	// log needs before its history is trusted below the ceiling.
-	servedEnough = 8
 	// defaultStep is an engine step when the heartbeat gives none.
 	defaultStep = time.Second
 )
@@ -48,13 +55,15 @@ type workLog struct {
 	// each recorded when a move ended it.
 	Gaps []logged `json:"gaps,omitempty"`
 	// Prefill holds, for each cycle that began with work pending, the
-	// prompt tokens counted (V) and the cycle's length (D): their sums give
+	// prompt tokens computed (V: counted less prefix-cache hits) and the
+	// cycle's length (D): their sums give
 	// prompt tokens per second of busy time. A prompt is counted only at
 	// its first token, so one interval's rise says nothing of the rate it
 	// prefilled at; the sum over busy time does, and on the slow side
 	// (decode time is busy time too), which is the safe side here.
 	Prefill []logged `json:"prefill,omitempty"`
-	// Served counts cycles in which counters moved with work pending.
+	// Served counts cycles in which counters moved with work pending (told
+	// by diagnose; no longer a gate).
 	Served int `json:"served"`
 }
 
@@ -91,7 +100,13 @@ func (l *workLog) learn(h []Sample, now time.Time) {
 		a, ok1 := h[prev].Metrics.Metrics.Extra[probes.MetricPromptTokens]
 		b, ok2 := last.Metrics.Metrics.Extra[probes.MetricPromptTokens]
 		if dt := last.At.Sub(h[prev].At); ok1 && ok2 && b >= a && dt > 0 {
-			l.Prefill = append(l.Prefill, logged{At: last.At, V: b - a, D: dt})
+			v := b - a
+			ha, ok3 := h[prev].Metrics.Metrics.Extra[probes.MetricPrefixCacheHits]
+			hb, ok4 := last.Metrics.Metrics.Extra[probes.MetricPrefixCacheHits]
+			if ok3 && ok4 && hb >= ha {
+				v = max(v-(hb-ha), 0)
+			}
+			l.Prefill = append(l.Prefill, logged{At: last.At, V: v, D: dt})
 		}
 		l.Prefill = keepRecent(l.Prefill, now)
 	}
@@ -146,23 +161,73 @@ func (l *workLog) prefillRate() float64 {
 	return tokens / busy.Seconds()
 }
 
-// window is the hang_after in force and why.
+// engineRate is the engine's own prefill rate from a scrape: the prompt
+// tokens it computed (less prefix-cache hits) over the seconds its
+// prefill-time histogram summed; 0 when it does not export both.
+func engineRate(m *probes.Metrics) float64 {
+	if m == nil {
+		return 0
+	}
+	tokens, ok1 := m.Extra[probes.MetricPromptTokens]
+	secs, ok2 := m.Extra[probes.MetricPrefillTimeSum]
+	if !ok1 || !ok2 || secs <= 0 {
+		return 0
+	}
+	if hits, ok := m.Extra[probes.MetricPrefixCacheHits]; ok {
+		tokens -= hits
+	}
+	if tokens <= 0 {
+		return 0
+	}
+	return tokens / secs
+}
+
+// pace is the prefill rate in force and what it was learned from.
+type pace struct {
+	rate float64
+	from string
+}
+
+// paceOf takes the slower of the rate vigil measured and the engine's own.
+func paceOf(l *workLog, m *probes.Metrics) pace {
+	mine, theirs := l.prefillRate(), engineRate(m)
+	var from []string
+	if mine > 0 {
+		from = append(from, fmt.Sprintf("%s tok/s over %s of busy cycles seen by vigil", humanize.Count(mine), humanize.Duration(l.busy())))
+	}
+	if theirs > 0 {
+		from = append(from, fmt.Sprintf("%s tok/s by the engine's prefill-time histogram", humanize.Count(theirs)))
+	}
+	switch {
+	case mine > 0 && theirs > 0:
+		return pace{rate: min(mine, theirs), from: "the slower of " + strings.Join(from, " and ")}
+	case len(from) == 1:
+		return pace{rate: max(mine, theirs), from: from[0]}
+	}
+	return pace{from: "no prefill rate yet (no busy cycle seen, no prefill-time histogram)"}
+}
+
+// busy is the busy time the prefill log covers.
+func (l *workLog) busy() time.Duration {
+	var d time.Duration
+	for _, p := range l.Prefill {
+		d += p.D
+	}
+	return d
+}
+
+// window is the hang_after in force, why, and what it was learned from.
 type window struct {
-	D   time.Duration
-	Why string
+	D    time.Duration
+	Why  string
+	From string
 }
 
 // autoWindow sizes the window for the last sample's work. It is pure: the
 // history, what the log learned and the bounds are all it reads.
 func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
-	ceiling := func(why string) window {
-		return window{D: hi, Why: fmt.Sprintf("hang_after %s (auto, the ceiling): %s", humanize.Duration(hi), why)}
-	}
 	if len(history) == 0 {
-		return ceiling("no sample yet")
-	}
-	if l.Served < servedEnough {
-		return ceiling("this engine has not been seen serving long enough to size it")
+		return window{D: hi, Why: fmt.Sprintf("hang_after %s (auto, the ceiling): no sample yet", humanize.Duration(hi))}
 	}
 	last := &history[len(history)-1]
 	var m *probes.Metrics
@@ -171,6 +236,15 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 			m = history[i].Metrics.Metrics
 			break
 		}
+	}
+	ctx := 0
+	for i := len(history) - 1; i >= 0 && ctx == 0; i-- {
+		ctx = history[i].Models.MaxModelLen
+	}
+	pc := paceOf(l, m)
+	from := learnedFrom(l, pc, ctx)
+	ceiling := func(why string) window {
+		return window{D: hi, Why: fmt.Sprintf("hang_after %s (auto, the ceiling): %s", humanize.Duration(hi), why), From: from}
 	}
 	probe := 0.0
 	if last.Probe.Pending() {
@@ -183,26 +257,42 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 	if m != nil {
 		inEngine = m.Waiting + m.Running
 	}
+	// unsent sizes work the limiter did not send: any prompt up to the
+	// model's context length.
+	unsent := func(what string) (time.Duration, string, bool) {
+		if ctx <= 0 || pc.rate <= 0 {
+			return 0, "", false
+		}
+		return time.Duration(float64(ctx)/pc.rate*float64(time.Second)) + stepTime(history),
+			fmt.Sprintf("%s, sized as a full-context prompt (max_model_len %s) at %s tok/s", what, humanize.Count(float64(ctx)), humanize.Count(pc.rate)), true
+	}
 	// Work is in flight when the engine holds more than vigil's probe, or
 	// when the limiter has calls out: the probe may not be in the gauges
 	// yet, and then the one running request is a call, not the probe.
 	if inEngine > probe || lim != nil && lim.InFlight > 0 && inEngine > 0 {
 		switch {
 		case lim == nil:
-			return ceiling(fmt.Sprintf("%s requests in the engine and no limiter in front to size them",
-				humanize.Count(inEngine)))
+			what := fmt.Sprintf("%s requests in the engine and no limiter in front to size them", humanize.Count(inEngine))
+			d, part, ok := unsent(what)
+			if !ok {
+				return ceiling(what)
+			}
+			longest, parts = d, append(parts, part)
 		case inEngine > float64(lim.InFlight)+probe:
-			return ceiling(fmt.Sprintf("%s requests in the engine, %s of them through the limiter: work it did not admit",
-				humanize.Count(inEngine), humanize.Count(float64(lim.InFlight))))
+			what := fmt.Sprintf("%s requests in the engine, %s of them through the limiter: work it did not admit",
+				humanize.Count(inEngine), humanize.Count(float64(lim.InFlight)))
+			d, part, ok := unsent(what)
+			if !ok {
+				return ceiling(what)
+			}
+			longest, parts = d, append(parts, part)
 		case lim.LongestPrompt > 0:
-			rate := l.prefillRate()
-			if rate <= 0 {
+			if pc.rate <= 0 {
 				return ceiling(fmt.Sprintf("a %s-token prompt in flight and no prefill rate measured yet", humanize.Count(float64(lim.LongestPrompt))))
 			}
-			step := stepTime(history)
-			longest = time.Duration(float64(lim.LongestPrompt)/rate*float64(time.Second)) + step
+			longest = time.Duration(float64(lim.LongestPrompt)/pc.rate*float64(time.Second)) + stepTime(history)
 			parts = append(parts, fmt.Sprintf("longest prefill in flight %s tokens at %s tok/s",
-				humanize.Count(float64(lim.LongestPrompt)), humanize.Count(rate)))
+				humanize.Count(float64(lim.LongestPrompt)), humanize.Count(pc.rate)))
 		}
 	}
 	if q := l.gapQ(); q > 0 {
@@ -221,7 +311,26 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 	case hi:
 		bound = ", the ceiling"
 	}
-	return window{D: d, Why: fmt.Sprintf("hang_after %s (auto%s): %s; x%d margin", humanize.Duration(d), bound, strings.Join(parts, ", "), windowMargin)}
+	return window{D: d, Why: fmt.Sprintf("hang_after %s (auto%s): %s; x%d margin", humanize.Duration(d), bound, strings.Join(parts, ", "), windowMargin), From: from}
+}
+
+// learnedFrom says, in one line, what the window was learned from.
+func learnedFrom(l *workLog, pc pace, ctx int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "prefill rate: %s", pc.from)
+	if len(l.Gaps) == 0 {
+		b.WriteString("; no silence with work pending logged")
+	} else {
+		longest := time.Duration(0)
+		for _, g := range l.Gaps {
+			longest = max(longest, g.D)
+		}
+		fmt.Fprintf(&b, "; %d silences with work pending logged, longest %s", len(l.Gaps), humanize.Duration(longest))
+	}
+	if ctx > 0 {
+		fmt.Fprintf(&b, "; max_model_len %s", humanize.Count(float64(ctx)))
+	}
+	return b.String()
 }
 
 // stepTime is one engine step by the iteration heartbeat over the last
