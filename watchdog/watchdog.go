@@ -38,6 +38,8 @@ type Sleeper interface {
 	Sleeping(ctx context.Context) (asleep, known bool)
 }
 
+var _ Sleeper = (*probes.Client)(nil)
+
 // Options configure a Watchdog. Engine and Watchdog are required; every
 // collaborator may be nil.
 type Options struct {
