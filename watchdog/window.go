@@ -62,6 +62,12 @@ type workLog struct {
 	// prefilled at; the sum over busy time does, and on the slow side
 	// (decode time is busy time too), which is the safe side here.
 	Prefill []logged `json:"prefill,omitempty"`
+	// Open is the busy time (and tokens) of cycles not yet ended by a
+	// counter move: a silent cycle joins the entry of the move that ends
+	// it (a long prefill's silence is busy time of the prompt counted at
+	// its end), and a silence no move ends (a hang) is never logged, so
+	// a hang does not slow the rate down and grow its own window.
+	Open logged `json:"open_prefill,omitzero"`
 	// Served counts cycles in which counters moved with work pending (told
 	// by diagnose; no longer a gate).
 	Served int `json:"served"`
@@ -94,6 +100,7 @@ func (l *workLog) learn(h []Sample, now time.Time) {
 	}
 	moved, reset := compare(h[prev].Metrics.Metrics, last.Metrics.Metrics)
 	if reset {
+		l.Open = logged{}
 		return
 	}
 	if p, _ := h[prev].pending(); p {
@@ -106,7 +113,12 @@ func (l *workLog) learn(h []Sample, now time.Time) {
 			if ok3 && ok4 && hb >= ha {
 				v = max(v-(hb-ha), 0)
 			}
-			l.Prefill = append(l.Prefill, logged{At: last.At, V: v, D: dt})
+			l.Open.V += v
+			l.Open.D += dt
+		}
+		if moved && l.Open.D > 0 {
+			l.Prefill = append(l.Prefill, logged{At: last.At, V: l.Open.V, D: l.Open.D})
+			l.Open = logged{}
 		}
 		l.Prefill = keepRecent(l.Prefill, now)
 	}
