@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-		"github.com/vigil-dev/vigil/internal/simclient"
+	"github.com/vigil-dev/vigil/internal/simclient"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
