@@ -231,3 +231,45 @@ func TestAStallAFewMillisecondsShortOfTheWindowReachesIt(t *testing.T) {
 		t.Fatalf("with the loop's tolerance: %s (%s), want HUNG", v.State, v.Reason)
 	}
 }
+
+// vLLM's sleep mode: an engine put to sleep with calls held is LOADING
+// (asleep), never hung, however long it sleeps; its sleep is no silence
+// the log learns; once woken it gets a whole window for its first move,
+// and a hang after it is still found.
+func TestAnEngineAsleepOnPurposeIsNeverHungAndAHangAfterItIsFound(t *testing.T) {
+	t.Parallel()
+	s := newSim().work(0, 0).tick(4, func(s *sim) { s.serve(3000, 10) })
+	s.work(3, 2)
+	for range 40 { // ten minutes asleep, counters frozen, probe unanswered
+		s.tick(1, keepProbeOutstanding(90*time.Second))
+		s.samples[len(s.samples)-1].Asleep = true
+	}
+	p := defaultParams()
+	p.HangAfter = 40 * time.Second
+	var l workLog
+	for i := 2; i <= len(s.samples); i++ {
+		l.learn(s.samples[:i], s.samples[i-1].At)
+		h := s.samples[:i]
+		if v := Classify(h, p, h[i-1].At); v.State == StateHung {
+			t.Fatalf("asleep: %s", v.Reason)
+		} else if h[i-1].Asleep && (v.State != StateLoading || !strings.Contains(v.Reason, "asleep")) {
+			t.Fatalf("asleep: %s (%s), want LOADING (asleep)", v.State, v.Reason)
+		}
+	}
+	// Woken: still frozen for two cycles (weights reloading): not hung.
+	s.tick(2, keepProbeOutstanding(90*time.Second))
+	if v := Classify(s.samples, p, s.at); v.State == StateHung {
+		t.Fatalf("30s after waking: %s", v.Reason)
+	}
+	// Frozen past the window after waking: hung.
+	s.tick(1, keepProbeOutstanding(90*time.Second))
+	if v := Classify(s.samples, p, s.at); v.State != StateHung {
+		t.Fatalf("45s after waking, frozen with work: %s (%s), want HUNG", v.State, v.Reason)
+	}
+	for i := len(s.samples) - 3; i <= len(s.samples); i++ {
+		l.learn(s.samples[:i], s.samples[i-1].At)
+	}
+	if q := l.gapQ(); q > iv {
+		t.Fatalf("the log learned a silence of %s from the sleep", q)
+	}
+}
