@@ -297,7 +297,9 @@ type longResult struct {
 	// seen serving for 8 cycles.
 	atCeiling, warmupVerdicts int
 	// ceilingAfter counts the verdicts after the warm-up at the ceiling.
-	ceilingAfter   int
+	ceilingAfter int
+	// hungWhy are the reasons of the HUNG verdicts (engine time), the first few.
+	hungWhy        []string
 	served         float64 // completions per engine second, over C
 	sent, answered int64
 	limiter        string // the limiter's counters at the end
@@ -340,6 +342,10 @@ func longRun(ctx context.Context, o options, wl workload, c float64, seed uint64
 		l.states[v.State]++
 		if v.State == watchdog.StateHung {
 			l.hung++
+			if len(l.hungWhy) < 3 {
+				l.hungWhy = append(l.hungWhy, fmt.Sprintf("at %s: %s; %s", humanize.Duration(r.engine(v.At.Sub(r.started))),
+					engineWhy(v.Reason, o.scale), engineWhy(v.Evidence.HangAfterWhy, o.scale)))
+			}
 		}
 		if v.At.Before(warm) {
 			l.warmupVerdicts++

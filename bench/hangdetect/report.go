@@ -130,6 +130,9 @@ func (r *report) printFalseHangs(w io.Writer) {
 			_, med, hi := windowStats(l.windows)
 			fmt.Fprintf(w, "%s: at the median: %s; at the max: %s; warm-up: %d of %d verdicts at the ceiling; limiter at the end: %s\n",
 				wr.name, orDash(med.why), orDash(hi.why), l.atCeiling, l.warmupVerdicts, l.limiter)
+			for _, why := range l.hungWhy {
+				fmt.Fprintf(w, "%s: HUNG %s\n", wr.name, why)
+			}
 		}
 	}
 }
