@@ -28,17 +28,20 @@ import (
 //   - hang_after_max for what vigil cannot size: a prompt with no prefill
 //     rate known, unsent work with no context length.
 //
-// The prefill rate is the slower of two figures, each counting only the
-// prompt tokens the engine computed (prefix-cache hits left out, so a rate
-// learned on cached prompts does not shorten the window of an uncached
-// one): the prompt tokens per second of busy time vigil measured
-// (persisted), and the engine's own, its prompt tokens over the seconds
-// its prefill-time histogram summed since it started. The latter is there
-// from the first scrape: no warm-up, nothing to wait for.
+// The prefill rate counts only the prompt tokens the engine computed
+// (prefix-cache hits left out, so a rate learned on cached prompts does
+// not shorten the window of an uncached one). It is the engine's own where
+// it exports a prefill-time figure (vLLM's histogram, llama.cpp's
+// prompt_seconds_total): its prompt tokens over those seconds, the slower
+// of the last ten minutes' and since it started, there from the first
+// scrape, so no warm-up. Otherwise it is the prompt tokens per second of
+// busy time vigil measured (persisted), which errs slow.
 
 const (
 	// windowMargin multiplies the longest legitimate silence.
 	windowMargin = 3
+	// recentPace is how far back the engine's recent prefill rate looks.
+	recentPace = 10 * time.Minute
 	// gapQuantile is the quantile of past silences the window covers.
 	gapQuantile = 0.999
 	// logKeep is how long the work log remembers, and logMax its size.
@@ -68,6 +71,11 @@ type workLog struct {
 	// its end), and a silence no move ends (a hang) is never logged, so
 	// a hang does not slow the rate down and grow its own window.
 	Open logged `json:"open_prefill,omitzero"`
+	// Engine holds the engine's own prefill figures between readable
+	// samples: prompt tokens computed (V) over the seconds its
+	// prefill-time histogram summed (D). Their recent sums follow the
+	// engine's pace now (an engine slowed 20x shows it in minutes).
+	Engine []logged `json:"engine_prefill,omitempty"`
 	// Served counts cycles in which counters moved with work pending (told
 	// by diagnose; no longer a gate).
 	Served int `json:"served"`
@@ -103,6 +111,10 @@ func (l *workLog) learn(h []Sample, now time.Time) {
 		l.Open = logged{}
 		return
 	}
+	if a, b := computed(h[prev].Metrics.Metrics), computed(last.Metrics.Metrics); a.ok && b.ok && b.secs > a.secs && b.tokens >= a.tokens {
+		l.Engine = append(l.Engine, logged{At: last.At, V: b.tokens - a.tokens, D: time.Duration((b.secs - a.secs) * float64(time.Second))})
+	}
+	l.Engine = keepRecent(l.Engine, now)
 	if p, _ := h[prev].pending(); p {
 		a, ok1 := h[prev].Metrics.Metrics.Extra[probes.MetricPromptTokens]
 		b, ok2 := last.Metrics.Metrics.Extra[probes.MetricPromptTokens]
@@ -173,25 +185,54 @@ func (l *workLog) prefillRate() float64 {
 	return tokens / busy.Seconds()
 }
 
-// engineRate is the engine's own prefill rate from a scrape: the prompt
-// tokens it computed (less prefix-cache hits) over the seconds its
-// prefill-time histogram summed; 0 when it does not export both.
-func engineRate(m *probes.Metrics) float64 {
+// prefillFigures are the engine's own cumulative prefill figures in one
+// scrape: prompt tokens computed (counted less prefix-cache hits) and the
+// seconds its prefill-time histogram summed.
+type prefillFigures struct {
+	tokens, secs float64
+	ok           bool
+}
+
+func computed(m *probes.Metrics) prefillFigures {
 	if m == nil {
-		return 0
+		return prefillFigures{}
 	}
 	tokens, ok1 := m.Extra[probes.MetricPromptTokens]
 	secs, ok2 := m.Extra[probes.MetricPrefillTimeSum]
-	if !ok1 || !ok2 || secs <= 0 {
-		return 0
+	if !ok1 || !ok2 {
+		return prefillFigures{}
 	}
 	if hits, ok := m.Extra[probes.MetricPrefixCacheHits]; ok {
 		tokens -= hits
 	}
-	if tokens <= 0 {
+	return prefillFigures{tokens: max(tokens, 0), secs: secs, ok: true}
+}
+
+// engineRate is the engine's own prefill rate since it started; 0 when it
+// does not export both figures or has prefilled nothing.
+func engineRate(m *probes.Metrics) float64 {
+	f := computed(m)
+	if !f.ok || f.secs <= 0 || f.tokens <= 0 {
 		return 0
 	}
-	return tokens / secs
+	return f.tokens / f.secs
+}
+
+// engineRecent is the engine's own prefill rate over the last recentPace
+// (0 with no prefill in that time).
+func (l *workLog) engineRecent(now time.Time) float64 {
+	var tokens float64
+	var secs time.Duration
+	for _, e := range l.Engine {
+		if !e.At.Before(now.Add(-recentPace)) {
+			tokens += e.V
+			secs += e.D
+		}
+	}
+	if tokens <= 0 || secs <= 0 {
+		return 0
+	}
+	return tokens / secs.Seconds()
 }
 
 // pace is the prefill rate in force and what it was learned from.
@@ -200,21 +241,23 @@ type pace struct {
 	from string
 }
 
-// paceOf takes the slower of the rate vigil measured and the engine's own.
-func paceOf(l *workLog, m *probes.Metrics) pace {
-	mine, theirs := l.prefillRate(), engineRate(m)
-	var from []string
-	if mine > 0 {
-		from = append(from, fmt.Sprintf("%s tok/s over %s of busy cycles seen by vigil", humanize.Count(mine), humanize.Duration(l.busy())))
-	}
-	if theirs > 0 {
-		from = append(from, fmt.Sprintf("%s tok/s by the engine's prefill-time histogram", humanize.Count(theirs)))
-	}
+// paceOf is the prefill rate in force. The engine's own figures come
+// first: the slower of its rate over the last recentPace and since it
+// started (the first follows a slowdown, the second needs no history).
+// Without them, the prompt tokens per second of busy time vigil measured,
+// which counts decode time as busy and so errs slow, many times so on a
+// decode-heavy engine.
+func paceOf(l *workLog, m *probes.Metrics, now time.Time) pace {
+	recent, lifetime := l.engineRecent(now), engineRate(m)
 	switch {
-	case mine > 0 && theirs > 0:
-		return pace{rate: min(mine, theirs), from: "the slower of " + strings.Join(from, " and ")}
-	case len(from) == 1:
-		return pace{rate: max(mine, theirs), from: from[0]}
+	case recent > 0 && lifetime > 0:
+		return pace{rate: min(recent, lifetime), from: fmt.Sprintf("the engine's prefill-time histogram, the slower of %s tok/s over the last %s and %s tok/s since it started",
+			humanize.Count(recent), humanize.Duration(recentPace), humanize.Count(lifetime))}
+	case recent > 0 || lifetime > 0:
+		return pace{rate: max(recent, lifetime), from: fmt.Sprintf("%s tok/s by the engine's prefill-time histogram", humanize.Count(max(recent, lifetime)))}
+	}
+	if mine := l.prefillRate(); mine > 0 {
+		return pace{rate: mine, from: fmt.Sprintf("%s tok/s over %s of busy cycles seen by vigil (the engine exports no prefill time)", humanize.Count(mine), humanize.Duration(l.busy()))}
 	}
 	return pace{from: "no prefill rate yet (no busy cycle seen, no prefill-time histogram)"}
 }
@@ -253,7 +296,7 @@ func autoWindow(history []Sample, l *workLog, lo, hi time.Duration) window {
 	for i := len(history) - 1; i >= 0 && ctx == 0; i-- {
 		ctx = history[i].Models.MaxModelLen
 	}
-	pc := paceOf(l, m)
+	pc := paceOf(l, m, last.At)
 	from := learnedFrom(l, pc, ctx)
 	ceiling := func(why string) window {
 		return window{D: hi, Why: fmt.Sprintf("hang_after %s (auto, the ceiling): %s", humanize.Duration(hi), why), From: from}

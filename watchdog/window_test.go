@@ -125,6 +125,37 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 			says: "longest prefill in flight 196,763 tokens",
 		},
 	}
+	// The engine's own figures: 1,000,000 prompt tokens, 100,000 of them
+	// from the prefix cache, in 45 s of prefill: 20,000 tok/s.
+	figures := func(s *sim) {
+		s.m.Extra[probes.MetricPromptTokens] = 1_000_000
+		s.m.Extra[probes.MetricPrefixCacheHits] = 100_000
+		s.m.Extra[probes.MetricPrefillTimeSum] = 45
+	}
+	cases = append(cases, []struct {
+		name string
+		hist func() *sim
+		log  *workLog
+		want time.Duration
+		says string
+	}{
+		{
+			// One client at a time with long answers: vigil's busy-time
+			// rate (120 tok/s) counts decode as busy; 2,352 / 120 x 3
+			// would be a minute.
+			name: "a decode-heavy engine on a fresh vigil: its own prefill rate, the floor",
+			hist: func() *sim { s := newSim(); figures(s); return s.work(0, 1).tick(3, through(1, 2352)) },
+			log:  served(120), want: floor, says: "longest prefill in flight 2,352 tokens at 20,000 tok/s",
+		},
+		{
+			// Slowed 20x over the last minutes: the recent figure rules.
+			name: "an engine slowed 20x: its recent prefill rate sizes the prompt",
+			hist: func() *sim { s := newSim(); figures(s); return s.work(0, 1).tick(3, through(1, 20_000)) },
+			log:  &workLog{Engine: []logged{{At: t0, V: 10_000, D: 10 * time.Second}}},
+			// 20,000 / 1,000 = 20 s, plus a step, times 3.
+			want: 63 * time.Second, says: "the slower of 1,000 tok/s over the last 10m00s and 20,000 tok/s since it started",
+		},
+	}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -133,7 +164,7 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 			if w.D.Round(time.Millisecond) != c.want.Round(time.Millisecond) {
 				t.Errorf("window %s, want %s (%s)", w.D, c.want, w.Why)
 			}
-			if !strings.Contains(w.Why, c.says) {
+			if !strings.Contains(w.Why+"; learned from: "+w.From, c.says) {
 				t.Errorf("why %q does not say %q", w.Why, c.says)
 			}
 		})
@@ -271,5 +302,34 @@ func TestAnEngineAsleepOnPurposeIsNeverHungAndAHangAfterItIsFound(t *testing.T) 
 	}
 	if q := l.gapQ(); q > iv {
 		t.Fatalf("the log learned a silence of %s from the sleep", q)
+	}
+}
+
+// The log keeps the engine's own figures between samples, prefix-cache
+// hits left out, and learns the busy-time rate from computed tokens only.
+func TestTheWorkLogKeepsTheEnginesFiguresWithoutCacheHits(t *testing.T) {
+	t.Parallel()
+	s := newSim().work(2, 8)
+	s.m.Extra[probes.MetricPromptTokens] = 0
+	s.m.Extra[probes.MetricPrefixCacheHits] = 0
+	s.m.Extra[probes.MetricPrefillTimeSum] = 0
+	// 60,000 prompt tokens a cycle, 54,000 of them cached, 1.5 s of
+	// prefill: 4,000 tok/s computed, not 40,000.
+	grow := func(s *sim) {
+		s.serve(3000, 10)
+		s.m.Extra[probes.MetricPromptTokens] += 60_000
+		s.m.Extra[probes.MetricPrefixCacheHits] += 54_000
+		s.m.Extra[probes.MetricPrefillTimeSum] += 1.5
+	}
+	s.tick(5, grow)
+	var l workLog
+	for i := 2; i <= len(s.samples); i++ {
+		l.learn(s.samples[:i], s.samples[i-1].At)
+	}
+	if got := l.engineRecent(s.at); got < 3999 || got > 4001 {
+		t.Errorf("engine's recent rate %v tok/s, want 4,000 (%+v)", got, l.Engine)
+	}
+	if got, want := l.prefillRate(), 6_000/iv.Seconds(); got != want {
+		t.Errorf("busy-time rate %v tok/s, want %v (computed tokens only)", got, want)
 	}
 }
