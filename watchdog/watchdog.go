@@ -768,6 +768,11 @@ func (w *Watchdog) notice(kind, text string) {
 // holds its cap's growth through the whole episode instead of growing
 // between flips and being cut again at the next.
 //
+// The same holds through an unknown verdict that is only a stall short of
+// the window: with one-second cycles under load a pair of samples without
+// a counter move is common, and each flip off and on again would cut the
+// limiter's cap by another step.
+//
 // Saturation seen only at the limiter (it sheds, the engine's queue is
 // shallow) is the limiter doing its job: telling it would cut its cap and
 // shed more.
@@ -775,5 +780,7 @@ func saturatedForLimiter(v Verdict, inc *Incident) bool {
 	if v.State == StateSaturated {
 		return !v.Evidence.LimiterOnly
 	}
-	return v.State == StateHealthy && inc.Open() && inc.Peak == StateSaturated && inc.EngineSaturated
+	shortStall := v.State == StateUnknown && v.Evidence.MetricsError == "" &&
+		v.Evidence.Stalled > 0 && v.Evidence.Stalled < v.Evidence.HangAfter
+	return (v.State == StateHealthy || shortStall) && inc.Open() && inc.Peak == StateSaturated && inc.EngineSaturated
 }

@@ -584,6 +584,18 @@ func TestTheLimiterHearsSaturationUntilTheIncidentResolves(t *testing.T) {
 		if now, _ := r.limiter.get(); !now {
 			t.Fatal("the limiter was not told the engine is saturated")
 		}
+		// A few seconds without a counter move under saturation: unknown,
+		// a stall short of the window; the limiter stays told.
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(4 * time.Second)
+		if v, _ := r.w.Current(); v.State != StateUnknown {
+			t.Fatalf("4 s stalled: %s (%s), want unknown", v.State, v.Reason)
+		}
+		if now, _ := r.limiter.get(); !now {
+			t.Fatal("a stall short of the window flipped the limiter off")
+		}
+		r.engine.set(func(f *fakeEngine) { f.mode = "serving" })
+		time.Sleep(2 * time.Second)
 		r.engine.set(func(f *fakeEngine) { f.waiting = 0 })
 		time.Sleep(30 * time.Second)
 		v, inc := r.w.Current()
@@ -591,9 +603,9 @@ func TestTheLimiterHearsSaturationUntilTheIncidentResolves(t *testing.T) {
 			t.Fatalf("30 s calm: verdict %s, incident open %v, limiter saturated %v; want healthy, open, saturated",
 				v.State, inc.Open(), now)
 		}
-		// Cycles come every 15 s (the default interval), so the calm began
-		// at the cycle at 30 s or the one at 45 s: resolved by 105 s.
-		time.Sleep(75 * time.Second)
+		// The calm began within a cycle of the queue emptying: resolved by
+		// a minute and a cycle after.
+		time.Sleep(45 * time.Second)
 		r.stop()
 		v, inc = r.w.Current()
 		if now, _ := r.limiter.get(); inc.Open() || now {
