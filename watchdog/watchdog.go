@@ -322,8 +322,9 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	sc := scanHistory(whole, now)
 	w.work.learn(whole, now)
 	params := w.params(now)
+	wasFast := w.fast
 	// A tenth of the cycle that led here (see Params.Tolerance).
-	if w.fast {
+	if wasFast {
 		params.Tolerance = fastCycle(w.interval) / 10
 	} else {
 		params.Tolerance = w.interval / 10
@@ -347,7 +348,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	// what a restart of vigil resumes from, and an interval's samples
 	// more or less change nothing of it; an incident opening or resolving
 	// is saved at once.
-	save := first || opened || resolved || !now.Before(w.savedAt.Add(w.interval))
+	save := !wasFast || first || opened || resolved || !now.Before(w.savedAt.Add(w.interval))
 	w.mu.Unlock()
 
 	// The next completion probe runs while we wait for the next cycle.

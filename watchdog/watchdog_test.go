@@ -873,3 +873,39 @@ func TestConditionsDuringVigilsOwnRecoveryAreMarked(t *testing.T) {
 		}
 	})
 }
+
+// The cycle runs every interval on an idle engine, every fastCycle while
+// work is pending, and at the interval again once the verdict is hung.
+func TestTheCycleIsFastOnlyWhileWorkIsPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		iv := configs.Default().Watchdog.Interval
+		count := func(d time.Duration) int {
+			r.mu.Lock()
+			before := r.cycles
+			r.mu.Unlock()
+			time.Sleep(d)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.cycles - before
+		}
+		r.start()
+		if n := count(time.Minute); n != int(time.Minute/iv) {
+			t.Fatalf("idle: %d cycles in a minute, want %d (every %s)", n, time.Minute/iv, iv)
+		}
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 2, 8, 900 })
+		time.Sleep(iv) // the first cycle that sees the work
+		if n := count(time.Minute); n != int(time.Minute/fastCycle(iv)) {
+			t.Fatalf("work pending: %d cycles in a minute, want %d (every %s)", n, time.Minute/fastCycle(iv), fastCycle(iv))
+		}
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(4 * time.Minute) // hung at the fixed 3m window
+		if v, _ := r.w.Current(); v.State != StateHung {
+			t.Fatalf("after 4 minutes frozen: %s", v.State)
+		}
+		if n := count(time.Minute); n != int(time.Minute/iv) {
+			t.Fatalf("hung: %d cycles in a minute, want %d (every %s)", n, time.Minute/iv, iv)
+		}
+		r.stop()
+	})
+}
