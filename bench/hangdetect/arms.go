@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/internal/simclient"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -214,6 +215,8 @@ type batteryResult struct {
 	states     map[watchdog.State]int
 	// longest is the longest window in force, engine time, and why.
 	longest windowSeen
+	// hungWhy are the first HUNG verdicts' reasons (engine time).
+	hungWhy []string
 }
 
 // runBattery runs one false-hang case on a fresh rig with the defaults.
@@ -236,6 +239,10 @@ func runBattery(ctx context.Context, o options, wl workload, c float64, b batter
 		res.states[v.State]++
 		if v.State == watchdog.StateHung {
 			res.hung++
+			if len(res.hungWhy) < 3 {
+				res.hungWhy = append(res.hungWhy, fmt.Sprintf("at %s: %s; %s", humanize.Duration(r.engine(v.At.Sub(r.started))),
+					engineWhy(v.Reason, o.scale), engineWhy(v.Evidence.HangAfterWhy, o.scale)))
+			}
 		}
 		if d := r.engine(v.Evidence.HangAfter); d > res.longest.d {
 			res.longest = windowSeen{d, engineWhy(v.Evidence.HangAfterWhy, o.scale)}

@@ -76,6 +76,7 @@ type options struct {
 	only     string
 	arms     string
 	battery  bool
+	only37   string
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -91,6 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.only, "workload", "both", "chat, longprompt or both")
 	fs.StringVar(&o.arms, "arms", "load,light,firstminute,around", "the detection arms, comma-separated")
 	fs.BoolVar(&o.battery, "battery", true, "run the false-hang battery (on the first workload)")
+	fs.StringVar(&o.only37, "battery-match", "", "run only the battery cases whose name contains this")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -184,6 +186,9 @@ func experiment(ctx context.Context, o options, list []workload, chosen []arm, s
 		wl := list[0]
 		c := rep.workloads[0].capacity
 		for i, b := range batteries {
+			if !strings.Contains(b.name, o.only37) {
+				continue
+			}
 			fmt.Fprintf(stderr, "hangdetect: battery: %s ...\n", b.name)
 			res, err := runBattery(ctx, o, wl, c, b, o.seed+2000+uint64(i))
 			if err != nil {

@@ -94,6 +94,9 @@ func (r *report) printBattery(w io.Writer) {
 	t.Print(w)
 	for _, b := range r.battery {
 		fmt.Fprintf(w, "%s: longest window: %s\n", b.name, orDash(b.longest.why))
+		for _, why := range b.hungWhy {
+			fmt.Fprintf(w, "%s: HUNG %s\n", b.name, why)
+		}
 	}
 }
 
