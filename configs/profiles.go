@@ -34,6 +34,9 @@ const (
 	// prefilling.
 	ExtraPrefixCacheHits = "vllm:prefix_cache_hits_total"
 	ExtraPrefillTimeSum  = "vllm:request_prefill_time_seconds_sum"
+	// ExtraPrefillTimeCount counts the prefills that sum covers: a
+	// stretch of vigil's own one-token probes alone is overhead, not rate.
+	ExtraPrefillTimeCount = "vllm:request_prefill_time_seconds_count"
 	// ExtraProcessStart is no engine's own: Python's Prometheus client
 	// (vLLM, SGLang) exports it by default, llama.cpp's C++ server does not.
 	ExtraProcessStart = "process_start_time_seconds"

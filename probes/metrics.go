@@ -38,6 +38,7 @@ const (
 	MetricQueueTimeCount     = configs.ExtraQueueTimeCount
 	MetricPrefixCacheHits    = configs.ExtraPrefixCacheHits
 	MetricPrefillTimeSum     = configs.ExtraPrefillTimeSum
+	MetricPrefillTimeCount   = configs.ExtraPrefillTimeCount
 	// MetricProcessStart is the engine process's start time (Prometheus
 	// clients export it by default): when it is there, a counter reset is
 	// believed only if it changed.
@@ -48,7 +49,7 @@ var extraNames = []string{
 	MetricPromptTokens, MetricPrefixCacheQueries, MetricRequestSuccess,
 	MetricE2ELatencySum, MetricE2ELatencyCount,
 	MetricQueueTimeSum, MetricQueueTimeCount, MetricProcessStart,
-	MetricPrefixCacheHits, MetricPrefillTimeSum,
+	MetricPrefixCacheHits, MetricPrefillTimeSum, MetricPrefillTimeCount,
 }
 
 // Metrics is one readable scrape, reduced to what the watchdog needs. Every

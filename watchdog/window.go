@@ -42,6 +42,11 @@ const (
 	windowMargin = 3
 	// recentPace is how far back the engine's recent prefill rate looks.
 	recentPace = 10 * time.Minute
+	// paceTokens is the fewest prompt tokens per prefill a stretch of the
+	// engine's figures needs to tell its rate: a prefill's fixed cost (a
+	// step) dominates a short prompt's, so a stretch of vigil's own
+	// one-token probes alone would read a rate a hundred times too slow.
+	paceTokens = 64
 	// gapQuantile is the quantile of past silences the window covers.
 	gapQuantile = 0.999
 	// logKeep is how long the work log remembers, and logMax its size.
@@ -86,6 +91,8 @@ type logged struct {
 	At time.Time     `json:"at"`
 	D  time.Duration `json:"d,omitempty"`
 	V  float64       `json:"v,omitempty"`
+	// N counts the requests of an engine figure (0: not known).
+	N float64 `json:"n,omitempty"`
 }
 
 // learn takes what the last sample of h (a history as wholeScrapes reads
@@ -112,9 +119,10 @@ func (l *workLog) learn(h []Sample, now time.Time) {
 		return
 	}
 	if a, b := computed(h[prev].Metrics.Metrics), computed(last.Metrics.Metrics); a.ok && b.ok && b.secs > a.secs && b.tokens >= a.tokens {
-		l.Engine = append(l.Engine, logged{At: last.At, V: b.tokens - a.tokens, D: time.Duration((b.secs - a.secs) * float64(time.Second))})
+		l.Engine = append(l.Engine, logged{At: last.At, V: b.tokens - a.tokens, D: time.Duration((b.secs - a.secs) * float64(time.Second)),
+			N: max(b.n-a.n, 0)})
 	}
-	l.Engine = keepRecent(l.Engine, now)
+	l.Engine = keepWithin(l.Engine, now, recentPace)
 	if p, _ := h[prev].pending(); p {
 		a, ok1 := h[prev].Metrics.Metrics.Extra[probes.MetricPromptTokens]
 		b, ok2 := last.Metrics.Metrics.Extra[probes.MetricPromptTokens]
@@ -150,9 +158,11 @@ func (l *workLog) learn(h []Sample, now time.Time) {
 	l.Gaps = keepRecent(l.Gaps, now)
 }
 
-func keepRecent(xs []logged, now time.Time) []logged {
+func keepRecent(xs []logged, now time.Time) []logged { return keepWithin(xs, now, logKeep) }
+
+func keepWithin(xs []logged, now time.Time, keep time.Duration) []logged {
 	cut := 0
-	for cut < len(xs) && (xs[cut].At.Before(now.Add(-logKeep)) || len(xs)-cut > logMax) {
+	for cut < len(xs) && (xs[cut].At.Before(now.Add(-keep)) || len(xs)-cut > logMax) {
 		cut++
 	}
 	return xs[cut:]
@@ -190,6 +200,7 @@ func (l *workLog) prefillRate() float64 {
 // seconds its prefill-time histogram summed.
 type prefillFigures struct {
 	tokens, secs float64
+	n            float64 // prefills counted (0: not exported)
 	ok           bool
 }
 
@@ -205,14 +216,19 @@ func computed(m *probes.Metrics) prefillFigures {
 	if hits, ok := m.Extra[probes.MetricPrefixCacheHits]; ok {
 		tokens -= hits
 	}
-	return prefillFigures{tokens: max(tokens, 0), secs: secs, ok: true}
+	n := m.Extra[probes.MetricPrefillTimeCount]
+	return prefillFigures{tokens: max(tokens, 0), secs: secs, n: n, ok: true}
 }
+
+// telling reports whether a stretch of V tokens over N prefills is long
+// enough per prefill to tell a rate (N unknown: taken as it is).
+func telling(tokens, n float64) bool { return n <= 0 || tokens >= paceTokens*n }
 
 // engineRate is the engine's own prefill rate since it started; 0 when it
 // does not export both figures or has prefilled nothing.
 func engineRate(m *probes.Metrics) float64 {
 	f := computed(m)
-	if !f.ok || f.secs <= 0 || f.tokens <= 0 {
+	if !f.ok || f.secs <= 0 || f.tokens <= 0 || !telling(f.tokens, f.n) {
 		return 0
 	}
 	return f.tokens / f.secs
@@ -224,7 +240,7 @@ func (l *workLog) engineRecent(now time.Time) float64 {
 	var tokens float64
 	var secs time.Duration
 	for _, e := range l.Engine {
-		if !e.At.Before(now.Add(-recentPace)) {
+		if !e.At.Before(now.Add(-recentPace)) && telling(e.V, e.N) {
 			tokens += e.V
 			secs += e.D
 		}

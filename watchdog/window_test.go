@@ -155,6 +155,20 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 			// 20,000 / 1,000 = 20 s, plus a step, times 3.
 			want: 63 * time.Second, says: "the slower of 1,000 tok/s over the last 10m00s and 20,000 tok/s since it started",
 		},
+		{
+			// A quiet engine's last minutes: 120 of vigil's one-token
+			// probes, 20 ms of prefill each (a step's fixed cost), read
+			// 50 tok/s; they tell nothing of the rate.
+			name: "a quiet engine whose recent prefills are vigil's probes: its rate since it started",
+			hist: func() *sim {
+				s := newSim()
+				figures(s)
+				s.m.Extra[probes.MetricPrefillTimeCount] = 900 // 1,000 computed tokens a prefill
+				return s.work(0, 1).tick(3, through(1, 2352))
+			},
+			log:  &workLog{Engine: []logged{{At: t0, V: 120, D: 2400 * time.Millisecond, N: 120}}},
+			want: floor, says: "20,000 tok/s by the engine's prefill-time histogram",
+		},
 	}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
