@@ -227,7 +227,7 @@ func New(opts Options) (*Watchdog, error) {
 func fastCycle(interval time.Duration) time.Duration { return interval / 5 }
 
 // Run samples until ctx is done, then returns nil: every interval, or
-// every fastCycle while the last readable scrape showed work pending.
+// every fastCycle while the last scrape's gauges showed work.
 func (w *Watchdog) Run(ctx context.Context) error {
 	if w.ownProbes != nil {
 		defer w.ownProbes.Close()
@@ -331,12 +331,14 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	}
 	w.window(&params, whole, &sc)
 	v := Classify(w.history, params, now)
-	// Fast cycles only on a readable scrape with work pending, until the
-	// verdict is hung: an engine that refuses or times out is judged down
-	// or wedged over samples an interval apart, as before, and a hang
-	// already found needs no faster look (nor a history of a thousand
-	// one-second samples that would push its "frozen since" out).
-	w.fast = sc.last == sc.lastReadable && (sc.pending || sc.stall > 0) && v.State != StateHung
+	// Fast cycles only on a readable scrape whose gauges show work, until
+	// the verdict is hung: an engine that refuses or times out is judged
+	// down or wedged over samples an interval apart, as before; vigil's
+	// own probe alone is no work to watch closely (on an idle engine it
+	// would only sample its own probe in flight); and a hang already
+	// found needs no faster look (nor a history of a thousand one-second
+	// samples that would push its "frozen since" out).
+	w.fast = sc.last == sc.lastReadable && sc.last.Metrics.Metrics.Waiting+sc.last.Metrics.Metrics.Running > 0 && v.State != StateHung
 	w.history = trim(w.history, &sc, now, w.retention())
 	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
 	v.Recovering = busy

@@ -893,7 +893,12 @@ func TestTheCycleIsFastOnlyWhileWorkIsPending(t *testing.T) {
 		if n := count(time.Minute); n != int(time.Minute/iv) {
 			t.Fatalf("idle: %d cycles in a minute, want %d (every %s)", n, time.Minute/iv, iv)
 		}
-		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 2, 8, 900 })
+		// vigil's own probe out at every sample is no work to watch.
+		r.engine.set(func(f *fakeEngine) { f.probeLatency = 7 * time.Second })
+		if n := count(time.Minute); n != int(time.Minute/iv) {
+			t.Fatalf("idle, the probe out: %d cycles in a minute, want %d (every %s)", n, time.Minute/iv, iv)
+		}
+		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec, f.probeLatency = 2, 8, 900, 50*time.Millisecond })
 		time.Sleep(iv) // the first cycle that sees the work
 		if n := count(time.Minute); n != int(time.Minute/fastCycle(iv)) {
 			t.Fatalf("work pending: %d cycles in a minute, want %d (every %s)", n, time.Minute/fastCycle(iv), fastCycle(iv))
