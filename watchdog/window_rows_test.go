@@ -149,11 +149,12 @@ func judge(samples []Sample, l *workLog, cycle time.Duration) (Verdict, bool) {
 }
 
 // chat is a cycle of chat load through the limiter: 32 calls in flight,
-// 30 finished with 2,000-token prompts at 20,000 tokens/s of prefill.
+// six a second finished with 2,000-token prompts at 20,000 tokens/s of
+// prefill.
 func chat(e *rowEngine) {
 	e.running, e.waiting = 30, 2
 	e.lim = &LimiterLoad{InFlight: 32, LongestPrompt: 2400}
-	for range 30 {
+	for range int(6 * e.cycle.Seconds()) {
 		e.request(2000, 0, 100, 100*time.Millisecond)
 	}
 }
