@@ -898,7 +898,9 @@ func TestTheCycleIsFastOnlyWhileWorkIsPending(t *testing.T) {
 		if n := count(time.Minute); n != int(time.Minute/iv) {
 			t.Fatalf("idle, the probe out: %d cycles in a minute, want %d (every %s)", n, time.Minute/iv, iv)
 		}
-		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec, f.probeLatency = 2, 8, 900, 50*time.Millisecond })
+		r.engine.set(func(f *fakeEngine) {
+			f.waiting, f.running, f.tokensPerSec, f.probeLatency = 2, 8, 900, 50*time.Millisecond
+		})
 		time.Sleep(iv) // the first cycle that sees the work
 		if n := count(time.Minute); n != int(time.Minute/fastCycle(iv)) {
 			t.Fatalf("work pending: %d cycles in a minute, want %d (every %s)", n, time.Minute/fastCycle(iv), fastCycle(iv))
