@@ -79,7 +79,7 @@ var invalidCases = []struct {
 	{"override-reason", "overrides[0].reason (line 2): reason is required: say why, so the next operator knows"},
 	{"override-value", `overrides[0].value (line 5): value "lots" for watchdog.hang_after: want a positive duration such as 90s or 5m, or auto`},
 	{"override-until", `overrides[0].until (line 6): "tomorrow" is not an RFC 3339 time such as 2026-12-01T09:00:00Z`},
-	{"override-hang-after", "overrides[0].value (line 5): watchdog.hang_after 10s must be > watchdog.interval (15s)"},
+	{"override-hang-after", "overrides[0].value (line 5): watchdog.hang_after 4s must be > watchdog.interval (5s)"},
 	{"healthcheck-listen", `load_balancer.healthcheck.listen (line 6): port must be 1..65535 (the balancer is told it), got "0"`},
 	{"healthcheck-path", `load_balancer.healthcheck.path (line 6): must start with /, got "ready"`},
 	{"agent-expect-polls", "load_balancer.agent.expect_polls (line 6): must be >= 0 (0: do not wait for the pollers)"},

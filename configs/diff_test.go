@@ -82,7 +82,7 @@ func TestMapShowsDurationsAsTextAndNoSecret(t *testing.T) {
 	if strings.Contains(string(data), "sk-map-secret") {
 		t.Fatalf("the secret is in the map: %s", data)
 	}
-	if w, _ := m["watchdog"].(map[string]any); w["hang_after"] != "4m0s" || w["interval"] != "15s" {
+	if w, _ := m["watchdog"].(map[string]any); w["hang_after"] != "4m0s" || w["interval"] != "5s" {
 		t.Fatalf("watchdog = %v", m["watchdog"])
 	}
 }

@@ -31,10 +31,16 @@ const (
 	ExtraQueueTimeCount     = "vllm:request_queue_time_seconds_count"
 	// The admission limiter's prefill meter (admission/core's EngineLoad):
 	// the KV cache's used share, prompt tokens found in the prefix cache
-	// (not prefilled), and first tokens (one per prefill completed).
+	// (not prefilled), and first tokens (one per prefill completed). The
+	// cache hits serve the hang window too, with the seconds spent
+	// prefilling: the engine's own pace.
 	ExtraKVUsage         = "vllm:kv_cache_usage_perc"
 	ExtraPrefixCacheHits = "vllm:prefix_cache_hits_total"
 	ExtraFirstTokens     = "vllm:time_to_first_token_seconds_count"
+	ExtraPrefillTimeSum  = "vllm:request_prefill_time_seconds_sum"
+	// ExtraPrefillTimeCount counts the prefills that sum covers: a
+	// stretch of vigil's own one-token probes alone is overhead, not rate.
+	ExtraPrefillTimeCount = "vllm:request_prefill_time_seconds_count"
 	// ExtraProcessStart is no engine's own: Python's Prometheus client
 	// (vLLM, SGLang) exports it by default, llama.cpp's C++ server does not.
 	ExtraProcessStart = "process_start_time_seconds"
@@ -121,7 +127,8 @@ var profiles = map[string]Profile{
 		Progress:   []string{"llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total"},
 		Heartbeats: []string{"llamacpp:n_decode_total"},
 		Extras: map[string]string{
-			ExtraPromptTokens: "llamacpp:prompt_tokens_total",
+			ExtraPromptTokens:   "llamacpp:prompt_tokens_total",
+			ExtraPrefillTimeSum: "llamacpp:prompt_seconds_total",
 		},
 	}},
 }

@@ -68,7 +68,7 @@ func (w Watchdog) HangAfterCeiling() time.Duration {
 
 func defaultWatchdog() Watchdog {
 	return Watchdog{
-		Interval:         15 * time.Second,
+		Interval:         5 * time.Second,
 		HangAfter:        Automatic(),
 		HangAfterMin:     15 * time.Second,
 		HangAfterMax:     180 * time.Second,

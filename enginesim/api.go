@@ -29,6 +29,12 @@ func (e *Engine) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"version": Version})
 	})
 	mux.HandleFunc("GET /metrics", e.metrics)
+	// vLLM's sleep mode (its development endpoints).
+	mux.HandleFunc("GET /is_sleeping", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"is_sleeping": e.Asleep()})
+	})
+	mux.HandleFunc("POST /sleep", func(w http.ResponseWriter, _ *http.Request) { e.Sleep(); w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("POST /wake_up", func(w http.ResponseWriter, _ *http.Request) { e.WakeUp(); w.WriteHeader(http.StatusOK) })
 	mux.Handle("GET /v1/models", e.auth(http.HandlerFunc(e.models)))
 	mux.Handle("POST /v1/completions", e.auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.generate(w, r, false)

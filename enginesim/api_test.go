@@ -369,6 +369,7 @@ func TestMetricsExposition(t *testing.T) {
 		{"vllm:time_to_first_token_seconds", dto.MetricType_HISTOGRAM, nil, 1},
 		{"vllm:e2e_request_latency_seconds", dto.MetricType_HISTOGRAM, nil, 1},
 		{"vllm:request_queue_time_seconds", dto.MetricType_HISTOGRAM, nil, 1},
+		{"vllm:request_prefill_time_seconds", dto.MetricType_HISTOGRAM, nil, 1},
 		{"vllm:num_requests_waiting_by_reason", dto.MetricType_GAUGE, []string{"reason", "capacity"}, 0},
 	}
 	for _, tc := range tests {

@@ -22,10 +22,13 @@ type Engine struct {
 
 	// mu guards every core's scheduler and queues as well as the fault
 	// state below; each core waits on its own cond over it.
-	mu      sync.Mutex
-	next    int // round-robin dispatch: the rank of the next request
-	nextID  uint64
-	slow    float64
+	mu     sync.Mutex
+	next   int // round-robin dispatch: the rank of the next request
+	nextID uint64
+	slow   float64
+	// asleep: put to sleep on purpose (vLLM's sleep mode): no core steps
+	// until WakeUp, and /is_sleeping says so.
+	asleep  bool
 	wedge   chan struct{}  // non-nil while wedged; closed when cleared
 	failing map[string]int // endpoint path -> status code it answers
 	dead    bool           // crashed or closed: the cores have stopped for good
@@ -107,7 +110,7 @@ func (c *core) loop() {
 		e.mu.Lock()
 		// Nothing new and nothing runnable (idle, or every held request
 		// waits on a stalled decode): sleep until something changes.
-		for !e.dead && (c.hung || (len(c.inbox) == 0 && len(c.aborts) == 0 && (c.s.idle() || c.blocked))) {
+		for !e.dead && (c.hung || e.asleep || (len(c.inbox) == 0 && len(c.aborts) == 0 && (c.s.idle() || c.blocked))) {
 			c.lastEnd = time.Time{}
 			c.cond.Wait()
 		}
@@ -148,7 +151,7 @@ func (c *core) loop() {
 		// A hang freezes the step in flight too: it never completes, so no
 		// counter moves after Hang returns.
 		waited := false
-		for c.hung && !e.dead {
+		for (c.hung || e.asleep) && !e.dead {
 			waited = true
 			c.cond.Wait()
 		}
@@ -309,6 +312,30 @@ func (e *Engine) Slow(factor float64) {
 	e.mu.Lock()
 	e.slow = factor
 	e.mu.Unlock()
+}
+
+// Sleep puts the engine to sleep on purpose, as vLLM's POST /sleep does
+// (weights offloaded): no step runs, requests wait, and /is_sleeping
+// answers true until WakeUp. It is no fault: Clear leaves it.
+func (e *Engine) Sleep() {
+	e.mu.Lock()
+	e.asleep = true
+	e.mu.Unlock()
+}
+
+// WakeUp ends Sleep (vLLM's POST /wake_up): the held requests go on.
+func (e *Engine) WakeUp() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.asleep = false
+	e.wakeAllLocked()
+}
+
+// Asleep reports whether the engine was put to sleep.
+func (e *Engine) Asleep() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.asleep
 }
 
 // Clear lifts every fault but a crash: hangs (all ranks), a slowdown, a

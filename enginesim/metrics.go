@@ -38,7 +38,7 @@ type metrics struct {
 	promptTokens, genTokens   prometheus.Counter
 	success                   *prometheus.CounterVec
 	iterTokens, ttft          prometheus.Histogram
-	e2e, queue                prometheus.Histogram
+	e2e, queue, prefill       prometheus.Histogram
 }
 
 // newMetrics builds the series of a one-rank engine (engine="0").
@@ -119,6 +119,7 @@ func rankSeries(cfg Config, reg *prometheus.Registry, rank int, order *[]string)
 	m.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttftBuckets)
 	m.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", latencyBuckets)
 	m.queue = hist("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", latencyBuckets)
+	m.prefill = hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", latencyBuckets)
 
 	return m
 }

@@ -262,6 +262,7 @@ func (s *sched) complete(b batch, now time.Duration) {
 					s.m.promptTokens.Add(float64(r.prompt))
 					s.c.promptTokens += uint64(r.prompt)
 					s.m.ttft.Observe(since(now, r.arrival))
+					s.m.prefill.Observe(since(now, r.admittedAt))
 					stepTokens += r.prompt
 				}
 			}

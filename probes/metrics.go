@@ -36,6 +36,9 @@ const (
 	MetricE2ELatencyCount    = configs.ExtraE2ELatencyCount
 	MetricQueueTimeSum       = configs.ExtraQueueTimeSum
 	MetricQueueTimeCount     = configs.ExtraQueueTimeCount
+	MetricPrefixCacheHits    = configs.ExtraPrefixCacheHits
+	MetricPrefillTimeSum     = configs.ExtraPrefillTimeSum
+	MetricPrefillTimeCount   = configs.ExtraPrefillTimeCount
 	// MetricProcessStart is the engine process's start time (Prometheus
 	// clients export it by default): when it is there, a counter reset is
 	// believed only if it changed.
@@ -46,6 +49,7 @@ var extraNames = []string{
 	MetricPromptTokens, MetricPrefixCacheQueries, MetricRequestSuccess,
 	MetricE2ELatencySum, MetricE2ELatencyCount,
 	MetricQueueTimeSum, MetricQueueTimeCount, MetricProcessStart,
+	MetricPrefixCacheHits, MetricPrefillTimeSum, MetricPrefillTimeCount,
 }
 
 // Metrics is one readable scrape, reduced to what the watchdog needs. Every

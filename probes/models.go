@@ -16,6 +16,11 @@ type ModelsObservation struct {
 	Observation
 	// Models are the served model ids, in the engine's order.
 	Models []string `json:"models,omitempty"`
+	// MaxModelLen is the first model's context length when the engine
+	// says it (vLLM's max_model_len; 0: not said): the longest prompt it
+	// can be given, which sizes the hang window for work vigil did not
+	// send.
+	MaxModelLen int `json:"max_model_len,omitempty"`
 }
 
 // First is the first model listed ("" if none): the completion probe's
@@ -53,7 +58,8 @@ func Models(ctx context.Context, t Target) ModelsObservation {
 	}
 	var list struct {
 		Data []struct {
-			ID string `json:"id"`
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
@@ -62,6 +68,9 @@ func Models(ctx context.Context, t Target) ModelsObservation {
 	}
 	for _, m := range list.Data {
 		if m.ID != "" {
+			if len(out.Models) == 0 {
+				out.MaxModelLen = max(m.MaxModelLen, 0)
+			}
 			out.Models = append(out.Models, m.ID)
 		}
 	}

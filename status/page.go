@@ -59,6 +59,7 @@ type pageDoc struct {
 			DrainEstimate   float64            `json:"drain_estimate_seconds"`
 			HangAfter       float64            `json:"hang_after_seconds"`
 			HangAfterWhy    string             `json:"hang_after_why"`
+			HangAfterFrom   string             `json:"hang_after_from"`
 			ShedRate        float64            `json:"shed_rate"`
 			ShedCalls       float64            `json:"shed_calls"`
 			LimiterQueued   float64            `json:"limiter_queued"`
@@ -345,7 +346,7 @@ footer{padding:0 24px 16px;color:#5b6478;font-size:13px}
 <tr><th>/health</th><td>{{.Health}}</td></tr>
 <tr><th>completion probe</th><td>{{.Probe}}</td></tr>
 {{if .DrainEstimate}}<tr><th>queue drains in</th><td class="n">{{secs .DrainEstimate}}</td></tr>{{end}}
-{{if .HangAfterWhy}}<tr><th>hang_after</th><td>{{.HangAfterWhy}}</td></tr>{{else if .HangAfter}}<tr><th>hang_after</th><td class="n">{{secs .HangAfter}} (fixed)</td></tr>{{end}}
+{{if .HangAfterWhy}}<tr><th>hang_after</th><td>{{.HangAfterWhy}}</td></tr>{{if .HangAfterFrom}}<tr><th>learned from</th><td>{{.HangAfterFrom}}</td></tr>{{end}}{{else if .HangAfter}}<tr><th>hang_after</th><td class="n">{{secs .HangAfter}} (fixed)</td></tr>{{end}}
 {{if .ShedCalls}}<tr><th>limiter sheds</th><td class="n">{{pct .ShedRate}} of {{num .ShedCalls}} calls (last 4 cycles), {{num .LimiterQueued}} queued</td></tr>{{end}}
 </table>{{end}}{{else}}<p class="none">none</p>{{end}}
 </section>

@@ -149,9 +149,11 @@ func TestRenderPage(t *testing.T) {
 			Verdict: watchdog.Verdict{State: watchdog.StateSaturated, At: t0,
 				Reason: "SATURATED at the limiter: shedding 63% of 400 calls in the last 4 cycles, 2 queued in vigil; the engine shallow",
 				Evidence: watchdog.Evidence{Waiting: 1, Running: 30, ShedRate: 0.63, ShedCalls: 400, LimiterQueued: 2, LimiterOnly: true,
-					HangAfter: 15 * time.Second, HangAfterWhy: "hang_after 15s (auto, the floor): longest prefill in flight 2,400 tokens at 41,000 tok/s; x3 margin"}}},
+					HangAfter: 15 * time.Second, HangAfterWhy: "hang_after 15s (auto, the floor): longest prefill in flight 2,400 tokens at 41,000 tok/s; x3 margin",
+					HangAfterFrom: "prefill rate: 41,000 tok/s by the engine's prefill-time histogram; no silence with work pending logged; max_model_len 131,072"}}},
 			[]string{"limiter sheds</th><td class=\"n\">63.0% of 400 calls (last 4 cycles), 2 queued",
-				"hang_after</th><td>hang_after 15s (auto, the floor): longest prefill in flight 2,400 tokens"}, nil},
+				"hang_after</th><td>hang_after 15s (auto, the floor): longest prefill in flight 2,400 tokens",
+				"learned from</th><td>prefill rate: 41,000 tok/s by the engine&#39;s prefill-time histogram"}, nil},
 		{"calls held for a recovery, and what became of those cut", func() Snapshot {
 			s := hungSnapshot()
 			st := s.Limiter.(admission.Stats)

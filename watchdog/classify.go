@@ -19,6 +19,8 @@ import (
 //     serving in those samples (counters rising, a probe completing). One
 //     endpoint's 5xx on a serving engine is odd, never down;
 //   - misconfigured: a 401/403 from any endpoint;
+//   - loading (asleep): the engine says it was put to sleep on purpose
+//     (vLLM's /is_sleeping true): never hung while it sleeps;
 //   - hung (wedged): /v1/models, /health and /metrics all timing out, no
 //     answer at all, for HangAfter, and no probe answer in that time;
 //   - hung (engine): /v1/models answering or timing out, and no progress
@@ -119,6 +121,14 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	if o := last.unauthorized(); o != nil {
 		return say(StateMisconfigured, "MISCONFIGURED: %s answered %d: the engine API key is wrong or missing (engine.api_key); paging, never restarting",
 			o.Endpoint, o.Code)
+	}
+
+	// asleep on purpose (vLLM's sleep mode): frozen counters and a probe
+	// that waits are what sleep is; the engine said so in an answer, so
+	// it is not wedged either.
+	if last.Asleep {
+		return say(StateLoading, "LOADING (asleep): the engine says it was put to sleep on purpose (%s true); progress not judged until it wakes; %s waiting, %s running; not restarting",
+			probes.EndpointSleeping, humanize.Count(ev.Waiting), humanize.Count(ev.Running))
 	}
 
 	// hung: a wedged API server answers nothing, so its /metrics is
@@ -583,7 +593,7 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 		ev.DecodeStalled = sc.decode.Stall
 	}
 	ev.Unanswered = sc.wedge.For
-	ev.HangAfter, ev.HangAfterWhy = p.HangAfter, p.WindowWhy
+	ev.HangAfter, ev.HangAfterWhy, ev.HangAfterFrom = p.HangAfter, p.WindowWhy, p.WindowFrom
 	shedding(history, &ev)
 	ev.Serving = (sc.moving && !sc.reset) || last.Probe.State == probes.ProbeOK
 	if d, ok := r.extra[probes.MetricRequestSuccess]; ok {

@@ -166,15 +166,15 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 	params.LastStart = opts.EngineStarted
 	params.RateWindow = last.At.Sub(history[0].At)
 	if params.HangAfter == 0 {
-		// auto: what these samples teach (a one-shot diagnose rarely sees
-		// enough serving to go below the ceiling, and says so).
+		// auto: what these samples teach, and the engine's own figures
+		// (its prefill rate, its context length) from the first scrape.
 		var l workLog
 		whole := wholeScrapes(history)
 		for i := 2; i <= len(whole); i++ {
 			l.learn(whole[:i], whole[i-1].At)
 		}
 		win := autoWindow(whole, &l, params.HangAfterMin, params.HangAfterMax)
-		params.HangAfter, params.WindowWhy = win.D, win.Why
+		params.HangAfter, params.WindowWhy, params.WindowFrom = win.D, win.Why, win.From
 	}
 	v := Classify(history, params, last.At)
 
@@ -272,6 +272,9 @@ func (r Report) WriteText(w io.Writer) error {
 	row("since progress", "%s", humanize.Duration(ev.SinceProgress))
 	if ev.HangAfterWhy != "" {
 		row("hang_after", "%s", ev.HangAfterWhy)
+		if ev.HangAfterFrom != "" {
+			row("learned from", "%s", ev.HangAfterFrom)
+		}
 	} else {
 		row("hang_after", "%s (fixed)", humanize.Duration(r.HangAfter))
 	}

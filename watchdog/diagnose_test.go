@@ -62,6 +62,8 @@ func TestDiagnoseASaturatedEngine(t *testing.T) {
 			"completion probe   outstanding for 30s",
 			"waiting            99 (saturated at 8)",
 			"longest gap",
+			"hang_after         hang_after 3m00s (auto, the ceiling): 107 requests in the engine and no limiter in front",
+			"learned from       prefill rate: 2,340 tok/s over 30s of busy cycles seen by vigil",
 			"Metrics the engine does not export (check engine.metrics): vllm:prefix_cache_queries_total",
 		} {
 			if !strings.Contains(text.String(), want) {
@@ -84,6 +86,9 @@ func TestDiagnoseASaturatedEngine(t *testing.T) {
 		}
 		if got.State != "saturated" || got.Reason != r.Reason || got.Window != 30 {
 			t.Fatalf("json %s", raw)
+		}
+		if from, _ := got.Evidence["hang_after_from"].(string); !strings.HasPrefix(from, "prefill rate: ") {
+			t.Errorf("json evidence hang_after_from %q", from)
 		}
 		if got.Evidence["waiting"] != 99.0 || got.Evidence["window_seconds"] != 30.0 || got.Evidence["probe_latency_seconds"] != 30.0 {
 			t.Fatalf("json evidence %v", got.Evidence)

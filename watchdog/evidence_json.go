@@ -36,6 +36,7 @@ type evidenceJSON struct {
 	Serving           bool               `json:"serving,omitempty"`
 	HangAfter         float64            `json:"hang_after_seconds"`
 	HangAfterWhy      string             `json:"hang_after_why,omitempty"`
+	HangAfterFrom     string             `json:"hang_after_from,omitempty"`
 	ShedRate          float64            `json:"shed_rate,omitempty"`
 	ShedCalls         uint64             `json:"shed_calls,omitempty"`
 	LimiterQueued     int                `json:"limiter_queued,omitempty"`
@@ -69,7 +70,7 @@ func (e Evidence) MarshalJSON() ([]byte, error) {
 		CompletionsPerSec: knownOnly(e.CompletionsPerSec, e.CompletionsKnown), DrainEstimate: seconds(e.DrainEstimate),
 		Hang: e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
 		Unanswered: seconds(e.Unanswered), ProbeFailing: e.ProbeFailing, Odd: e.Odd, Serving: e.Serving,
-		HangAfter: seconds(e.HangAfter), HangAfterWhy: e.HangAfterWhy,
+		HangAfter: seconds(e.HangAfter), HangAfterWhy: e.HangAfterWhy, HangAfterFrom: e.HangAfterFrom,
 		ShedRate: e.ShedRate, ShedCalls: e.ShedCalls, LimiterQueued: e.LimiterQueued, LimiterOnly: e.LimiterOnly,
 		Stale: seconds(e.Stale),
 	})
@@ -105,7 +106,7 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		DrainEstimate: duration(j.DrainEstimate),
 		Hang:          j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
 		ProbeFailing: j.ProbeFailing, Odd: j.Odd, Serving: j.Serving,
-		HangAfter: duration(j.HangAfter), HangAfterWhy: j.HangAfterWhy,
+		HangAfter: duration(j.HangAfter), HangAfterWhy: j.HangAfterWhy, HangAfterFrom: j.HangAfterFrom,
 		ShedRate: j.ShedRate, ShedCalls: j.ShedCalls, LimiterQueued: j.LimiterQueued, LimiterOnly: j.LimiterOnly,
 		Stale: duration(j.Stale),
 	}

@@ -19,6 +19,9 @@ type Sample struct {
 	// Limiter is what the admission limiter in front of the engine had
 	// done by this cycle; nil without a limiter.
 	Limiter *LimiterLoad `json:"limiter,omitempty"`
+	// Asleep: the engine said it was put to sleep on purpose (vLLM's
+	// sleep mode, GET /is_sleeping).
+	Asleep bool `json:"asleep,omitempty"`
 }
 
 // LimiterLoad is the admission limiter's side of the load: with the
@@ -132,8 +135,9 @@ type Params struct {
 	// completing). Frozen idle gauges are no proof: a hung idle engine
 	// shows them too, e.g. to a vigil that has just restarted.
 	ProofSince time.Time
-	// WindowWhy says how HangAfter was chosen ("" for a fixed one).
-	WindowWhy string
+	// WindowWhy says how HangAfter was chosen ("" for a fixed one), and
+	// WindowFrom what an automatic one was learned from.
+	WindowWhy, WindowFrom string
 	// Tolerance is how much short of HangAfter a stall may fall and still
 	// reach it: a stall is the difference of two cycles' clocks, each read
 	// a little late, so a stall of exactly n intervals measures a few

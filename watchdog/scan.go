@@ -69,6 +69,16 @@ func scanHistory(history []Sample, now time.Time) scan {
 		pendingSince time.Time
 	)
 	unreadable := unreadableSpans(history)
+	// A sample at which the engine said it was asleep (vLLM's sleep
+	// mode) restarts every stall clock: the silence of a sleep is no
+	// silence of a hang, neither to time nor to learn from, and a woken
+	// engine gets a whole window for its first move.
+	woke := 0
+	for i := range history {
+		if history[i].Asleep {
+			woke = i
+		}
+	}
 	stallAt := func(at time.Time) time.Duration {
 		if pendingSince.IsZero() || sc.lastMove.IsZero() {
 			return 0
@@ -95,6 +105,9 @@ func scanHistory(history []Sample, now time.Time) scan {
 			}
 			sc.prevReadable, sc.lastReadable = sc.lastReadable, s
 		}
+		if s.Asleep {
+			sc.lastMove, sc.lastMoveIdx = s.At, i
+		}
 		p, ok := s.pending()
 		if ok {
 			if !p {
@@ -116,8 +129,8 @@ func scanHistory(history []Sample, now time.Time) scan {
 	if sc.pending {
 		sc.stall = stallAt(now)
 	}
-	sc.ranks = scanRanks(history, unreadable, now)
-	sc.decode = scanDecode(history, unreadable, now)
+	sc.ranks = scanRanks(history[woke:], unreadable, now)
+	sc.decode = scanDecode(history[woke:], unreadable, now)
 	sc.wedge = scanWedge(history, now)
 	return sc
 }

@@ -63,6 +63,9 @@ type Evidence struct {
 	// HangAfterWhy how it was chosen (hang_after: auto).
 	HangAfter    time.Duration `json:"hang_after_seconds"`
 	HangAfterWhy string        `json:"hang_after_why,omitempty"`
+	// HangAfterFrom says what the automatic window was learned from: the
+	// prefill rate and its source, the silences logged, the context length.
+	HangAfterFrom string `json:"hang_after_from,omitempty"`
 	// ShedRate is the share of calls the admission limiter answered
 	// 429/503 itself over the last few cycles, of ShedCalls calls;
 	// LimiterQueued the calls waiting in its queue. Zero without a limiter.

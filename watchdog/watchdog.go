@@ -32,6 +32,15 @@ type Probes interface {
 	PollCompletion() probes.CompletionStatus
 }
 
+// Sleeper is the optional part of Probes that asks the engine whether it
+// was put to sleep on purpose (vLLM's sleep mode). *probes.Client
+// implements it; known is false when the engine does not say.
+type Sleeper interface {
+	Sleeping(ctx context.Context) (asleep, known bool)
+}
+
+var _ Sleeper = (*probes.Client)(nil)
+
 // Options configure a Watchdog. Engine and Watchdog are required; every
 // collaborator may be nil.
 type Options struct {
@@ -154,6 +163,11 @@ type Watchdog struct {
 	storm         bool
 	work          workLog       // guarded by mu
 	held          time.Duration // guarded by mu
+	// fast: the last readable scrape showed work pending (or a stall is
+	// timed): cycle every fastCycle. Guarded by mu.
+	fast bool
+	// savedAt is when the state was last persisted (cycle only).
+	savedAt time.Time
 }
 
 // New builds a Watchdog and restores its persisted state: an incident
@@ -212,21 +226,42 @@ func New(opts Options) (*Watchdog, error) {
 	return w, nil
 }
 
-// Run samples every interval until ctx is done, then returns nil.
+// fastCycle is the cycle while work is pending: the scrape and the probe
+// cost the engine almost nothing, and a stall is only timed from the
+// first sample that sees it, so a cycle as long as the window's floor
+// would add up to a floor to every detection.
+func fastCycle(interval time.Duration) time.Duration { return interval / 5 }
+
+// Run samples until ctx is done, then returns nil: every interval, or
+// every fastCycle while the last scrape's gauges showed work.
 func (w *Watchdog) Run(ctx context.Context) error {
 	if w.ownProbes != nil {
 		defer w.ownProbes.Close()
 	}
-	t := time.NewTicker(w.interval)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
+		start := time.Now()
 		w.Cycle(ctx)
+		// The next cycle is due a cycle after this one began (as a
+		// ticker would keep it), at once if this one ran late.
+		t.Reset(max(w.cycleLen()-time.Since(start), 0))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
 	}
+}
+
+// cycleLen is the time from one cycle's start to the next's.
+func (w *Watchdog) cycleLen() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fast {
+		return fastCycle(w.interval)
+	}
+	return w.interval
 }
 
 // Current returns the last verdict and the open incident (nil if none),
@@ -293,9 +328,23 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	sc := scanHistory(whole, now)
 	w.work.learn(whole, now)
 	params := w.params(now)
-	params.Tolerance = w.interval / 10
+	wasFast := w.fast
+	// A tenth of the cycle that led here (see Params.Tolerance).
+	if wasFast {
+		params.Tolerance = fastCycle(w.interval) / 10
+	} else {
+		params.Tolerance = w.interval / 10
+	}
 	w.window(&params, whole, &sc)
 	v := Classify(w.history, params, now)
+	// Fast cycles only on a readable scrape whose gauges show work, until
+	// the verdict is hung: an engine that refuses or times out is judged
+	// down or wedged over samples an interval apart, as before; vigil's
+	// own probe alone is no work to watch closely (on an idle engine it
+	// would only sample its own probe in flight); and a hang already
+	// found needs no faster look (nor a history of a thousand one-second
+	// samples that would push its "frozen since" out).
+	w.fast = sc.last == sc.lastReadable && sc.last.Metrics.Metrics.Waiting+sc.last.Metrics.Metrics.Running > 0 && v.State != StateHung
 	w.history = trim(w.history, &sc, now, w.retention())
 	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
 	v.Recovering = busy
@@ -309,6 +358,11 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	prev, first := w.current, !w.cycled
 	w.current, w.cycled = v, true
 	snapshot := persisted{tracker: w.tracker, LastReady: w.lastReady, History: w.history, Work: w.work, Held: w.held}
+	// Fast cycles persist at most once an interval: the state file is
+	// what a restart of vigil resumes from, and an interval's samples
+	// more or less change nothing of it; an incident opening or resolving
+	// is saved at once.
+	save := !wasFast || first || opened || resolved || !now.Before(w.savedAt.Add(w.interval))
 	w.mu.Unlock()
 
 	// The next completion probe runs while we wait for the next cycle.
@@ -318,7 +372,10 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	}
 	w.probes.StartCompletion(model)
 
-	w.persist(snapshot)
+	if save {
+		w.persist(snapshot)
+		w.savedAt = now
+	}
 	w.metrics.verdict(v, opened)
 	w.logVerdict(prev, v, inc, first, opened, resolved)
 	if w.opts.Watchdog.RetryStorm.Enabled {
@@ -462,7 +519,7 @@ func (w *Watchdog) window(p *Params, whole []Sample, sc *scan) {
 		win.D = w.held
 	}
 	w.held = win.D
-	p.HangAfter, p.WindowWhy = win.D, win.Why
+	p.HangAfter, p.WindowWhy, p.WindowFrom = win.D, win.Why, win.From
 	w.metrics.hangAfter.Set(win.D.Seconds())
 }
 
@@ -491,7 +548,8 @@ func trim(h []Sample, sc *scan, now time.Time, retention time.Duration) []Sample
 	return append([]Sample(nil), h[cut:]...)
 }
 
-// sampleOnce takes one sample: the three synchronous probes in parallel,
+// sampleOnce takes one sample: the synchronous probes in parallel (and
+// the sleep-mode query when p is a Sleeper),
 // each bounded by timeout, and the completion probe's current status.
 func sampleOnce(ctx context.Context, p Probes, now time.Time, timeout time.Duration) Sample {
 	s := Sample{At: now}
@@ -501,6 +559,10 @@ func sampleOnce(ctx context.Context, p Probes, now time.Time, timeout time.Durat
 		defer cancel()
 	}
 	var wg sync.WaitGroup
+	if sl, ok := p.(Sleeper); ok {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Asleep, _ = sl.Sleeping(ctx) }()
+	}
 	wg.Add(3)
 	go func() { defer wg.Done(); s.Models = p.Models(ctx) }()
 	go func() { defer wg.Done(); s.Health = p.Health(ctx) }()
@@ -720,6 +782,11 @@ func (w *Watchdog) notice(kind, text string) {
 // holds its cap's growth through the whole episode instead of growing
 // between flips and being cut again at the next.
 //
+// The same holds through an unknown verdict that is only a stall short of
+// the window: with one-second cycles under load a pair of samples without
+// a counter move is common, and each flip off and on again would cut the
+// limiter's cap by another step.
+//
 // Saturation seen only at the limiter (it sheds, the engine's queue is
 // shallow) is the limiter doing its job: telling it would cut its cap and
 // shed more.
@@ -727,5 +794,7 @@ func saturatedForLimiter(v Verdict, inc *Incident) bool {
 	if v.State == StateSaturated {
 		return !v.Evidence.LimiterOnly
 	}
-	return v.State == StateHealthy && inc.Open() && inc.Peak == StateSaturated && inc.EngineSaturated
+	shortStall := v.State == StateUnknown && v.Evidence.MetricsError == "" &&
+		v.Evidence.Stalled > 0 && v.Evidence.Stalled < v.Evidence.HangAfter
+	return (v.State == StateHealthy || shortStall) && inc.Open() && inc.Peak == StateSaturated && inc.EngineSaturated
 }

@@ -102,7 +102,10 @@ func (r *rig) incidentIDs() []string {
 	return ids
 }
 
-func TestSaturatedForAnHourNeverRestarts(t *testing.T) {
+// Twenty minutes of one-second cycles (work is pending throughout):
+// long enough for the window's history, the capacity and retry-storm
+// windows and the probe's timeouts to turn over several times.
+func TestSaturatedForTwentyMinutesNeverRestarts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, nil, nil)
 		r.engine.set(func(f *fakeEngine) {
@@ -110,7 +113,7 @@ func TestSaturatedForAnHourNeverRestarts(t *testing.T) {
 			f.probeLatency = 2 * time.Minute // every probe times out at 90 s
 		})
 		r.start()
-		time.Sleep(time.Hour + time.Second) // the cycle at 1h completes
+		time.Sleep(20*time.Minute + time.Second) // the cycle at 20m completes
 		r.stop()
 
 		if n := r.rec.count(); n != 0 {
@@ -141,8 +144,9 @@ func TestSaturatedForAnHourNeverRestarts(t *testing.T) {
 		r.mu.Lock()
 		cycles := r.cycles
 		r.mu.Unlock()
-		if cycles != 241 {
-			t.Fatalf("OnCycle called %d times in an hour of 15 s cycles, want 241", cycles)
+		// Work is pending throughout: a cycle every fastCycle.
+		if want := int(20*time.Minute/fastCycle(configs.Default().Watchdog.Interval)) + 1; cycles != want {
+			t.Fatalf("OnCycle called %d times in 20 minutes of fast cycles, want %d", cycles, want)
 		}
 	})
 }
@@ -580,6 +584,18 @@ func TestTheLimiterHearsSaturationUntilTheIncidentResolves(t *testing.T) {
 		if now, _ := r.limiter.get(); !now {
 			t.Fatal("the limiter was not told the engine is saturated")
 		}
+		// A few seconds without a counter move under saturation: unknown,
+		// a stall short of the window; the limiter stays told.
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(4 * time.Second)
+		if v, _ := r.w.Current(); v.State != StateUnknown {
+			t.Fatalf("4 s stalled: %s (%s), want unknown", v.State, v.Reason)
+		}
+		if now, _ := r.limiter.get(); !now {
+			t.Fatal("a stall short of the window flipped the limiter off")
+		}
+		r.engine.set(func(f *fakeEngine) { f.mode = "serving" })
+		time.Sleep(2 * time.Second)
 		r.engine.set(func(f *fakeEngine) { f.waiting = 0 })
 		time.Sleep(30 * time.Second)
 		v, inc := r.w.Current()
@@ -587,9 +603,9 @@ func TestTheLimiterHearsSaturationUntilTheIncidentResolves(t *testing.T) {
 			t.Fatalf("30 s calm: verdict %s, incident open %v, limiter saturated %v; want healthy, open, saturated",
 				v.State, inc.Open(), now)
 		}
-		// Cycles come every 15 s (the default interval), so the calm began
-		// at the cycle at 30 s or the one at 45 s: resolved by 105 s.
-		time.Sleep(75 * time.Second)
+		// The calm began within a cycle of the queue emptying: resolved by
+		// a minute and a cycle after.
+		time.Sleep(45 * time.Second)
 		r.stop()
 		v, inc = r.w.Current()
 		if now, _ := r.limiter.get(); inc.Open() || now {
@@ -652,9 +668,9 @@ func TestCapacityAndTheRetryStormNotice(t *testing.T) {
 		r.start()
 		time.Sleep(6 * time.Minute)
 		c := r.w.Capacity()
-		// One completion a second, plus our probe every 15 s, of 12 s
-		// each: 12.8 in flight.
-		if !c.InFlightKnown || c.InFlight < 12.7 || c.InFlight > 12.9 || c.MaxInFlight != 32 || c.Window != 5*time.Minute {
+		// One completion a second, plus our probe every fast cycle (1 s
+		// with work pending), of 12 s each: 24 in flight.
+		if !c.InFlightKnown || c.InFlight < 23.9 || c.InFlight > 24.1 || c.MaxInFlight != 32 || c.Window != 5*time.Minute {
 			t.Fatalf("capacity %+v", c)
 		}
 		if c.RetryStorm.Alarm || !c.RetryStorm.Judged {
@@ -855,5 +871,48 @@ func TestConditionsDuringVigilsOwnRecoveryAreMarked(t *testing.T) {
 		if n := conds.recoveringCycles(); n < 4 || n >= cycles {
 			t.Fatalf("%d of %d cycles told as recovering, want those after the recovery began", n, cycles)
 		}
+	})
+}
+
+// The cycle runs every interval on an idle engine, every fastCycle while
+// work is pending, and at the interval again once the verdict is hung.
+func TestTheCycleIsFastOnlyWhileWorkIsPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, nil, nil)
+		iv := configs.Default().Watchdog.Interval
+		count := func(d time.Duration) int {
+			r.mu.Lock()
+			before := r.cycles
+			r.mu.Unlock()
+			time.Sleep(d)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.cycles - before
+		}
+		r.start()
+		if n := count(time.Minute); n != int(time.Minute/iv) {
+			t.Fatalf("idle: %d cycles in a minute, want %d (every %s)", n, time.Minute/iv, iv)
+		}
+		// vigil's own probe out at every sample is no work to watch.
+		r.engine.set(func(f *fakeEngine) { f.probeLatency = 7 * time.Second })
+		if n := count(time.Minute); n != int(time.Minute/iv) {
+			t.Fatalf("idle, the probe out: %d cycles in a minute, want %d (every %s)", n, time.Minute/iv, iv)
+		}
+		r.engine.set(func(f *fakeEngine) {
+			f.waiting, f.running, f.tokensPerSec, f.probeLatency = 2, 8, 900, 50*time.Millisecond
+		})
+		time.Sleep(iv) // the first cycle that sees the work
+		if n := count(time.Minute); n != int(time.Minute/fastCycle(iv)) {
+			t.Fatalf("work pending: %d cycles in a minute, want %d (every %s)", n, time.Minute/fastCycle(iv), fastCycle(iv))
+		}
+		r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+		time.Sleep(4 * time.Minute) // hung at the fixed 3m window
+		if v, _ := r.w.Current(); v.State != StateHung {
+			t.Fatalf("after 4 minutes frozen: %s", v.State)
+		}
+		if n := count(time.Minute); n != int(time.Minute/iv) {
+			t.Fatalf("hung: %d cycles in a minute, want %d (every %s)", n, time.Minute/iv, iv)
+		}
+		r.stop()
 	})
 }

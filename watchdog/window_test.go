@@ -87,9 +87,10 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 			log:  served(40_000), want: ceiling, says: "no limiter in front",
 		},
 		{
-			name: "an engine vigil has never seen serve: the ceiling",
+			// No warm-up: the floor from the first samples.
+			name: "an engine vigil has never seen serve, idle: the floor",
 			hist: func() *sim { return newSim().work(0, 0).tick(3, through(0, 0)) },
-			log:  &workLog{}, want: ceiling, says: "not been seen serving",
+			log:  &workLog{}, want: floor, says: "(auto, the floor)",
 		},
 		{
 			name: "a prompt in flight and no prefill rate measured: the ceiling",
@@ -124,6 +125,51 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 			says: "longest prefill in flight 196,763 tokens",
 		},
 	}
+	// The engine's own figures: 1,000,000 prompt tokens, 100,000 of them
+	// from the prefix cache, in 45 s of prefill: 20,000 tok/s.
+	figures := func(s *sim) {
+		s.m.Extra[probes.MetricPromptTokens] = 1_000_000
+		s.m.Extra[probes.MetricPrefixCacheHits] = 100_000
+		s.m.Extra[probes.MetricPrefillTimeSum] = 45
+	}
+	cases = append(cases, []struct {
+		name string
+		hist func() *sim
+		log  *workLog
+		want time.Duration
+		says string
+	}{
+		{
+			// One client at a time with long answers: vigil's busy-time
+			// rate (120 tok/s) counts decode as busy; 2,352 / 120 x 3
+			// would be a minute.
+			name: "a decode-heavy engine on a fresh vigil: its own prefill rate, the floor",
+			hist: func() *sim { s := newSim(); figures(s); return s.work(0, 1).tick(3, through(1, 2352)) },
+			log:  served(120), want: floor, says: "longest prefill in flight 2,352 tokens at 20,000 tok/s",
+		},
+		{
+			// Slowed 20x over the last minutes: the recent figure rules.
+			name: "an engine slowed 20x: its recent prefill rate sizes the prompt",
+			hist: func() *sim { s := newSim(); figures(s); return s.work(0, 1).tick(3, through(1, 20_000)) },
+			log:  &workLog{Engine: []logged{{At: t0, V: 10_000, D: 10 * time.Second}}},
+			// 20,000 / 1,000 = 20 s, plus a step, times 3.
+			want: 63 * time.Second, says: "the slower of 1,000 tok/s over the last 10m00s and 20,000 tok/s since it started",
+		},
+		{
+			// A quiet engine's last minutes: 120 of vigil's one-token
+			// probes, 20 ms of prefill each (a step's fixed cost), read
+			// 50 tok/s; they tell nothing of the rate.
+			name: "a quiet engine whose recent prefills are vigil's probes: its rate since it started",
+			hist: func() *sim {
+				s := newSim()
+				figures(s)
+				s.m.Extra[probes.MetricPrefillTimeCount] = 900 // 1,000 computed tokens a prefill
+				return s.work(0, 1).tick(3, through(1, 2352))
+			},
+			log:  &workLog{Engine: []logged{{At: t0, V: 120, D: 2400 * time.Millisecond, N: 120}}},
+			want: floor, says: "20,000 tok/s by the engine's prefill-time histogram",
+		},
+	}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -132,7 +178,7 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 			if w.D.Round(time.Millisecond) != c.want.Round(time.Millisecond) {
 				t.Errorf("window %s, want %s (%s)", w.D, c.want, w.Why)
 			}
-			if !strings.Contains(w.Why, c.says) {
+			if !strings.Contains(w.Why+"; learned from: "+w.From, c.says) {
 				t.Errorf("why %q does not say %q", w.Why, c.says)
 			}
 		})
@@ -200,7 +246,7 @@ func TestTheWindowNeverShrinksWhileAStallIsTimedAndSurvivesARestartOfVigil(t *te
 	r2.w.mu.Lock()
 	restored := r2.w.work.Served
 	r2.w.mu.Unlock()
-	if restored < servedEnough {
+	if restored != 240 {
 		t.Fatalf("the restarted vigil's log has %d cycles served, want the persisted %d", restored, 240)
 	}
 	r2.w.Cycle(t.Context())
@@ -228,5 +274,76 @@ func TestAStallAFewMillisecondsShortOfTheWindowReachesIt(t *testing.T) {
 	p.Tolerance = iv / 10
 	if v := Classify(s.samples, p, s.at); v.State != StateHung {
 		t.Fatalf("with the loop's tolerance: %s (%s), want HUNG", v.State, v.Reason)
+	}
+}
+
+// vLLM's sleep mode: an engine put to sleep with calls held is LOADING
+// (asleep), never hung, however long it sleeps; its sleep is no silence
+// the log learns; once woken it gets a whole window for its first move,
+// and a hang after it is still found.
+func TestAnEngineAsleepOnPurposeIsNeverHungAndAHangAfterItIsFound(t *testing.T) {
+	t.Parallel()
+	s := newSim().work(0, 0).tick(4, func(s *sim) { s.serve(3000, 10) })
+	s.work(3, 2)
+	for range 40 { // ten minutes asleep, counters frozen, probe unanswered
+		s.tick(1, keepProbeOutstanding(90*time.Second))
+		s.samples[len(s.samples)-1].Asleep = true
+	}
+	p := defaultParams()
+	p.HangAfter = 40 * time.Second
+	var l workLog
+	for i := 2; i <= len(s.samples); i++ {
+		l.learn(s.samples[:i], s.samples[i-1].At)
+		h := s.samples[:i]
+		if v := Classify(h, p, h[i-1].At); v.State == StateHung {
+			t.Fatalf("asleep: %s", v.Reason)
+		} else if h[i-1].Asleep && (v.State != StateLoading || !strings.Contains(v.Reason, "asleep")) {
+			t.Fatalf("asleep: %s (%s), want LOADING (asleep)", v.State, v.Reason)
+		}
+	}
+	// Woken: still frozen for two cycles (weights reloading): not hung.
+	s.tick(2, keepProbeOutstanding(90*time.Second))
+	if v := Classify(s.samples, p, s.at); v.State == StateHung {
+		t.Fatalf("30s after waking: %s", v.Reason)
+	}
+	// Frozen past the window after waking: hung.
+	s.tick(1, keepProbeOutstanding(90*time.Second))
+	if v := Classify(s.samples, p, s.at); v.State != StateHung {
+		t.Fatalf("45s after waking, frozen with work: %s (%s), want HUNG", v.State, v.Reason)
+	}
+	for i := len(s.samples) - 3; i <= len(s.samples); i++ {
+		l.learn(s.samples[:i], s.samples[i-1].At)
+	}
+	if q := l.gapQ(); q > iv {
+		t.Fatalf("the log learned a silence of %s from the sleep", q)
+	}
+}
+
+// The log keeps the engine's own figures between samples, prefix-cache
+// hits left out, and learns the busy-time rate from computed tokens only.
+func TestTheWorkLogKeepsTheEnginesFiguresWithoutCacheHits(t *testing.T) {
+	t.Parallel()
+	s := newSim().work(2, 8)
+	s.m.Extra[probes.MetricPromptTokens] = 0
+	s.m.Extra[probes.MetricPrefixCacheHits] = 0
+	s.m.Extra[probes.MetricPrefillTimeSum] = 0
+	// 60,000 prompt tokens a cycle, 54,000 of them cached, 1.5 s of
+	// prefill: 4,000 tok/s computed, not 40,000.
+	grow := func(s *sim) {
+		s.serve(3000, 10)
+		s.m.Extra[probes.MetricPromptTokens] += 60_000
+		s.m.Extra[probes.MetricPrefixCacheHits] += 54_000
+		s.m.Extra[probes.MetricPrefillTimeSum] += 1.5
+	}
+	s.tick(5, grow)
+	var l workLog
+	for i := 2; i <= len(s.samples); i++ {
+		l.learn(s.samples[:i], s.samples[i-1].At)
+	}
+	if got := l.engineRecent(s.at); got < 3999 || got > 4001 {
+		t.Errorf("engine's recent rate %v tok/s, want 4,000 (%+v)", got, l.Engine)
+	}
+	if got, want := l.prefillRate(), 6_000/iv.Seconds(); got != want {
+		t.Errorf("busy-time rate %v tok/s, want %v (computed tokens only)", got, want)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,8 +26,14 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // fixedWindow is the arm auto is compared with: vigil's window before
-// hang_after: auto, and still its ceiling (hang_after_max).
-const fixedWindow = 3 * time.Minute
+// hang_after: auto, still its ceiling (hang_after_max), and what auto held
+// before issue 37 in every arm but load (one client at a time, the first
+// minutes, work around the limiter: bench/README.md). It runs with
+// oldInterval, the default interval before issue 37.
+const (
+	fixedWindow = 3 * time.Minute
+	oldInterval = 15 * time.Second
+)
 
 // workload is a call shape and how to size the engine's capacity for it.
 type workload struct {
@@ -66,6 +74,9 @@ type options struct {
 	duration time.Duration
 	seed     uint64
 	only     string
+	arms     string
+	battery  bool
+	only37   string
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -75,10 +86,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.scale, "scale", 25, "engine time runs this many times faster than wall time")
 	fs.Float64Var(&o.load, "load", 1, "offered load as a multiple of the engine's capacity")
 	fs.IntVar(&o.reps, "reps", 3, "hangs injected per workload and window (0: skip the detection runs)")
-	fs.DurationVar(&o.warmup, "warmup", 150*time.Second, "load before each hang, engine time (auto needs 8 cycles of serving to size the window below its ceiling)")
+	fs.DurationVar(&o.warmup, "warmup", 90*time.Second, "load before each hang, engine time (the firstminute arm has its own 40 s)")
 	fs.DurationVar(&o.duration, "duration", 20*time.Minute, "length of the false-hang run per workload, engine time (0: skip it)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrivals and calls (rep i uses seed+i)")
 	fs.StringVar(&o.only, "workload", "both", "chat, longprompt or both")
+	fs.StringVar(&o.arms, "arms", "load,light,firstminute,around", "the detection arms, comma-separated")
+	fs.BoolVar(&o.battery, "battery", true, "run the false-hang battery (on the first workload)")
+	fs.StringVar(&o.only37, "battery-match", "", "run only the battery cases whose name contains this")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -99,9 +113,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hangdetect: -workload %q: want chat, longprompt or both\n", o.only)
 		return 2
 	}
+	var chosen []arm
+	for _, name := range strings.Split(o.arms, ",") {
+		i := slices.IndexFunc(arms, func(a arm) bool { return a.name == name })
+		if i < 0 {
+			fmt.Fprintf(stderr, "hangdetect: -arms: %q is not one of load, light, firstminute, around\n", name)
+			return 2
+		}
+		chosen = append(chosen, arms[i])
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := experiment(ctx, o, list, stdout, stderr)
+	rep, err := experiment(ctx, o, list, chosen, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "hangdetect: %v\n", err)
 		return 1
@@ -110,37 +133,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func experiment(ctx context.Context, o options, list []workload, stdout, stderr io.Writer) (*report, error) {
+func experiment(ctx context.Context, o options, list []workload, chosen []arm, stdout, stderr io.Writer) (*report, error) {
 	start := time.Now()
 	d := configs.Default().Watchdog
 	fmt.Fprintf(stdout, "Simulated engine: enginesim defaults (256 seqs, 8,192-token steps), scale %g. Limiter: vigil's admission defaults (automatic cap), engine-time clock.\n", o.scale)
-	fmt.Fprintf(stdout, "Watchdog: defaults, interval %s, hang_after auto (min %s, max %s) or fixed %s; probe timeout %s, SLO %s; all divided by the scale.\n",
+	fmt.Fprintf(stdout, "Watchdog: defaults, interval %s, hang_after auto (min %s, max %s); or the old defaults' outcome in these arms: interval %s, fixed %s; probe timeout %s, SLO %s; all divided by the scale.\n",
 		humanize.Duration(d.Interval), humanize.Duration(d.HangAfterMin), humanize.Duration(d.HangAfterMax),
-		humanize.Duration(fixedWindow), humanize.Duration(d.ProbeTimeout), humanize.Duration(d.ProbeSLO))
-	fmt.Fprintf(stdout, "Clients: open-loop Poisson at %.2f C, unary /v1/completions through the limiter, prompt text ~4 characters a token, 600 s timeout, 2 retries. Answers lognormal, median %d tokens (mean %.0f).\n",
+		humanize.Duration(oldInterval), humanize.Duration(fixedWindow), humanize.Duration(d.ProbeTimeout), humanize.Duration(d.ProbeSLO))
+	fmt.Fprintf(stdout, "Clients: open-loop Poisson at %.2f C, unary /v1/completions, prompt text ~4 characters a token, 600 s timeout, 2 retries. Answers lognormal, median %d tokens (mean %.0f).\n",
 		o.load, answerMedian, meanAnswer)
-	fmt.Fprintf(stdout, "Each hang: %s of load and a random part of an interval, then enginesim Engine.Hang(); detection = first HUNG verdict's sample time - the hang. All figures engine time.\n\n", o.warmup)
+	for _, a := range chosen {
+		fmt.Fprintf(stdout, "Arm %s: %s; target HUNG within %s.\n", a.name, a.desc, humanize.Duration(a.target))
+	}
+	fmt.Fprintf(stdout, "Each hang: %s of load (firstminute: 40 s) and a random part of an interval, then enginesim Engine.Hang(); detection = first HUNG verdict's sample time - the hang. All figures engine time.\n\n", o.warmup)
 	rep := &report{scale: o.scale}
 	for _, wl := range list {
 		c := enginesim.MeasureCapacity(harness.PaperEngineConfig(o.scale, true, ""), wl.mean)
 		fmt.Fprintf(stdout, "%s: %s; capacity C = %.2f calls/s (enginesim.MeasureCapacity)\n", wl.name, wl.desc, c)
 		wr := workloadResult{name: wl.name, capacity: c}
-		// Interleaved, so that noise on the shared machine falls on both
-		// windows alike.
-		for i := range o.reps {
-			seed := o.seed + uint64(i)
-			for _, w := range []time.Duration{0, fixedWindow} {
-				fmt.Fprintf(stderr, "hangdetect: %s: rep %d, hang_after %s ...\n", wl.name, i+1, windowName(w))
-				h, err := detect(ctx, o, wl, c, w, seed)
-				if err != nil {
-					return nil, fmt.Errorf("%s rep %d (%s): %w", wl.name, i+1, windowName(w), err)
-				}
-				if w == 0 {
-					wr.auto = append(wr.auto, h)
-				} else {
-					wr.fixed = append(wr.fixed, h)
+		for _, a := range chosen {
+			ar := armResult{arm: a}
+			// Interleaved, so that noise on the shared machine falls on
+			// both windows alike.
+			for i := range o.reps {
+				seed := o.seed + uint64(i)
+				for _, w := range []time.Duration{0, fixedWindow} {
+					fmt.Fprintf(stderr, "hangdetect: %s %s: rep %d, hang_after %s ...\n", wl.name, a.name, i+1, windowName(w))
+					h, err := detect(ctx, o, wl, c, w, seed, a)
+					if err != nil {
+						return nil, fmt.Errorf("%s %s rep %d (%s): %w", wl.name, a.name, i+1, windowName(w), err)
+					}
+					if w == 0 {
+						ar.auto = append(ar.auto, h)
+					} else {
+						ar.fixed = append(ar.fixed, h)
+					}
 				}
 			}
+			wr.arms = append(wr.arms, ar)
 		}
 		if o.duration > 0 {
 			fmt.Fprintf(stderr, "hangdetect: %s: %s without a fault, hang_after auto ...\n", wl.name, o.duration)
@@ -151,6 +181,22 @@ func experiment(ctx context.Context, o options, list []workload, stdout, stderr 
 			wr.long = &l
 		}
 		rep.workloads = append(rep.workloads, wr)
+	}
+	if o.battery {
+		wl := list[0]
+		c := rep.workloads[0].capacity
+		for i, b := range batteries {
+			if !strings.Contains(b.name, o.only37) {
+				continue
+			}
+			fmt.Fprintf(stderr, "hangdetect: battery: %s ...\n", b.name)
+			res, err := runBattery(ctx, o, wl, c, b, o.seed+2000+uint64(i))
+			if err != nil {
+				return nil, fmt.Errorf("battery %q: %w", b.name, err)
+			}
+			rep.battery = append(rep.battery, res)
+		}
+		rep.batteryWorkload = wl.name
 	}
 	rep.wall = time.Since(start)
 	fmt.Fprintln(stdout)
@@ -192,8 +238,8 @@ type hangResult struct {
 
 // detect loads a fresh rig for o.warmup, hangs the engine, and times the
 // first HUNG verdict.
-func detect(ctx context.Context, o options, wl workload, c float64, hangAfter time.Duration, seed uint64) (hangResult, error) {
-	r, err := startRig(ctx, o, wl, c, hangAfter, seed)
+func detect(ctx context.Context, o options, wl workload, c float64, hangAfter time.Duration, seed uint64, a arm) (hangResult, error) {
+	r, err := startRig(ctx, o, wl, o.load*c, hangAfter, seed, a)
 	if err != nil {
 		return hangResult{}, err
 	}
@@ -201,7 +247,11 @@ func detect(ctx context.Context, o options, wl workload, c float64, hangAfter ti
 	// The hang lands at a random point of the sampling cycle, as a real
 	// one does: detection depends on that phase by up to an interval.
 	phase := time.Duration(rand.New(rand.NewPCG(seed, 0x9a5e)).Float64() * float64(configs.Default().Watchdog.Interval))
-	if !r.clock.Sleep(ctx, o.warmup+phase) {
+	warmup := o.warmup
+	if a.warmup > 0 {
+		warmup = a.warmup
+	}
+	if !r.clock.Sleep(ctx, warmup+phase) {
 		return hangResult{}, ctx.Err()
 	}
 	hungAt := time.Now()
@@ -252,7 +302,9 @@ type longResult struct {
 	// seen serving for 8 cycles.
 	atCeiling, warmupVerdicts int
 	// ceilingAfter counts the verdicts after the warm-up at the ceiling.
-	ceilingAfter   int
+	ceilingAfter int
+	// hungWhy are the reasons of the HUNG verdicts (engine time), the first few.
+	hungWhy        []string
 	served         float64 // completions per engine second, over C
 	sent, answered int64
 	limiter        string // the limiter's counters at the end
@@ -266,7 +318,7 @@ type windowSeen struct {
 // longRun loads a fresh rig with hang_after: auto for o.duration and
 // counts what the watchdog said of an engine that never hangs.
 func longRun(ctx context.Context, o options, wl workload, c float64, seed uint64) (longResult, error) {
-	r, err := startRig(ctx, o, wl, c, 0, seed)
+	r, err := startRig(ctx, o, wl, o.load*c, 0, seed, arm{name: "long"})
 	if err != nil {
 		return longResult{}, err
 	}
@@ -295,6 +347,10 @@ func longRun(ctx context.Context, o options, wl workload, c float64, seed uint64
 		l.states[v.State]++
 		if v.State == watchdog.StateHung {
 			l.hung++
+			if len(l.hungWhy) < 3 {
+				l.hungWhy = append(l.hungWhy, fmt.Sprintf("at %s: %s; %s", humanize.Duration(r.engine(v.At.Sub(r.started))),
+					engineWhy(v.Reason, o.scale), engineWhy(v.Evidence.HangAfterWhy, o.scale)))
+			}
 		}
 		if v.At.Before(warm) {
 			l.warmupVerdicts++

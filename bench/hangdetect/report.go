@@ -13,66 +13,91 @@ import (
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
-// bar is issue 25's: with defaults, a hang under load is HUNG within this.
-const bar = 30 * time.Second
-
 type workloadResult struct {
-	name        string
-	capacity    float64
+	name     string
+	capacity float64
+	arms     []armResult
+	long     *longResult
+}
+
+// armResult is one arm's hangs, with auto and with the old defaults.
+type armResult struct {
+	arm
 	auto, fixed []hangResult
-	long        *longResult
 }
 
 type report struct {
-	scale     float64
-	workloads []workloadResult
-	wall      time.Duration
+	scale           float64
+	workloads       []workloadResult
+	battery         []batteryResult
+	batteryWorkload string
+	wall            time.Duration
 }
 
 func (r *report) print(w io.Writer) {
 	r.printDetection(w)
 	r.printFalseHangs(w)
+	r.printBattery(w)
 	fmt.Fprintf(w, "\nWall time %s at scale %g.\n", r.wall.Round(time.Second), r.scale)
 }
 
 func (r *report) printDetection(w io.Writer) {
-	t := humanize.Table{Header: []string{"workload", "hang_after", "detected after, each hang (s)", "median (s)", "max (s)",
-		"window at the verdict (s)", "median auto / fixed", "bar: every hang < 30 s"}}
+	t := humanize.Table{Header: []string{"workload", "arm", "hang_after", "detected after, each hang (s)", "median (s)", "max (s)",
+		"window at the verdict (s)", "median auto / old", "target: every hang within"}}
 	shown := false
 	for _, wr := range r.workloads {
-		if len(wr.auto) == 0 {
-			continue
+		for _, ar := range wr.arms {
+			if len(ar.auto) == 0 {
+				continue
+			}
+			shown = true
+			ma, mf := medianTook(ar.auto), medianTook(ar.fixed)
+			ratio := "n/a"
+			if ma > 0 && mf > 0 {
+				ratio = fmt.Sprintf("%.2fx", ma.Seconds()/mf.Seconds())
+			}
+			t.Add(wr.name, ar.name, "auto", tookList(ar.auto), secs(ma), secs(maxTook(ar.auto)), windowList(ar.auto), ratio, verdictBar(ar.auto, ar.target))
+			t.Add(wr.name, ar.name, humanize.Duration(fixedWindow)+", "+humanize.Duration(oldInterval)+" cycle", tookList(ar.fixed), secs(mf), secs(maxTook(ar.fixed)), windowList(ar.fixed), "", "")
 		}
-		shown = true
-		ma, mf := medianTook(wr.auto), medianTook(wr.fixed)
-		ratio := "n/a"
-		if ma > 0 && mf > 0 {
-			ratio = fmt.Sprintf("%.2fx", ma.Seconds()/mf.Seconds())
-		}
-		t.Add(wr.name, "auto", tookList(wr.auto), secs(ma), secs(maxTook(wr.auto)), windowList(wr.auto), ratio, verdictBar(wr.auto))
-		t.Add(wr.name, humanize.Duration(fixedWindow), tookList(wr.fixed), secs(mf), secs(maxTook(wr.fixed)), windowList(wr.fixed), "", "")
 	}
 	if !shown {
 		return
 	}
-	fmt.Fprintln(w, "Detection of a hang under load (Engine.Hang() after the warm-up; \"-\": not HUNG within the ceiling + 4 intervals):")
+	fmt.Fprintln(w, "Detection of a hang (Engine.Hang() after the warm-up; \"-\": not HUNG within the ceiling + 4 intervals):")
 	t.Print(w)
 	for _, wr := range r.workloads {
-		for i, h := range wr.auto {
-			fmt.Fprintf(w, "%s auto rep %d: HUNG by %s; before the hang %s; stalled at the cycles in between (s): %s",
-				wr.name, i+1, orDash(h.why), orDash(h.beforeWhy), stallList(h.stalled))
-			if n := h.falseBefore + falseBefore(wr.fixed, i); n > 0 {
-				fmt.Fprintf(w, "; %d HUNG verdicts before the hang", n)
-			}
-			fmt.Fprintln(w)
-		}
-		for i, h := range wr.fixed {
-			if len(h.stalled) > 0 {
-				fmt.Fprintf(w, "%s 3m rep %d: stalled at the last cycle before HUNG: %s s\n", wr.name, i+1, ms(h.stalled[len(h.stalled)-1]))
+		for _, ar := range wr.arms {
+			for i, h := range ar.auto {
+				fmt.Fprintf(w, "%s %s auto rep %d: HUNG by %s; before the hang %s; stalled at the cycles in between (s): %s",
+					wr.name, ar.name, i+1, orDash(h.why), orDash(h.beforeWhy), stallList(h.stalled))
+				if n := h.falseBefore + falseBefore(ar.fixed, i); n > 0 {
+					fmt.Fprintf(w, "; %d HUNG verdicts before the hang", n)
+				}
+				fmt.Fprintln(w)
 			}
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+func (r *report) printBattery(w io.Writer) {
+	if len(r.battery) == 0 {
+		return
+	}
+	t := humanize.Table{Header: []string{"false-hang battery (" + r.batteryWorkload + " calls)", "verdicts", "HUNG", "recoveries asked", "longest window (s)", "states"}}
+	hung := 0
+	for _, b := range r.battery {
+		hung += b.hung
+		t.Add(b.name, b.verdicts, b.hung, b.recoveries, secs(b.longest.d), stateList(b.states))
+	}
+	fmt.Fprintf(w, "\nFalse-hang battery with the defaults (hang_after: auto), each on a fresh rig, no fault: %d HUNG in all.\n", hung)
+	t.Print(w)
+	for _, b := range r.battery {
+		fmt.Fprintf(w, "%s: longest window: %s\n", b.name, orDash(b.longest.why))
+		for _, why := range b.hungWhy {
+			fmt.Fprintf(w, "%s: HUNG %s\n", b.name, why)
+		}
+	}
 }
 
 func falseBefore(hs []hangResult, i int) int {
@@ -101,13 +126,16 @@ func (r *report) printFalseHangs(w io.Writer) {
 	if !shown {
 		return
 	}
-	fmt.Fprintln(w, "False hangs with hang_after: auto, no fault (window figures exclude the warm-up, where auto holds the ceiling until the engine has served 8 cycles):")
+	fmt.Fprintln(w, "False hangs with hang_after: auto, no fault (window figures exclude the warm-up):")
 	t.Print(w)
 	for _, wr := range r.workloads {
 		if l := wr.long; l != nil {
 			_, med, hi := windowStats(l.windows)
 			fmt.Fprintf(w, "%s: at the median: %s; at the max: %s; warm-up: %d of %d verdicts at the ceiling; limiter at the end: %s\n",
 				wr.name, orDash(med.why), orDash(hi.why), l.atCeiling, l.warmupVerdicts, l.limiter)
+			for _, why := range l.hungWhy {
+				fmt.Fprintf(w, "%s: HUNG %s\n", wr.name, why)
+			}
 		}
 	}
 }
@@ -158,16 +186,18 @@ func windowList(hs []hangResult) string {
 	return strings.Join(s, ", ")
 }
 
-func verdictBar(hs []hangResult) string {
+// verdictBar says whether every hang was HUNG within the arm's target
+// (issue 37's, engine time).
+func verdictBar(hs []hangResult, target time.Duration) string {
 	if len(hs) == 0 {
 		return ""
 	}
 	for _, h := range hs {
-		if !h.detected || h.took >= bar {
-			return "NOT MET"
+		if !h.detected || h.took > target {
+			return humanize.Duration(target) + ": NOT MET"
 		}
 	}
-	return "MET"
+	return humanize.Duration(target) + ": MET"
 }
 
 func stateList(m map[watchdog.State]int) string {

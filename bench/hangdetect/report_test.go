@@ -61,21 +61,24 @@ func TestReportPrintsBothTablesAndTheRatio(t *testing.T) {
 	}
 	l := &longResult{duration: 20 * time.Minute, verdicts: 80, windows: []windowSeen{
 		{15 * time.Second, "a"}, {15 * time.Second, "b"}, {18 * time.Second, "c"}}}
-	r := &report{scale: 25, workloads: []workloadResult{{name: "chat",
+	r := &report{scale: 25, workloads: []workloadResult{{name: "chat", arms: []armResult{{
+		arm:   arm{name: "light", target: 30 * time.Second},
 		auto:  []hangResult{h(20, 15), h(25, 15), {}},
-		fixed: []hangResult{h(190, 180), h(185, 180), h(181, 180)}, long: l}}}
+		fixed: []hangResult{h(190, 180), h(185, 180), h(181, 180)}}}, long: l}},
+		battery: []batteryResult{{name: "sleep", verdicts: 40, hung: 1, longest: windowSeen{3 * time.Minute, "why"}}}, batteryWorkload: "chat"}
 	var buf bytes.Buffer
 	r.print(&buf)
 	out := buf.String()
-	for _, want := range []string{" 20.0, 25.0, - |", "NOT MET", "15.0 / 15.0 / 18.0", "at the median: b"} {
+	for _, want := range []string{"| chat     | light |", " 20.0, 25.0, - |", "30s: NOT MET", "15.0 / 15.0 / 18.0", "at the median: b",
+		"1 HUNG in all", "| sleep "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
-	r.workloads[0].auto[2] = h(29, 15)
+	r.workloads[0].arms[0].auto[2] = h(29, 15)
 	buf.Reset()
 	r.print(&buf)
-	if out := buf.String(); !strings.Contains(out, "0.14x") || !strings.Contains(out, " MET |") || strings.Contains(out, "NOT MET") {
+	if out := buf.String(); !strings.Contains(out, "0.14x") || !strings.Contains(out, "30s: MET |") || strings.Contains(out, "NOT MET") {
 		t.Errorf("want the median ratio 25/185 and MET:\n%s", out)
 	}
 }

@@ -114,15 +114,17 @@ type rig struct {
 }
 
 // startRig serves an engine behind the limiter with its defaults, watches
-// it with the watchdog's defaults (hangAfter 0: auto, else that fixed
-// window, engine time) and starts open-loop Poisson calls of wl at
-// o.load times its capacity c.
-func startRig(parent context.Context, o options, wl workload, c float64, hangAfter time.Duration, seed uint64) (*rig, error) {
+// it with the watchdog's defaults (hangAfter 0: auto; else that fixed
+// window, engine time, with the old 15 s interval: the old defaults) and
+// starts calls of wl as the arm says: open-loop Poisson at rate calls per
+// engine second (0: none), or one client at a time; through the limiter,
+// or around it.
+func startRig(parent context.Context, o options, wl workload, rate float64, hangAfter time.Duration, seed uint64, a arm) (*rig, error) {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
 
 	e := enginesim.New(harness.PaperEngineConfig(o.scale, true, ""))
-	engSrv := httptest.NewServer(e.Handler())
+	engSrv := httptest.NewServer(wallMetrics(e.Handler(), o.scale))
 	u, err := url.Parse(engSrv.URL)
 	if err != nil {
 		engSrv.Close()
@@ -149,6 +151,7 @@ func startRig(parent context.Context, o options, wl workload, c float64, hangAft
 	cfg.Engine.Model = harness.PaperModel
 	if hangAfter > 0 { // else the default, auto
 		cfg.Watchdog.HangAfter = configs.Fixed(hangAfter)
+		cfg.Watchdog.Interval = oldInterval
 	}
 	cfg.Watchdog.StateFile = ""
 	cfg = scaled(cfg, o.scale)
@@ -167,7 +170,12 @@ func startRig(parent context.Context, o options, wl workload, c float64, hangAft
 	r.clock = simclient.NewClock(o.scale)
 	r.started = time.Now()
 	r.wd.Go(func() { w.Run(ctx) })
-	r.calls.Go(func() { r.offer(ctx, wl, o.load*c, seed) })
+	switch {
+	case a.light:
+		r.calls.Go(func() { r.offerOne(ctx, wl, r.clientsOf(a), seed) })
+	case rate > 0:
+		r.calls.Go(func() { r.offer(ctx, wl, rate, seed, r.clientsOf(a)) })
+	}
 	return r, nil
 }
 
@@ -180,9 +188,9 @@ var clientPolicy = simclient.RetryPolicy{MaxRetries: 2, Timeout: 600 * time.Seco
 // until ctx ends. Unary calls: streams would cost the 2 shared cores an
 // event per token, and the window would be the same (the limiter counts
 // a call's prompt until the call is done, streamed or not).
-func (r *rig) offer(ctx context.Context, wl workload, rate float64, seed uint64) {
+func (r *rig) offer(ctx context.Context, wl workload, rate float64, seed uint64, target string) {
 	rng := rand.New(rand.NewPCG(seed, 0x4a46))
-	caller := simclient.NewCaller(r.limSrv.URL+"/v1/completions", "", r.clock, clientPolicy, seed)
+	caller := simclient.NewCaller(target+"/v1/completions", "", r.clock, clientPolicy, seed)
 	defer caller.CloseIdle()
 	var at time.Duration
 	for {

@@ -57,9 +57,10 @@ func TestStartupWatchdogWarningReadsSystemdsEnvironment(t *testing.T) {
 	}{
 		{"not under systemd's watchdog", "", "", ""},
 		{"WatchdogSec=2min: fine", "120000000", me, ""},
-		{"WatchdogSec=40s: too short for a 26s gap", "40000000", me, "WatchdogSec (from $WATCHDOG_USEC) is 40s"},
-		{"no WATCHDOG_PID: ours", "40000000", "", "is 40s"},
-		{"another process's watchdog: not ours to check", "40000000", "1", ""},
+		// The defaults: a 5 s interval plus a 10 s request timeout.
+		{"WatchdogSec=30s: too short for a 16s gap", "30000000", me, "WatchdogSec (from $WATCHDOG_USEC) is 30s"},
+		{"no WATCHDOG_PID: ours", "30000000", "", "is 30s"},
+		{"another process's watchdog: not ours to check", "30000000", "1", ""},
 		{"garbage", "soon", me, "WATCHDOG_USEC"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
