@@ -169,6 +169,7 @@ func TestTenfoldOverloadEveryRequestIsAnsweredAndNothingLeaks(t *testing.T) {
 	var mu sync.Mutex
 	codes := map[int]int{}
 	var errs atomic.Int64
+	var firstErr atomic.Value // the first transport error, to say what it was
 	var peakHeap atomic.Uint64
 	stopSampling := make(chan struct{})
 	go func() {
@@ -205,6 +206,7 @@ func TestTenfoldOverloadEveryRequestIsAnsweredAndNothingLeaks(t *testing.T) {
 			defer mu.Unlock()
 			if a.err != nil {
 				errs.Add(1)
+				firstErr.CompareAndSwap(nil, a.err.Error())
 				return
 			}
 			codes[a.status]++
@@ -216,7 +218,7 @@ func TestTenfoldOverloadEveryRequestIsAnsweredAndNothingLeaks(t *testing.T) {
 	t.Logf("answers by status %v, transport errors %d, peak engine concurrency %d, peak queue %d, peak heap +%d KiB",
 		codes, errs.Load(), eng.peak.Load(), peakQueue.Load(), (int64(peakHeap.Load())-int64(before.HeapAlloc))/1024)
 	if errs.Load() != 0 {
-		t.Errorf("%d requests got no HTTP answer", errs.Load())
+		t.Errorf("%d requests got no HTTP answer; the first: %v", errs.Load(), firstErr.Load())
 	}
 	for code := range codes {
 		if code != 200 && code != 429 && code != 503 {

@@ -14,6 +14,7 @@ import (
 // build and its libraries), frozen with SIGSTOP: HUNG, and restart.kind
 // docker restarts the container, after which it serves again.
 func TestAContainerisedEngineIsRestartedByDocker(t *testing.T) {
+	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	testinfra.Long(t, "tests against a real llama-server")
 	l := testinfra.FindLlamaCpp(t)
 	d := testinfra.StartDockerd(t)

@@ -13,6 +13,7 @@ import (
 // read from llama.cpp's own queue gauges through its profile), and the
 // backlog waits in the limiter, where it can be shed, not in the engine.
 func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
+	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	_, eng := startEngine(t)
 	v := startVigil(t, config{engine: eng.URL(), admission: true})
 	m := v.watch(t)

@@ -15,6 +15,7 @@ import (
 // Idle, llama-server is HEALTHY and vigil names it llamacpp; diagnose prints
 // no figure the engine cannot give as a number.
 func TestIdleHealthyAndTheKindDetected(t *testing.T) {
+	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	_, eng := startEngine(t)
 
 	out, code := diagnose(t, eng.URL(), "--json")
@@ -50,6 +51,7 @@ func TestIdleHealthyAndTheKindDetected(t *testing.T) {
 // evidence carries the engine's real token rate, and diagnose prints every
 // figure true: no "completions/s 0" while calls complete.
 func TestOverloadPastTheSlotsIsSaturatedNeverHung(t *testing.T) {
+	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	_, eng := startEngine(t)
 	v := startVigil(t, config{engine: eng.URL(), hangAfter: 10 * time.Second})
 	m := v.watch(t)
@@ -121,6 +123,7 @@ func checkDiagnoseFigures(t *testing.T, out string, completed float64) {
 // process's own restart) recovers it, and through the limiter no client
 // call is lost: every one is answered 200.
 func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
+	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	_, eng := startEngine(t)
 	v := startVigil(t, config{engine: eng.URL(), admission: true,
 		restart: []string{"kill", "-CONT", fmt.Sprint(eng.Pid())}})
@@ -158,6 +161,7 @@ func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
 
 // SIGKILL: nothing listens any more, which is DOWN.
 func TestKilledEngineIsDown(t *testing.T) {
+	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	_, eng := startEngine(t)
 	v := startVigil(t, config{engine: eng.URL()})
 	m := v.watch(t)
@@ -175,6 +179,7 @@ func TestKilledEngineIsDown(t *testing.T) {
 // then /health 503 "Loading model") the verdict is LOADING, then HEALTHY,
 // never DOWN or HUNG.
 func TestAnEngineStillLoadingIsLoading(t *testing.T) {
+	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	testinfra.Long(t, "tests against a real llama-server")
 	l := testinfra.FindLlamaCpp(t)
 	addr := testinfra.FreeAddr(t)
