@@ -82,17 +82,8 @@ func (l *Limiter) pollEngine() {
 	wait := pollEvery
 	failures := 0
 	for {
-		stop := l.clock.AfterFunc(wait, func() {
-			select {
-			case tick <- struct{}{}:
-			default:
-			}
-		})
-		select {
-		case <-l.base.Done():
-			stop()
+		if !l.sleepOn(wait, tick) {
 			return
-		case <-tick:
 		}
 		wait = pollEvery
 		if !l.core.ReadsEngine() {
@@ -131,4 +122,22 @@ func retryAfter(n int) time.Duration {
 		d *= 2
 	}
 	return min(d, pollRetry)
+}
+
+// sleepOn waits d on the limiter's clock (tick is the caller's, reused
+// across waits); false once the limiter is closing.
+func (l *Limiter) sleepOn(d time.Duration, tick chan struct{}) bool {
+	stop := l.clock.AfterFunc(d, func() {
+		select {
+		case tick <- struct{}{}:
+		default:
+		}
+	})
+	select {
+	case <-l.base.Done():
+		stop()
+		return false
+	case <-tick:
+		return true
+	}
 }

@@ -98,17 +98,8 @@ func (l *Limiter) watchStalls() {
 	tick := make(chan struct{}, 1)
 	var scraped time.Time
 	for {
-		stop := l.clock.AfterFunc(stallTick, func() {
-			select {
-			case tick <- struct{}{}:
-			default:
-			}
-		})
-		select {
-		case <-l.base.Done():
-			stop()
+		if !l.sleepOn(stallTick, tick) {
 			return
-		case <-tick:
 		}
 		if l.out.active() {
 			continue // the verdict is in: the outage's rules hold

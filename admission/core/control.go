@@ -238,9 +238,11 @@ type Stats struct {
 
 // Stats returns a snapshot.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Admitted: l.admitted.Load(), Queued: l.queued.Load(), Abandoned: l.abandoned.Load()}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// The counters under the lock too, so they agree with the queue read
+	// beside them (a waiter gone is a waiter counted).
+	s := Stats{Admitted: l.admitted.Load(), Queued: l.queued.Load(), Abandoned: l.abandoned.Load()}
 	now := l.clock.Now()
 	s.QueueDepth, s.QueueHeld = l.liveWaitersLocked(), len(l.held)
 	if e := l.nextOldestLocked(); e != nil {

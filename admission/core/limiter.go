@@ -468,8 +468,10 @@ func (l *Limiter) gone(r Request, lis *Listener, w *waiter) (*Listener, *Rejecti
 			l.removeWaiterLocked(w.elem)
 		}
 		l.undoLocked(l.clock.Now(), lis)
-		l.mu.Unlock()
+		// Counted before the lock is let go: a stats read that finds the
+		// waiter gone finds it counted too.
 		l.abandoned.Add(1)
+		l.mu.Unlock()
 		return nil, nil, ErrClientGone
 	}
 	l.mu.Unlock()
