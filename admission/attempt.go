@@ -74,11 +74,6 @@ func (a *attempt) found() {
 	}
 }
 
-// movedInWait bounds the queue wait of a call another vigil moved here:
-// refused after it (503), the call is held at home for its restarted
-// engine instead of waiting behind this engine's own calls.
-const movedInWait = 2 * time.Second
-
 // acquire asks the core for a slot. When none is granted the client has
 // been answered (or has left) and ok is false. While the engine is held
 // (suspected stalled or recovered) a call goes to a pool peer first, and
@@ -92,10 +87,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 	req := core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
 		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
 		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body)),
-		Undivertible: l.peerFor(a.r) == nil}
-	if a.r.Header.Get(movedFromHeader) != "" {
-		req.MaxWait = movedInWait
-	}
+		Undivertible: l.peerFor(a.r) == nil, Moved: a.r.Header.Get(movedFromHeader) != ""}
 	for {
 		queuedAt, held := l.clock.Now(), l.holdsEngine() || l.core.Holding()
 		tk, rj, err := l.core.Acquire(a.r.Context(), req)

@@ -272,3 +272,64 @@ func TestACutCallTriesEachPeer(t *testing.T) {
 		t.Fatalf("fate %+v, want the stream moved to node3, none lost", fate)
 	}
 }
+
+// A peer at its own cap takes the calls cut at the verdict into its queue
+// and answers them in their turn: none waits for the restart (the hung
+// engine is never restarted here), and the peer's own calls are all
+// answered. Before, a moved call waited at most 2 s at the peer, was
+// refused back and held at home for the restart.
+func TestAPeerAtItsCapQueuesTheCallsCutAtTheVerdict(t *testing.T) {
+	t.Parallel()
+	re := newRestartableEngine(t, 0)
+	pe := newRestartableEngine(t, 0)
+	pcfg := testConfig()
+	pcfg.MaxInFlight = 2
+	pcfg.MaxQueueWait = 20 * time.Second
+	peer := startProxy(t, pcfg, pe.url)
+	p := startProxy(t, testConfig(), re.url, WithNode("node1"), WithPeers(func() []Peer {
+		return []Peer{{Node: "node2", URL: peer.url}}
+	}))
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var home, own []streamed
+	run := func(url, body string, into *[]streamed) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := readCall(ctx, c, url, pathCompletions, body)
+			mu.Lock()
+			*into = append(*into, s)
+			mu.Unlock()
+		}()
+	}
+	// The peer's cap full of its own long streams (about 3 s each).
+	long := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":1200`, 1)
+	for range pcfg.MaxInFlight {
+		run(peer.url, long, &own)
+	}
+	// Home's cap full of streams under way, then the engine hangs and the
+	// verdict comes at once.
+	for range 4 {
+		run(p.url, moveStream, &home)
+	}
+	eventually(t, 5*time.Second, "both caps full, the streams under way", func() bool {
+		return p.l.Stats().InFlight == 4 && peer.l.Stats().InFlight == 2 && re.cur.Load().Stats().GenerationTokens > 40
+	})
+	re.cur.Load().Hang()
+	p.l.SetRecovering(true)
+	run(peer.url, moveUnary, &own) // the peer's own arrival meanwhile
+	wg.Wait()
+
+	for i, g := range append(home, own...) {
+		if g.Err != nil || g.status != http.StatusOK || g.ErrorCode != "" || !g.Whole() {
+			t.Errorf("call %d: status %d, error %v %q, whole %v; want every call answered whole", i, g.status, g.Err, g.ErrorCode, g.Whole())
+		}
+	}
+	fate, held := p.l.RequestFate()
+	if fate.MovedTo["node2"] != 4 || fate.Held != 0 || held != 0 || fate.LostTotal() != 0 {
+		t.Errorf("fate %+v, held now %d; want the 4 streams moved to node2, none held for the restart", fate, held)
+	}
+}

@@ -272,10 +272,12 @@ func (l *Limiter) SetRecovering(on bool) {
 	}
 	l.core.SetRecovering(true)
 	l.confirmStall(now)
+	// The calls stuck on the engine first: they are the oldest, and a
+	// peer's queue takes moved calls in the order they come.
+	l.inflight.interruptAll(errEngineLost)
 	if l.peerFor(nil) != nil {
 		l.core.Divert() // answered soonest by a peer than by a restart
 	}
-	l.inflight.interruptAll(errEngineLost)
 }
 
 // RequestFate is what became of the calls cut by the last (or current)

@@ -75,10 +75,15 @@ type Request struct {
 	// Undivertible: the call was offered to a peer already (or must not
 	// move); Divert leaves it queued.
 	Undivertible bool
-	// MaxWait, when set, bounds the queue wait whatever else would allow,
-	// the engine held or not: a call another vigil moved here is better
-	// held at home than queued behind this engine's own (0: no bound).
-	MaxWait time.Duration
+	// Moved: another vigil moved the call here (its own engine is held or
+	// lost). It queues in its turn whatever the cap, and is served ahead
+	// of this node's own first attempts while none of those is late (see
+	// nextWaiterLocked); it never takes a queue place from this node's own
+	// calls: it is refused when the queue is full, and the first turned
+	// away when they need the room. Its bound is its client's (no stream
+	// deadline: its first token is late already) and holds even while this
+	// engine is held. A refusal sends it home, where it is held.
+	Moved bool
 }
 
 // budgeted: a retry that would start a new execution of its call.
@@ -301,24 +306,24 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	}
 	l.demandLocked(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
 	maxWait := l.maxWaitLocked(r, timeout)
-	if r.MaxWait > 0 {
-		maxWait = min(maxWait, r.MaxWait)
+	if r.Moved {
+		maxWait = l.queueWaitFor(timeout, r.Coalesced)
 	}
-	if r.Stream && !l.holdingLocked(now) {
+	if r.Stream && !r.Moved && !l.holdingLocked(now) {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
 			l.undoLocked(now, lis)
 			l.mu.Unlock()
 			return nil, rj, nil
 		}
 	}
-	if rj := l.makeRoomLocked(now, r.Bytes, ph == nil); rj != nil {
+	if rj := l.makeRoomLocked(now, r.Bytes, ph == nil, r.Moved); rj != nil {
 		l.undoLocked(now, lis)
 		l.mu.Unlock()
 		return nil, rj, nil
 	}
 	w := l.enqueueLocked(now, r, ph, lis)
 	w.deadline = now.Add(maxWait)
-	w.undivertible = r.Undivertible
+	w.undivertible, w.moved = r.Undivertible, r.Moved
 	// Queued while the engine is held: its bound would judge a pace the
 	// engine does not have (see expire).
 	w.held = l.holdingLocked(now)
@@ -506,7 +511,7 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 	// the suspicion (package admission) is still deciding; a refusal now
 	// would be for the engine's silence, not its pace.
 	silent := l.progress != nil && l.progress().Before(w.at)
-	if r.MaxWait <= 0 && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+	if !r.Moved && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
 		// Once held, always: the engine's return finds the work the
 		// hang held up ahead of it (streams continued, calls held), and
 		// a refusal then is still the hang's. A wait deferred only for

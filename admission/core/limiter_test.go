@@ -190,16 +190,91 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatal("Divert with no suspicion took a request")
 			}
 		}},
-		{"MaxWait bounds a wait even while the engine is held", func(c *configs.Admission) {
-			c.MaxInFlight = 1
+		{"a moved call waits its client's bound, even while this engine is held", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {
-			l.SetSuspected(true)
-			ch := acquireAsync(context.Background(), l, Request{MaxWait: 500 * time.Millisecond})
+			mustAcquire(t, l, Request{})
+			ch := acquireAsync(context.Background(), l, Request{Moved: true, Stream: true, Timeout: 8 * time.Second})
 			untilQueued(t, l, 1)
-			advance(500 * time.Millisecond)
-			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
-				t.Fatalf("got %+v, want queue_timeout at its MaxWait", a)
+			advance(3 * time.Second) // past a stream's first-token bound and the 2 s moved calls once had
+			if l.Stats().QueueDepth != 1 {
+				t.Fatal("a moved call was refused before half its client's timeout")
 			}
+			l.SetSuspected(true)
+			advance(time.Second)
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout at half its client's timeout, the engine held or not", a)
+			}
+		}},
+		{"a moved call never takes a queue place from this node's own calls", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueue = 1, 2
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			own := acquireAsync(context.Background(), l, Request{})
+			moved := acquireAsync(context.Background(), l, Request{Moved: true})
+			untilQueued(t, l, 2)
+			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true}); rj == nil || rj.Reason != ReasonQueueFull {
+				t.Fatalf("got %+v, want a moved call refused by a full queue", rj)
+			}
+			second := acquireAsync(context.Background(), l, Request{})
+			if a := get(t, moved); a.rj == nil || a.rj.Reason != ReasonQueueFull {
+				t.Fatalf("got %+v, want the moved waiter turned away for this node's own call", a)
+			}
+			untilQueued(t, l, 2)
+			select {
+			case a := <-own:
+				t.Fatalf("this node's own waiter ended: %+v", a)
+			case a := <-second:
+				t.Fatalf("this node's own newcomer ended: %+v", a)
+			default:
+			}
+			advance(2 * time.Second) // their bound ends the test's waits
+		}},
+		{"a moved call goes ahead of this node's own while they are on time, behind them when one is late", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 2, time.Minute
+		}, func(t *testing.T, l *Limiter) {
+			busy := mustAcquire(t, l, Request{})
+			for range 10 { // a pace: 100 ms answers, ten a second
+				lis := mustAcquire(t, l, Request{})
+				advance(100 * time.Millisecond)
+				lis.Release(Outcome{Success: true})
+			}
+			next := func(own Request) (ownFirst bool) {
+				t.Helper()
+				slot := mustAcquire(t, l, Request{})
+				o := acquireAsync(context.Background(), l, own)
+				untilQueued(t, l, 1)
+				m := acquireAsync(context.Background(), l, Request{Moved: true})
+				untilQueued(t, l, 2)
+				slot.Release(Outcome{Success: true})
+				synctest.Wait()
+				var got acquired
+				select {
+				case got = <-o:
+					ownFirst = true
+				case got = <-m:
+				}
+				if got.lis == nil {
+					t.Fatalf("got %+v, want a slot", got)
+				}
+				got.lis.Release(Outcome{Success: true})
+				synctest.Wait()
+				for _, ch := range []<-chan acquired{o, m} {
+					select {
+					case a := <-ch:
+						a.lis.Release(Outcome{Success: true})
+					default:
+					}
+				}
+				return ownFirst
+			}
+			if next(Request{Timeout: time.Minute}) {
+				t.Error("this node's on-time call went before the moved one")
+			}
+			if !next(Request{Timeout: 150 * time.Millisecond}) {
+				t.Error("the moved call went before this node's late one")
+			}
+			busy.Release(Outcome{Success: true})
 		}},
 		{"slow start holds the queue rather than refusing it", func(c *configs.Admission) {
 			c.MaxInFlight = 10

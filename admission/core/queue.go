@@ -31,6 +31,8 @@ type waiter struct {
 	route, tenant string
 	// undivertible: Divert leaves it queued (see Request.Undivertible).
 	undivertible bool
+	// moved: another vigil moved the call here (see Request.Moved).
+	moved bool
 	// held: its bound was reached while the engine was held, and it
 	// waits on (see Limiter.expire).
 	held bool
@@ -114,7 +116,8 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		}
 		return nil
 	}
-	var newest, onTime, oldestRetry *list.Element
+	var newest, onTime, oldestRetry, oldestMoved *list.Element
+	late := false // a first attempt of this node's own that is not on time
 	now := l.clock.Now()
 	drain := time.Duration(math.MaxInt64)
 	if rate := l.drainRateLocked(now); rate > 0 {
@@ -127,15 +130,23 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		}
 		w := e.Value.(*waiter)
 		switch {
+		case w.moved:
+			oldestMoved = e
 		case w.retry:
 			oldestRetry = e
 		case l.onTimeLocked(w, now, drain, objective):
 			newest, onTime = cmp.Or(newest, e), e
 		default:
-			newest = cmp.Or(newest, e)
+			newest, late = cmp.Or(newest, e), true
 		}
 	}
-	return cmp.Or(onTime, newest, oldestRetry)
+	if !late && oldestMoved != nil {
+		// A call moved here from a held engine has waited there already:
+		// across the pool it is the older call, and it goes first while
+		// this node's own first attempts can all still wait their turn.
+		return oldestMoved
+	}
+	return cmp.Or(onTime, newest, oldestMoved, oldestRetry)
 }
 
 // onTimeLocked: w's client has a known timeout (announced, or inferred
@@ -244,8 +255,11 @@ func (l *Limiter) aheadLocked(w *waiter) int {
 // max_queue entries and max_queue_bytes. Placeholders make room first
 // (they are only a chance of a retry); then newest_first turns away the
 // oldest waiters, whose clients are the closest to giving up, and fifo
-// turns away the newcomer (the returned rejection).
-func (l *Limiter) makeRoomLocked(now time.Time, n int64, newEntry bool) *Rejection {
+// turns away the newcomer (the returned rejection). Calls moved here from
+// another vigil (moved) are turned away before any of this node's own,
+// oldest first: their home holds them; and a moved newcomer takes no
+// place from a waiter, it is turned away itself.
+func (l *Limiter) makeRoomLocked(now time.Time, n int64, newEntry, moved bool) *Rejection {
 	full := func() bool {
 		return (newEntry && l.waiters.Len() >= l.cfg.MaxQueue) ||
 			(l.cfg.MaxQueueBytes > 0 && l.queuedBytes+n > l.cfg.MaxQueueBytes)
@@ -260,12 +274,30 @@ func (l *Limiter) makeRoomLocked(now time.Time, n int64, newEntry bool) *Rejecti
 		}
 		e = next
 	}
+	for full() && !moved {
+		e := l.nextMovedLocked()
+		if e == nil {
+			break
+		}
+		l.removeWaiterLocked(e).ch <- waitResult{rej: queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))}
+	}
 	for full() {
-		if l.cfg.Order == "fifo" || l.liveWaitersLocked() == 0 {
+		if moved || l.cfg.Order == "fifo" || l.liveWaitersLocked() == 0 {
 			return queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
 		}
 		old := l.removeWaiterLocked(l.nextOldestLocked())
 		old.ch <- waitResult{rej: queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))}
+	}
+	return nil
+}
+
+// nextMovedLocked is the oldest waiter moved here from another vigil, or
+// nil.
+func (l *Limiter) nextMovedLocked() *list.Element {
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*waiter); w.moved && !w.placeholder {
+			return e
+		}
 	}
 	return nil
 }
