@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"slices"
 	"time"
 )
 
@@ -176,14 +177,23 @@ func (s *stallWatch) check(now time.Time) bool {
 	if now.Sub(s.last) < th {
 		return false
 	}
+	ahead := s.prefillQueue()
 	for _, w := range s.calls {
-		if now.After(s.due(w, th)) {
+		if now.After(s.due(w, th, ahead)) {
 			s.suspected, s.since = true, now
 			s.raised++
 			return true
 		}
 	}
 	return false
+}
+
+// quiet: calls are in flight and nothing progressed for the silence that
+// raises a suspicion, whether or not one is overdue yet (a long prefill
+// may excuse it). The limiter reads the engine's counters meanwhile: one
+// that advanced is progress no byte showed.
+func (s *stallWatch) quiet(now time.Time) bool {
+	return s.suspected || (len(s.calls) > 0 && now.Sub(s.last) >= s.threshold())
 }
 
 // threshold is the silence that raises a suspicion.
@@ -193,12 +203,15 @@ func (s *stallWatch) threshold() time.Duration {
 
 // due is when w is overdue if nothing came: th after its last byte, or
 // after its prefill and (a plain answer) its decode would have sent its
-// first.
-func (s *stallWatch) due(w *watched, th time.Duration) time.Time {
+// first. Its prefill is the engine's, first come first served: its own
+// prompt and those of the calls sent before it that have not had a first
+// byte either (ahead), so a short call behind a long prompt waits for
+// that prompt's prefill too.
+func (s *stallWatch) due(w *watched, th time.Duration, ahead prefillQueue) time.Time {
 	if !w.lastByte.IsZero() {
 		return w.lastByte.Add(th)
 	}
-	d := s.prefill(w.prompt)
+	d := s.prefill(ahead.upTo(w.sent))
 	if !w.stream {
 		step := s.step
 		if step <= 0 {
@@ -207,6 +220,46 @@ func (s *stallWatch) due(w *watched, th time.Duration) time.Time {
 		d += time.Duration(w.output) * step
 	}
 	return w.sent.Add(d + th)
+}
+
+// prefillQueue is the prompts of the calls in flight that have had no
+// byte yet, in the order they were sent: what the engine has still to
+// prefill, as far as the watch can tell.
+type prefillQueue struct {
+	sent   []time.Time
+	prompt []int // prompt[i]: the tokens of the calls sent up to sent[i]
+}
+
+// prefillQueue is the calls' prefill queue now.
+func (s *stallWatch) prefillQueue() prefillQueue {
+	var ws []*watched
+	for _, w := range s.calls {
+		if w.lastByte.IsZero() {
+			ws = append(ws, w)
+		}
+	}
+	slices.SortFunc(ws, func(a, b *watched) int { return a.sent.Compare(b.sent) })
+	q := prefillQueue{sent: make([]time.Time, len(ws)), prompt: make([]int, len(ws))}
+	sum := 0
+	for i, w := range ws {
+		sum += w.prompt
+		q.sent[i], q.prompt[i] = w.sent, sum
+	}
+	return q
+}
+
+// upTo is the prompt tokens of the calls sent up to t.
+func (q prefillQueue) upTo(t time.Time) int {
+	i, _ := slices.BinarySearchFunc(q.sent, t, func(a, t time.Time) int {
+		if a.After(t) {
+			return 1
+		}
+		return -1
+	})
+	if i == 0 {
+		return 0
+	}
+	return q.prompt[i-1]
 }
 
 // prefill is the time prompt tokens take at the learned prefill rate.

@@ -122,6 +122,23 @@ func TestStallSuspicion(t *testing.T) {
 			step: 30 * time.Millisecond, prefill: 4000, stream: stream}
 		return ld.calls()
 	}
+	// Short calls sent while it prefills wait behind it (the engine
+	// prefills first come, first served): their first bytes come after
+	// its own, seconds past their own prompts' prefill.
+	behind := func(stream bool) []simCall {
+		var cs []simCall
+		for i, at := 0, 10500*time.Millisecond; at < 24*time.Second; i, at = i+1, at+time.Second {
+			c := simCall{sent: at, first: 25*time.Second + time.Duration(i)*30*time.Millisecond, prompt: 200, output: 100, stream: stream}
+			c.end = c.first + 99*30*time.Millisecond
+			if stream {
+				c.every = 30 * time.Millisecond
+			} else {
+				c.first = c.end
+			}
+			cs = append(cs, c)
+		}
+		return cs
+	}
 	beside := with(fast, func(l *load) {
 		l.from, l.to, l.gap, l.step = 10*time.Second, 26*time.Second, time.Second, 90*time.Millisecond
 	})
@@ -147,6 +164,8 @@ func TestStallSuspicion(t *testing.T) {
 		{name: "one long prefill beside streams", calls: cat(streams(short).calls(), long(true), streams(beside).calls())},
 		{name: "one long prefill alone", calls: cat(streams(short).calls(), long(true))},
 		{name: "one long plain prefill alone", calls: cat(plain(short).calls(), long(false))},
+		{name: "one long prefill, streams sent behind it", calls: cat(streams(short).calls(), long(true), behind(true))},
+		{name: "one long prefill, plain answers sent behind it", calls: cat(plain(short).calls(), long(false), behind(false))},
 		{name: "slow engine, streams", calls: streams(slow).calls()},
 		{name: "slow engine, plain answers", calls: plain(slow).calls()},
 		// Streams: 10 steps of 30 ms are under the 1 s floor.

@@ -23,7 +23,8 @@ const (
 	// stallTick is how often the watch is checked.
 	stallTick = 100 * time.Millisecond
 	// stallScrape is how often the engine's counters are read while it is
-	// suspected: one that advanced is progress the bytes did not show.
+	// quiet or suspected: one that advanced is progress the bytes did not
+	// show (a prefill, calls that do not pass through vigil).
 	stallScrape = 250 * time.Millisecond
 )
 
@@ -32,9 +33,10 @@ type stallMon struct {
 	mu sync.Mutex
 	w  *stallWatch
 	on bool // the core holds the engine for a suspicion
-	// base is the engine's counters at the suspicion's first read.
+	// base is the engine's counters at the first read of a quiet spell.
 	base     core.EngineLoad
 	haveBase bool
+	quiet    bool // the engine is quiet (stallWatch.quiet): its counters are read
 }
 
 // WithSuspicionHook is told when a suspicion is raised (true) and when
@@ -92,7 +94,7 @@ func (l *Limiter) Suspected() bool {
 }
 
 // watchStalls checks the watch every stallTick until Close, and reads the
-// engine's counters while it is suspected.
+// engine's counters while it is quiet or suspected.
 func (l *Limiter) watchStalls() {
 	defer close(l.stallLoopDone)
 	tick := make(chan struct{}, 1)
@@ -108,9 +110,11 @@ func (l *Limiter) watchStalls() {
 		l.sm.mu.Lock()
 		suspected, was := l.sm.w.check(now), l.sm.on
 		l.sm.on = suspected
-		if suspected && !was {
-			l.sm.haveBase = false
+		quiet := l.sm.w.quiet(now)
+		if quiet && !l.sm.quiet {
+			l.sm.haveBase = false // a new quiet spell: its first read is the base
 		}
+		l.sm.quiet = quiet
 		l.sm.mu.Unlock()
 		switch {
 		case suspected && !was:
@@ -118,7 +122,7 @@ func (l *Limiter) watchStalls() {
 		case !suspected && was:
 			l.unsuspect()
 		}
-		if suspected && l.reader != nil && now.Sub(scraped) >= stallScrape {
+		if quiet && l.reader != nil && now.Sub(scraped) >= stallScrape {
 			scraped = now
 			l.readProgress()
 		}
@@ -126,7 +130,7 @@ func (l *Limiter) watchStalls() {
 }
 
 // readProgress reads the engine's counters once: any that advanced since
-// the suspicion's first read is progress.
+// the quiet spell's first read is progress.
 func (l *Limiter) readProgress() {
 	ctx, cancel := context.WithTimeout(l.base, pollTimeout)
 	g, err := l.readEngineQueue(ctx)
@@ -152,12 +156,16 @@ func (l *Limiter) readProgress() {
 func (l *Limiter) suspect(now time.Time) {
 	l.c.suspicions.Add(1)
 	l.out.open(now)
-	l.core.SetSuspected(true)
+	peer := l.peerFor(nil) != nil
+	l.core.SetSuspected(true, peer)
 	n, _ := l.inflight.snapshot()
-	l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
-		"of its step times with calls in flight): nothing new goes to it until it progresses")
-	if l.peerFor(nil) != nil {
+	if peer {
+		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
+			"of its step times with calls in flight): new calls go to a peer until it progresses")
 		l.core.Divert()
+	} else {
+		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
+			"of its step times with calls in flight); no peer to send calls to: none is refused for it meanwhile")
 	}
 	if l.onSuspect != nil {
 		l.onSuspect(true)
@@ -168,7 +176,7 @@ func (l *Limiter) suspect(now time.Time) {
 func (l *Limiter) unsuspect() {
 	l.c.falseSuspicions.Add(1)
 	l.out.closeFalse()
-	l.core.SetSuspected(false)
+	l.core.SetSuspected(false, false)
 	l.log.Info("admission: the engine progresses again; the suspicion was false")
 	if l.onSuspect != nil {
 		l.onSuspect(false)
@@ -184,7 +192,7 @@ func (l *Limiter) confirmStall(now time.Time) {
 	l.sm.on = false
 	l.sm.mu.Unlock()
 	if was {
-		l.core.SetSuspected(false) // the recovery holds the engine now
+		l.core.SetSuspected(false, false) // the recovery holds the engine now
 	}
 }
 

@@ -144,13 +144,14 @@ type Limiter struct {
 	saturated   bool
 	recovering  bool
 	// suspected: the engine is suspected stalled (package admission's
-	// stall watch): nothing new goes to it, and nobody is refused for it.
-	suspected   bool
-	slowFrom    time.Time // zero: no slow start running
-	tenants     *tenantTable
-	budget      *retryBudget
-	completions *eventRate
-	deadlines   *deadlines
+	// stall watch): nobody is refused for it; suspectStop: nothing new
+	// goes to it either (a peer takes the calls).
+	suspected, suspectStop bool
+	slowFrom               time.Time // zero: no slow start running
+	tenants                *tenantTable
+	budget                 *retryBudget
+	completions            *eventRate
+	deadlines              *deadlines
 	// admissions over the last completionSpan, since busySince (when the
 	// last idle spell ended): the queue's drain rate.
 	admissions *eventRate
@@ -400,7 +401,7 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	if waiting && !room {
 		waiting = l.nextWaiterLocked(false) != nil
 	}
-	if l.inFlight >= c || (lis.stream && !room) || waiting || l.recovering || l.suspected {
+	if l.inFlight >= c || (lis.stream && !room) || waiting || l.recovering || l.suspectStop {
 		return false
 	}
 	if ph != nil {

@@ -167,7 +167,7 @@ func TestAcquireDecides(t *testing.T) {
 			c.MaxInFlight = 2
 		}, func(t *testing.T, l *Limiter) {
 			first := mustAcquire(t, l, Request{})
-			l.SetSuspected(true)
+			l.SetSuspected(true, true)
 			ch := acquireAsync(context.Background(), l, Request{Stream: true})
 			kept := acquireAsync(context.Background(), l, Request{Undivertible: true})
 			untilQueued(t, l, 2)
@@ -181,7 +181,7 @@ func TestAcquireDecides(t *testing.T) {
 			if a := get(t, ch); !errors.Is(a.err, ErrDiverted) {
 				t.Fatalf("got %+v, want ErrDiverted", a)
 			}
-			l.SetSuspected(false) // progress: the free slot goes to the queue
+			l.SetSuspected(false, false) // progress: the free slot goes to the queue
 			if a := get(t, kept); a.lis == nil {
 				t.Fatalf("got %+v, want a slot once the suspicion cleared", a)
 			}
@@ -200,7 +200,7 @@ func TestAcquireDecides(t *testing.T) {
 			if l.Stats().QueueDepth != 1 {
 				t.Fatal("a moved call was refused before half its client's timeout")
 			}
-			l.SetSuspected(true)
+			l.SetSuspected(true, true)
 			advance(time.Second)
 			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
 				t.Fatalf("got %+v, want queue_timeout at half its client's timeout, the engine held or not", a)

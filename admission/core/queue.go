@@ -207,7 +207,7 @@ func (l *Limiter) holdLocked(w *waiter, k CallKey, d time.Duration) {
 
 // dispatchLocked hands freed slots to waiters, newest or oldest first.
 func (l *Limiter) dispatchLocked(now time.Time) {
-	if l.recovering || l.suspected {
+	if l.recovering || l.suspectStop {
 		return // nothing goes to an engine being recovered or suspected; the queue waits for it
 	}
 	c := l.capLocked(now)
