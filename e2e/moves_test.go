@@ -121,11 +121,22 @@ type movesRig struct {
 
 func newMovesRig(t *testing.T, name string, nodes ...string) *movesRig {
 	t.Helper()
+	return newMovesRigArgs(t, name, nil, nodes...)
+}
+
+// newMovesRigArgs is newMovesRig with extra vllm-sim flags for node1's
+// engine.
+func newMovesRigArgs(t *testing.T, name string, node1Args []string, nodes ...string) *movesRig {
+	t.Helper()
 	r := &movesRig{d: testinfra.StartDockerd(t)}
 	var cfgs []vigilConfig
 	var servers []testinfra.Server
-	for _, n := range nodes {
-		e := startEngine(t, r.d, name+"-"+n)
+	for i, n := range nodes {
+		var args []string
+		if i == 0 {
+			args = node1Args
+		}
+		e := startEngine(t, r.d, name+"-"+n, args...)
 		r.engs = append(r.engs, e)
 		cfg := vigilConfig{Node: n, EngineURL: "http://" + e.api, Server: n, DockerHost: r.d.Host, Container: e.name,
 			DrainTimeoutHung: time.Second, StateFile: filepath.Join(t.TempDir(), "state.json"),
