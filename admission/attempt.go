@@ -87,7 +87,10 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 	req := core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
 		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
 		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body)),
-		Undivertible: l.peerFor(a.r) == nil, Moved: a.r.Header.Get(movedFromHeader) != ""}
+		Undivertible: l.peerFor(a.r) == nil}
+	if a.r.Header.Get(movedFromHeader) != "" {
+		req.Moved, req.MaxWait = true, movedWait(a.r)
+	}
 	for {
 		queuedAt, held := l.clock.Now(), l.holdsEngine() || l.core.Holding()
 		tk, rj, err := l.core.Acquire(a.r.Context(), req)

@@ -5,7 +5,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vigil-dev/vigil/admission/core"
 )
@@ -14,6 +16,11 @@ import (
 // the first): the receiving vigil never moves it on, so a call cannot go
 // round a pool.
 const movedFromHeader = "X-Vigil-Moved-From"
+
+// movedWaitHeader tells the peer how long the moving vigil would hold the
+// call itself (seconds): the peer's queue takes it only to answer it
+// sooner (core.Request.MaxWait).
+const movedWaitHeader = "X-Vigil-Moved-Wait"
 
 // relay is one call's way to an engine: the body vigil holds and the
 // headers to send it with, so it can be sent again, elsewhere, when the
@@ -40,6 +47,7 @@ func (l *Limiter) newRelay(r *http.Request, body []byte) *relay {
 	h := forwardHeader(r)
 	from := h.Get(movedFromHeader)
 	h.Del(movedFromHeader)
+	h.Del(movedWaitHeader)
 	rl := &relay{method: r.Method, uri: r.URL.RequestURI(), path: r.URL.Path, rawQuery: r.URL.RawQuery,
 		body: body, movedIn: from != "", peer: h.Clone()}
 	if from == "" {
@@ -65,8 +73,21 @@ func (l *Limiter) relayRequest(ctx context.Context, rl *relay, d dest, body []by
 		req.Body = http.NoBody
 	}
 	req.Header = h.Clone()
+	if d.peer != nil {
+		wait := l.out.expected(l.clock.Now())
+		req.Header.Set(movedWaitHeader, strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
+	}
 	req.Host = ""
 	return req
+}
+
+// movedWait is the wait a moved call's home would hold it (0: unknown).
+func movedWait(r *http.Request) time.Duration {
+	v, err := strconv.ParseFloat(r.Header.Get(movedWaitHeader), 64)
+	if err != nil || !(v > 0) || v > 24*3600 {
+		return 0
+	}
+	return time.Duration(v * float64(time.Second))
 }
 
 // sendResult is how one send of a call ended.

@@ -76,14 +76,20 @@ type Request struct {
 	// move); Divert leaves it queued.
 	Undivertible bool
 	// Moved: another vigil moved the call here (its own engine is held or
-	// lost). It queues in its turn whatever the cap, and is served ahead
-	// of this node's own first attempts while none of those is late (see
-	// nextWaiterLocked); it never takes a queue place from this node's own
-	// calls: it is refused when the queue is full, and the first turned
-	// away when they need the room. Its bound is its client's (no stream
-	// deadline: its first token is late already) and holds even while this
-	// engine is held. A refusal sends it home, where it is held.
+	// lost). It queues whatever the cap, and the moved calls take every
+	// other slot while this node's own calls wait too (see
+	// nextWaiterLocked): the pool's calls share the one engine left. It
+	// never takes a queue place from this node's own calls: it is refused
+	// when the queue is full, and the first turned away when they need the
+	// room. Its bound is its client's (no stream deadline: its first token
+	// is late already) and MaxWait, and holds even while this engine is
+	// held. It is refused at once when the queue would not reach it within
+	// that bound. A refusal sends it home, where it is held.
 	Moved bool
+	// MaxWait (moved calls only) is how long its home would hold it: a
+	// wait here longer than that answers it later than the home would
+	// (0: no bound but its client's).
+	MaxWait time.Duration
 }
 
 // budgeted: a retry that would start a new execution of its call.
@@ -147,11 +153,14 @@ type Limiter struct {
 	// stall watch): nobody is refused for it; suspectStop: nothing new
 	// goes to it either (a peer takes the calls).
 	suspected, suspectStop bool
-	slowFrom               time.Time // zero: no slow start running
-	tenants                *tenantTable
-	budget                 *retryBudget
-	completions            *eventRate
-	deadlines              *deadlines
+	// movedTurn: the next slot goes to a call moved here from another
+	// vigil, when one waits (see nextWaiterLocked).
+	movedTurn   bool
+	slowFrom    time.Time // zero: no slow start running
+	tenants     *tenantTable
+	budget      *retryBudget
+	completions *eventRate
+	deadlines   *deadlines
 	// admissions over the last completionSpan, since busySince (when the
 	// last idle spell ended): the queue's drain rate.
 	admissions *eventRate
@@ -309,6 +318,14 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	maxWait := l.maxWaitLocked(r, timeout)
 	if r.Moved {
 		maxWait = l.queueWaitFor(timeout, r.Coalesced)
+		if r.MaxWait > 0 {
+			maxWait = min(maxWait, r.MaxWait)
+		}
+		if rj := l.movedCheckLocked(now, maxWait); rj != nil {
+			l.undoLocked(now, lis)
+			l.mu.Unlock()
+			return nil, rj, nil
+		}
 	}
 	if r.Stream && !r.Moved && !l.holdingLocked(now) {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {

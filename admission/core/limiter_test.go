@@ -207,7 +207,7 @@ func TestAcquireDecides(t *testing.T) {
 			}
 		}},
 		{"a moved call never takes a queue place from this node's own calls", func(c *configs.Admission) {
-			c.MaxInFlight, c.MaxQueue = 1, 2
+			c.MaxInFlight, c.MaxQueue, c.MaxQueueWait = 1, 2, time.Minute
 		}, func(t *testing.T, l *Limiter) {
 			mustAcquire(t, l, Request{})
 			own := acquireAsync(context.Background(), l, Request{})
@@ -228,53 +228,40 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatalf("this node's own newcomer ended: %+v", a)
 			default:
 			}
-			advance(2 * time.Second) // their bound ends the test's waits
+			advance(time.Minute) // their bound ends the test's waits
 		}},
-		{"a moved call goes ahead of this node's own while they are on time, behind them when one is late", func(c *configs.Admission) {
-			c.MaxInFlight, c.MaxQueueWait = 2, time.Minute
+		{"moved calls and this node's own take the slots in turn; a moved call the queue would not reach within its home's wait is refused at once", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {
 			busy := mustAcquire(t, l, Request{})
-			for range 10 { // a pace: 100 ms answers, ten a second
-				lis := mustAcquire(t, l, Request{})
-				advance(100 * time.Millisecond)
-				lis.Release(Outcome{Success: true})
+			var chs []<-chan acquired
+			for i, r := range []Request{{}, {}, {Moved: true, MaxWait: time.Hour}, {Moved: true, MaxWait: time.Hour}} {
+				chs = append(chs, acquireAsync(context.Background(), l, r))
+				untilQueued(t, l, i+1)
 			}
-			next := func(own Request) (ownFirst bool) {
-				t.Helper()
-				slot := mustAcquire(t, l, Request{})
-				o := acquireAsync(context.Background(), l, own)
-				untilQueued(t, l, 1)
-				m := acquireAsync(context.Background(), l, Request{Moved: true})
-				untilQueued(t, l, 2)
+			// Nothing has completed yet: a wait is estimated at 5 s a turn.
+			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true, MaxWait: 3 * time.Second}); rj == nil || rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want a moved call refused at once: two moved calls and this node's own ahead of it", rj)
+			}
+			var order []bool // moved, in the order served
+			slot := busy
+			for range 4 {
 				slot.Release(Outcome{Success: true})
 				synctest.Wait()
-				var got acquired
-				select {
-				case got = <-o:
-					ownFirst = true
-				case got = <-m:
-				}
-				if got.lis == nil {
-					t.Fatalf("got %+v, want a slot", got)
-				}
-				got.lis.Release(Outcome{Success: true})
-				synctest.Wait()
-				for _, ch := range []<-chan acquired{o, m} {
+				for i, ch := range chs {
 					select {
 					case a := <-ch:
-						a.lis.Release(Outcome{Success: true})
+						order = append(order, i >= 2)
+						slot = a.lis
+						chs[i] = nil
 					default:
 					}
 				}
-				return ownFirst
 			}
-			if next(Request{Timeout: time.Minute}) {
-				t.Error("this node's on-time call went before the moved one")
+			slot.Release(Outcome{Success: true})
+			if len(order) != 4 || order[0] == order[1] || order[1] == order[2] || order[2] == order[3] {
+				t.Fatalf("served moved %v; want moved and own in turn", order)
 			}
-			if !next(Request{Timeout: 150 * time.Millisecond}) {
-				t.Error("the moved call went before this node's late one")
-			}
-			busy.Release(Outcome{Success: true})
 		}},
 		{"slow start holds the queue rather than refusing it", func(c *configs.Admission) {
 			c.MaxInFlight = 10
