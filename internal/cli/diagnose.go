@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/daemon"
 	"github.com/vigil-dev/vigil/pool"
-	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/routing"
 	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -73,7 +73,7 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	if !*asJSON {
 		fmt.Fprintf(stderr, "sampling %s for %s every %s...\n", cfg.Engine.URL, *window, *interval)
 	}
-	ek := resolveEngineKind(ctx, cfg.Engine)
+	ek := daemon.ResolveEngineKind(ctx, cfg.Engine)
 	opts := watchdog.Options{Engine: ek.Engine, Watchdog: cfg.Watchdog, Node: cfg.Node}
 	if cfg.Admission.Enabled {
 		opts.MaxInFlight = cfg.Admission.MaxInFlight
@@ -83,7 +83,7 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vigil diagnose: %v\n", err)
 		return exitDiagnoseOther
 	}
-	members, poolNote := diagnosePool(ctx, cfg)
+	members, poolNote := daemon.ReadPool(ctx, cfg)
 	// Whether keyed retries find their execution is the local vigil's
 	// count over its window, not something a few samples can tell: read
 	// it from the running vigil the config describes.
@@ -144,36 +144,6 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return watchdog.ExitCode(report.State)
-}
-
-// diagnosePool reads the pool as the running vigil would: pool.peers plus,
-// with etcd coordination, the members registered there. diagnose must work
-// while vigil itself is down (it is what one runs at 3 a.m.), so it asks
-// etcd itself rather than the local vigil; the note says why the members
-// are unknown when etcd cannot be read.
-func diagnosePool(ctx context.Context, cfg *configs.Config) ([]pool.Member, string) {
-	var regs []coord.Registered
-	note := ""
-	if cfg.Pool.Coordination == "etcd" {
-		var err error
-		if regs, err = registeredMembers(ctx, cfg); err != nil {
-			note = "pool: members registered in etcd unknown: " + err.Error()
-		}
-	}
-	if len(cfg.Pool.Peers) == 0 && len(regs) == 0 {
-		return nil, note
-	}
-	return fetchPeers(ctx, cfg, regs), note
-}
-
-func registeredMembers(ctx context.Context, cfg *configs.Config) ([]coord.Registered, error) {
-	s, err := openCoord(cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	regs, _, err := s.Members(ctx)
-	return regs, err
 }
 
 // diagnoseConfig builds the config diagnose runs with: the file's, or the

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"io"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -17,7 +18,7 @@ import (
 
 func TestRunServesTheHealthCheckEndpoint(t *testing.T) {
 	s := startEngine(t, nil)
-	addr := freeAddr(t)
+	addr := testinfra.FreeAddr(t)
 	td := startDaemon(t, daemonConfig(t, s.URL())+"load_balancer:\n  kind: healthcheck\n  healthcheck:\n    listen: "+addr+"\n")
 	resp, err := http.Get("http://" + addr + "/ready")
 	if err != nil {
@@ -36,7 +37,7 @@ func TestRunServesTheHealthCheckEndpoint(t *testing.T) {
 
 func TestRunAnswersTheAgentCheck(t *testing.T) {
 	s := startEngine(t, nil)
-	addr := freeAddr(t)
+	addr := testinfra.FreeAddr(t)
 	startDaemon(t, daemonConfig(t, s.URL())+"load_balancer:\n  kind: agent\n  agent:\n    listen: "+addr+"\n")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -54,7 +55,7 @@ func TestRunAnswersTheAgentCheck(t *testing.T) {
 // where it is, so the answer stays).
 func TestRunAnswersDrainFromTheStartWhenTheJournalSaysDrained(t *testing.T) {
 	s := startEngine(t, nil)
-	addr := freeAddr(t)
+	addr := testinfra.FreeAddr(t)
 	yml := daemonConfig(t, s.URL()) + "load_balancer:\n  kind: agent\n  agent:\n    listen: " + addr + "\n"
 	yml = strings.Replace(yml, "watchdog:\n", "watchdog:\n  dry_run: true\n", 1)
 	cfg, err := configs.Parse([]byte(yml), time.Now())

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -180,4 +180,34 @@ func describeRegs(regs []coord.Registered) string {
 		parts[i] = r.Node + " " + r.URL
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ReadPool reads the pool as the running vigil would, for diagnose:
+// pool.peers plus, with etcd coordination, the members registered there.
+// diagnose must work while vigil itself is down (it is what one runs at
+// 3 a.m.), so it asks etcd itself rather than the local vigil; the note
+// says why the members are unknown when etcd cannot be read.
+func ReadPool(ctx context.Context, cfg *configs.Config) ([]pool.Member, string) {
+	var regs []coord.Registered
+	note := ""
+	if cfg.Pool.Coordination == "etcd" {
+		var err error
+		if regs, err = registeredMembers(ctx, cfg); err != nil {
+			note = "pool: members registered in etcd unknown: " + err.Error()
+		}
+	}
+	if len(cfg.Pool.Peers) == 0 && len(regs) == 0 {
+		return nil, note
+	}
+	return fetchPeers(ctx, cfg, regs), note
+}
+
+func registeredMembers(ctx context.Context, cfg *configs.Config) ([]coord.Registered, error) {
+	s, err := openCoord(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	regs, _, err := s.Members(ctx)
+	return regs, err
 }

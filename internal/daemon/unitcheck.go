@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 
 // The installed unit (systemd/vigil.service) runs vigil as an unprivileged
 // user in a sandbox. Some configs cannot work there, and would only show
-// it at 3 a.m. when the first restart fails; unitWarnings says so at
+// it at 3 a.m. when the first restart fails; UnitWarnings says so at
 // check-config time instead. It reads the files systemd would: the unit,
 // its drop-ins, the polkit rules and the group database under root ("/",
 // or a test's directory). Without an installed vigil.service it says
@@ -40,7 +40,7 @@ type unitSettings struct {
 	watchdogSecErr          error
 }
 
-func unitWarnings(cfg *configs.Config, root string) []string {
+func UnitWarnings(cfg *configs.Config, root string) []string {
 	u, ok := readUnit(root, "vigil.service")
 	if !ok {
 		return nil

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"github.com/vigil-dev/vigil/probes"
 )
 
-// engineKind is what vigil knows of the engine's kind before it starts
+// EngineKind is what vigil knows of the engine's kind before it starts
 // watching: the kind whose names it reads, and how that was decided.
-type engineKind struct {
+type EngineKind struct {
 	// Engine is the engine section with the kind's names resolved when
 	// the kind is known; with auto and no readable scrape it is as
 	// configured, and the watchdog's scrapes decide.
@@ -30,10 +30,11 @@ type engineKind struct {
 // that does not answer quickly is left to the watchdog's own scrapes.
 const detectWait = 5 * time.Second
 
-// resolveEngineKind scrapes the engine once when engine.kind is auto.
-func resolveEngineKind(ctx context.Context, e configs.Engine) engineKind {
+// ResolveEngineKind scrapes the engine once when engine.kind is auto
+// (start-up and diagnose).
+func ResolveEngineKind(ctx context.Context, e configs.Engine) EngineKind {
 	if e.Kind != configs.KindAuto {
-		return engineKind{Engine: e, Kind: e.Kind, Words: e.Kind + " (engine.kind)"}
+		return EngineKind{Engine: e, Kind: e.Kind, Words: e.Kind + " (engine.kind)"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(e.RequestTimeout, detectWait))
 	defer cancel()
@@ -41,11 +42,11 @@ func resolveEngineKind(ctx context.Context, e configs.Engine) engineKind {
 	switch {
 	case err == nil:
 		e.Kind, e.Metrics = kind, e.MetricsFor(kind)
-		return engineKind{Engine: e, Kind: kind, Words: kind + " (engine.kind auto: picked from the metric families of the first scrape)"}
+		return EngineKind{Engine: e, Kind: kind, Words: kind + " (engine.kind auto: picked from the metric families of the first scrape)"}
 	case errors.Is(err, probes.ErrUnknownEngine):
-		return engineKind{Engine: e, Families: fams,
+		return EngineKind{Engine: e, Families: fams,
 			Words: fmt.Sprintf("unknown (engine.kind auto: %v; set engine.kind, or engine.metrics for another engine)", err)}
 	}
-	return engineKind{Engine: e,
+	return EngineKind{Engine: e,
 		Words: fmt.Sprintf("not known yet (engine.kind auto: %v; the first readable scrape will decide, reading vLLM's names until then)", err)}
 }

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"fmt"
@@ -145,7 +145,7 @@ type reloadResult struct {
 // (the file's value is restored then). Overrides written in the file are
 // applied, or refused with their reason.
 func (d *daemon) reload(path string, dryRun bool) {
-	next, err := loadConfig(path, dryRun)
+	next, err := LoadConfig(path, dryRun)
 	if err != nil {
 		d.log.WithError(err).Error("SIGHUP: new config rejected; keeping the running one")
 		return

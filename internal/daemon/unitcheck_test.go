@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 )
 
-// fakeRoot lays out the files unitWarnings reads: the shipped unit and
+// fakeRoot lays out the files UnitWarnings reads: the shipped unit and
 // drop-in and polkit rule (the real ones from systemd/), a passwd and a
 // group file, and sockets (plain files with the mode and our gid).
 type fakeRoot struct {
@@ -139,7 +139,7 @@ func TestUnitWarnings(t *testing.T) {
 			}
 			cfg := loadTestConfig(t)
 			tc.cfg(cfg)
-			got := unitWarnings(cfg, r.root)
+			got := UnitWarnings(cfg, r.root)
 			all := strings.Join(got, "\n")
 			if len(got) != tc.n {
 				t.Fatalf("got %d warnings, want %d:\n%s", len(got), tc.n, all)

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -50,12 +50,12 @@ admission:
   shutdown_grace: 2s
 status:
   listen: %s
-`, engineURL, filepath.Join(dir, "state.json"), freeAddr(t), freeAddr(t))
+`, engineURL, filepath.Join(dir, "state.json"), testinfra.FreeAddr(t), testinfra.FreeAddr(t))
 }
 
 func startDaemon(t *testing.T, yml string) *testDaemon {
 	t.Helper()
-	td := startDaemonWith(t, yml, DaemonOptions{})
+	td := startDaemonWith(t, yml, Options{})
 	td.waitListening(t)
 	return td
 }
@@ -250,36 +250,9 @@ func TestSystemdNotificationsComeFromTheLoop(t *testing.T) {
 	read("STOPPING=1")
 }
 
-func TestOverrideCommandsRoundTripThroughTheDaemon(t *testing.T) {
-	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL()))
-	getBody(t, td.statusURL+"/healthz")
-	addr := strings.TrimPrefix(td.statusURL, "http://")
-
-	code, _, errOut := vigil(t, "override", "set", "--status", addr, "admission.max_in_flight", "64")
-	if code != exitUsage || !strings.Contains(errOut, "--until") {
-		t.Fatalf("an override without until must be refused: exit %d, %s", code, errOut)
-	}
-	code, out, errOut := vigil(t, "override", "set", "--status", addr, "--for", "2h", "--reason", "load test OPS-1", "admission.max_in_flight", "64")
-	if code != 0 || !strings.Contains(out, "admission.max_in_flight") {
-		t.Fatalf("set: exit %d, %s %s", code, out, errOut)
-	}
-	if got := td.d.limiter.MaxInFlight(); got != 64 {
-		t.Fatalf("limiter cap after override = %d, want 64", got)
-	}
-	code, out, _ = vigil(t, "override", "list", "--status", addr)
-	if code != 0 || !strings.Contains(out, "load test OPS-1") || !strings.Contains(out, "was 0") {
-		t.Fatalf("list: exit %d\n%s", code, out)
-	}
-	code, out, _ = vigil(t, "override", "clear", "--status", addr, "admission.max_in_flight")
-	if code != 0 || td.d.limiter.MaxInFlight() != 0 {
-		t.Fatalf("clear: exit %d, cap %d\n%s", code, td.d.limiter.MaxInFlight(), out)
-	}
-}
-
-// startDaemonWith runs the daemon with DaemonOptions (inherited sockets);
+// startDaemonWith runs the daemon with Options (inherited sockets);
 // unlike startDaemon it does not wait for the listeners.
-func startDaemonWith(t *testing.T, yml string, o DaemonOptions) *testDaemon {
+func startDaemonWith(t *testing.T, yml string, o Options) *testDaemon {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "vigil.yaml")
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 // demo so that the daemon's binary need not link the simulation.
 type Daemon struct{ d *daemon }
 
-// NewDaemon builds and wires every part and binds the listeners, as
+// New builds and wires every part and binds the listeners, as
 // `vigil run` does; nothing runs until Run.
-func NewDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o DaemonOptions) (*Daemon, error) {
+func New(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Options) (*Daemon, error) {
 	d, err := newDaemon(ctx, cfg, log, o)
 	if err != nil {
 		return nil, err

@@ -1,9 +1,8 @@
-package cli
+package daemon
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -37,28 +36,32 @@ import (
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
-// runDaemon is `vigil run`: the watchdog, the recovery, the pager, the
-// admission limiter and vigil's own status listener, until SIGTERM.
-func runDaemon(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configFile := fs.String("config", "/etc/vigil/vigil.yaml", "config file")
-	dryRun := fs.Bool("dry-run", false, "run the whole loop but only log and page what would be done")
-	logLevel := fs.String("log-level", envOr("LOGRUS_LEVEL", "info"), "debug, info, warn or error")
-	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "vigil run: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
-	}
-	cfg, err := loadConfig(*configFile, *dryRun)
+// Flags are `vigil run`'s command line, parsed by internal/cli.
+type Flags struct {
+	Config   string // --config
+	DryRun   bool   // --dry-run
+	LogLevel string // --log-level: debug, info, warn or error
+	LogJSON  bool   // --log-json
+}
+
+// Exit codes of Main, the same as every vigil subcommand's.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2 // a config error
+)
+
+// Main is `vigil run`: the watchdog, the recovery, the pager, the
+// admission limiter and vigil's own status listener, until SIGTERM. It
+// returns the exit code: 0 when stopped, 1 when a part cannot start or
+// fails, 2 on a config error.
+func Main(f Flags, stderr io.Writer) int {
+	cfg, err := LoadConfig(f.Config, f.DryRun)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	log, err := newLogger(stderr, *logLevel, *logJSON)
+	log, err := newLogger(stderr, f.LogLevel, f.LogJSON)
 	if err != nil {
 		fmt.Fprintf(stderr, "vigil run: %v\n", err)
 		return exitUsage
@@ -77,7 +80,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 		log.WithError(err).Error("vigil cannot start")
 		return exitFail
 	}
-	d, err := newDaemon(ctx, cfg, log, DaemonOptions{Inherited: inherited})
+	d, err := newDaemon(ctx, cfg, log, Options{Inherited: inherited})
 	if err != nil {
 		// Exit at once with the reason: systemd restarts vigil and the
 		// journal shows why, instead of a half-started daemon.
@@ -94,7 +97,7 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 				return
 			case <-hup:
 				notifyReloading()
-				d.reload(*configFile, *dryRun)
+				d.reload(f.Config, f.DryRun)
 				notify(sd.SdNotifyReady)
 			}
 		}
@@ -106,8 +109,35 @@ func runDaemon(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// DaemonOptions lets the demo and tests swap the clock-free parts.
-type DaemonOptions struct {
+// LoadConfig is the one way `vigil run`, its SIGHUP reload and
+// `vigil check-config` read a config: whatever check-config accepts, run
+// starts with, and the reverse. dryRun is run's --dry-run flag.
+func LoadConfig(path string, dryRun bool) (*configs.Config, error) {
+	cfg, err := configs.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if dryRun {
+		cfg.Watchdog.DryRun = true
+	}
+	return cfg, nil
+}
+
+// LimiterSummary is the limiter's setting in a few words, for the
+// start-up log and check-config.
+func LimiterSummary(a configs.Admission) string {
+	if !a.Enabled {
+		return "off"
+	}
+	capacity := "automatic cap"
+	if a.MaxInFlight > 0 {
+		capacity = fmt.Sprintf("cap %d", a.MaxInFlight)
+	}
+	return fmt.Sprintf("on %s, %s", a.Listen, capacity)
+}
+
+// Options lets the demo and tests swap the clock-free parts.
+type Options struct {
 	// Notifier replaces the notifier the config names (the demo logs).
 	Notifier alerts.Notifier
 	// Registry replaces a fresh registry.
@@ -158,7 +188,7 @@ type daemon struct {
 	turns     *coord.Semaphore  // nil without pool.coordination etcd
 	readyOnce sync.Once
 	lastSent  uint64
-	onCycleFn func(watchdog.Verdict) // DaemonOptions.OnCycle
+	onCycleFn func(watchdog.Verdict) // Options.OnCycle
 
 	// stateFault says why the state file cannot be written ("" when it
 	// can): paged at start, shown on /status.
@@ -191,7 +221,7 @@ type daemon struct {
 // newDaemon builds and wires every part and binds the listeners; nothing
 // runs until run. Any part that cannot start is an error naming its
 // setting, and whatever was built is released.
-func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o DaemonOptions) (_ *daemon, err error) {
+func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Options) (_ *daemon, err error) {
 	d := &daemon{log: log, cfg: cfg, registry: o.Registry, loadedAt: time.Now(), started: time.Now(), onCycleFn: o.OnCycle}
 	defer func() {
 		if err != nil {
@@ -239,7 +269,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 
 	// Which engine: with engine.kind auto, one scrape now so the limiter
 	// and the watchdog read the right names from the start.
-	ek := resolveEngineKind(ctx, cfg.Engine)
+	ek := ResolveEngineKind(ctx, cfg.Engine)
 	log.WithField("engine_kind", ek.Kind).Info("engine kind: " + ek.Words)
 	engine := ek.Engine
 	// One engine reader for the limiter and the watchdog: they read the
@@ -422,7 +452,7 @@ func (d *daemon) run(ctx context.Context) error {
 	d.log.WithFields(logrus.Fields{
 		"engine": cfg.Engine.URL, "node": cfg.Node, "dry_run": cfg.Watchdog.DryRun,
 		"interval_seconds": cfg.Watchdog.Interval.Seconds(), "hang_after": cfg.Watchdog.HangAfter.String(),
-		"limiter": limiterSummary(cfg.Admission), "load_balancer": cfg.LoadBalancer.Kind, "restart": cfg.Restart.Kind,
+		"limiter": LimiterSummary(cfg.Admission), "load_balancer": cfg.LoadBalancer.Kind, "restart": cfg.Restart.Kind,
 		"alerts": cfg.Alerts.Kind, "state_file": cfg.Watchdog.StateFile, "version": version,
 		"gomaxprocs": runtime.GOMAXPROCS(0),
 	}).Info("vigil starting")
@@ -629,13 +659,6 @@ func newLogger(w io.Writer, level string, asJSON bool) (*logrus.Entry, error) {
 		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, DisableColors: true})
 	}
 	return logrus.NewEntry(l), nil
-}
-
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 func waitTimeout(wait func(), d time.Duration) bool {

@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"bufio"
@@ -78,7 +78,7 @@ func TestARestartOfVigilCutsNoStreamAndLosesNoConnection(t *testing.T) {
 	}
 	defer sock.Close()
 
-	first := startDaemonWith(t, yml, DaemonOptions{Inherited: map[string]net.Listener{"admission": dupListener(t, sock)}})
+	first := startDaemonWith(t, yml, Options{Inherited: map[string]net.Listener{"admission": dupListener(t, sock)}})
 	getBody(t, first.statusURL+"/healthz")
 	proxy := "http://" + addr
 
@@ -98,7 +98,7 @@ func TestARestartOfVigilCutsNoStreamAndLosesNoConnection(t *testing.T) {
 		go func() { defer wg.Done(); errs <- stream(proxy, 10) }()
 	}
 	<-stopped
-	second := startDaemonWith(t, yml, DaemonOptions{Inherited: map[string]net.Listener{"admission": dupListener(t, sock)}})
+	second := startDaemonWith(t, yml, Options{Inherited: map[string]net.Listener{"admission": dupListener(t, sock)}})
 	defer second.stop()
 	wg.Wait()
 	close(errs)

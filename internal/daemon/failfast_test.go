@@ -1,4 +1,4 @@
-package cli
+package daemon
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/slack-go/slack/slacktest"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // runVigil is `vigil run --config` on yml, which must return within limit:
@@ -36,8 +38,9 @@ func runVigilFile(t *testing.T, path string, limit time.Duration) (code int, std
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, _, errOut := vigil(t, "run", "--config", path)
-		done <- result{code, errOut}
+		var errOut strings.Builder
+		code := Main(Flags{Config: path, LogLevel: "info"}, &errOut)
+		done <- result{code, errOut.String()}
 	}()
 	select {
 	case r := <-done:
@@ -83,7 +86,7 @@ func TestRunExitsAtOnceWhenAPartCannotStart(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			// No engine: vigil must fail before it samples anything.
-			yml := tc.edit(daemonConfig(t, "http://"+freeAddr(t)))
+			yml := tc.edit(daemonConfig(t, "http://"+testinfra.FreeAddr(t)))
 			start := time.Now()
 			code, stderr := runVigil(t, yml, 10*time.Second)
 			if code != exitFail {
@@ -223,7 +226,7 @@ func TestRunExitsAtOnceOnARefusedSlackToken(t *testing.T) {
 	st.Start()
 	defer st.Stop()
 	t.Setenv("VIGIL_TEST_REFUSED_TOKEN", "xoxb-wrong-token")
-	yml := daemonConfig(t, "http://"+freeAddr(t)) + `alerts:
+	yml := daemonConfig(t, "http://"+testinfra.FreeAddr(t)) + `alerts:
   kind: slack
   slack:
     token:
