@@ -220,7 +220,10 @@ type daemon struct {
 
 // newDaemon builds and wires every part and binds the listeners; nothing
 // runs until run. Any part that cannot start is an error naming its
-// setting, and whatever was built is released.
+// setting, and whatever was built is released. The order matters: the
+// pager first (the others report to it), the limiter before the recovery
+// and the watchdog (both drive it), the overrides after what they change,
+// the listeners last.
 func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Options) (_ *daemon, err error) {
 	d := &daemon{log: log, cfg: cfg, registry: o.Registry, loadedAt: time.Now(), started: time.Now(), onCycleFn: o.OnCycle}
 	defer func() {
@@ -232,91 +235,139 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Op
 		d.registry = prometheus.NewRegistry()
 		d.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	if d.store, err = state.Open(cfg.Watchdog.StateFile); err != nil {
-		if !errors.Is(err, state.ErrNotWritable) {
-			return nil, fmt.Errorf("%w (watchdog.state_file)", err)
-		}
-		// vigil sits in the data path: a state directory it cannot write
-		// must not take the proxy down with it. Every journaled step (a
-		// restart) refuses on this store; the watchdog still judges and
-		// pages, and the first page says why nothing will be restarted.
-		d.stateFault = fmt.Sprintf("%v (watchdog.state_file)", err)
-		log.WithError(err).Error("vigil: the state file cannot be written: the limiter serves and verdicts are paged, but no recovery can run until it can")
-		err = nil
-	}
-
-	// Pages.
-	notifier := o.Notifier
-	if notifier == nil {
-		// A notifier that cannot work (e.g. a token Slack refuses) fails
-		// the start: pages are how a human learns of a hang.
-		if notifier, err = alerts.NewNotifier(cfg.Alerts, log.WithField("part", "alerts"), nil); err != nil {
-			return nil, fmt.Errorf("alerts (kind %s): %w", cfg.Alerts.Kind, err)
-		}
-		// A rejected Slack token stops the start; Slack unreachable only warns.
-		if err = alerts.CheckNotifier(ctx, notifier, log.WithField("part", "alerts"), 20*time.Second); err != nil {
-			return nil, err
-		}
-	}
-	po := alerts.OptionsFromConfig(*cfg)
-	po.Store, po.Log, po.Registerer = d.store, log.WithField("part", "alerts"), d.registry
-	po.Pool = d.poolLine
-	po.Outlook = func() *recovery.Refusal { return d.recovery.Outlook() } // nil-safe; built below
-	if d.pager, err = alerts.NewPager(notifier, po); err != nil {
+	if err := d.openState(cfg); err != nil {
 		return nil, err
 	}
-	d.digest = alerts.NewDigest(nil)
-
+	if err := d.buildPager(ctx, cfg, o.Notifier); err != nil {
+		return nil, err
+	}
 	// Which engine: with engine.kind auto, one scrape now so the limiter
 	// and the watchdog read the right names from the start.
 	ek := ResolveEngineKind(ctx, cfg.Engine)
 	log.WithField("engine_kind", ek.Kind).Info("engine kind: " + ek.Words)
-	engine := ek.Engine
 	// One engine reader for the limiter and the watchdog: they read the
 	// same series by the same profile, and with engine.kind still auto the
 	// first readable scrape decides for both.
-	reader := probes.NewReader(engine.Metrics, engine.Kind, cfg.Engine.MetricsFor)
+	reader := probes.NewReader(ek.Engine.Metrics, ek.Engine.Kind, cfg.Engine.MetricsFor)
+	if err := d.buildLimiter(cfg, reader); err != nil {
+		return nil, err
+	}
+	if err := d.buildRecovery(cfg, o); err != nil {
+		return nil, err
+	}
+	if err := d.buildWatchdog(ctx, cfg, ek.Engine, reader); err != nil {
+		return nil, err
+	}
+	if err := d.buildSchedules(cfg); err != nil {
+		return nil, err
+	}
+	if !o.NoStatus && cfg.Status.Listen != "" {
+		d.status = status.New(status.Options{
+			Listen: cfg.Status.Listen, AllowRemote: cfg.Status.AllowRemote, Gatherer: d.registry, Snapshot: d.snapshot,
+			Overrides: d.overrides, Log: log.WithField("part", "status"),
+		})
+	}
+	if err := d.bindListeners(cfg, o.Inherited); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
 
-	// The limiter.
-	if cfg.Admission.Enabled {
-		upstream, err := url.Parse(cfg.Engine.URL)
-		if err != nil {
-			return nil, fmt.Errorf("engine.url: %w", err)
+// openState opens the state file. One that cannot be written is a fault
+// the daemon runs with (stateFault), not a failed start: vigil sits in
+// the data path, and a state directory it cannot write must not take the
+// proxy down with it. Every journaled step (a restart) refuses on this
+// store; the watchdog still judges and pages, and the first page says why
+// nothing will be restarted.
+func (d *daemon) openState(cfg *configs.Config) error {
+	var err error
+	if d.store, err = state.Open(cfg.Watchdog.StateFile); err != nil {
+		if !errors.Is(err, state.ErrNotWritable) {
+			return fmt.Errorf("%w (watchdog.state_file)", err)
 		}
-		d.limiter, err = admission.New(cfg.Admission, upstream, cfg.Engine.APIKey,
-			admission.WithLogger(log.WithField("part", "admission")),
-			admission.WithRegisterer(d.registry),
-			admission.WithEngineReader(reader),
-			admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers),
-			admission.WithSuspicionHook(d.suspicionHook))
-		if err != nil {
-			return nil, err
+		d.stateFault = fmt.Sprintf("%v (watchdog.state_file)", err)
+		d.log.WithError(err).Error("vigil: the state file cannot be written: the limiter serves and verdicts are paged, but no recovery can run until it can")
+	}
+	return nil
+}
+
+// buildPager builds the pager over the config's notifier, or over
+// notifier when the caller brings one (the demo's terminal).
+func (d *daemon) buildPager(ctx context.Context, cfg *configs.Config, notifier alerts.Notifier) error {
+	log := d.log.WithField("part", "alerts")
+	if notifier == nil {
+		var err error
+		// A notifier that cannot work (e.g. a token Slack refuses) fails
+		// the start: pages are how a human learns of a hang.
+		if notifier, err = alerts.NewNotifier(cfg.Alerts, log, nil); err != nil {
+			return fmt.Errorf("alerts (kind %s): %w", cfg.Alerts.Kind, err)
 		}
-		if cfg.Admission.Coalesce {
-			d.affinity = routing.NewAffinity(routing.AffinityOptions{})
-			d.registry.MustRegister(d.affinity.Collectors()...)
+		// A rejected Slack token stops the start; Slack unreachable only warns.
+		if err = alerts.CheckNotifier(ctx, notifier, log, 20*time.Second); err != nil {
+			return err
 		}
 	}
+	po := alerts.OptionsFromConfig(*cfg)
+	po.Store, po.Log, po.Registerer = d.store, log, d.registry
+	po.Pool = d.poolLine
+	po.Outlook = func() *recovery.Refusal { return d.recovery.Outlook() } // nil-safe; built later
+	var err error
+	if d.pager, err = alerts.NewPager(notifier, po); err != nil {
+		return err
+	}
+	d.digest = alerts.NewDigest(nil)
+	return nil
+}
 
-	// Recovery: drain, restart, wait ready, restore.
+// buildLimiter builds the admission limiter (none with admission off)
+// and, with coalescing, the routing share it feeds.
+func (d *daemon) buildLimiter(cfg *configs.Config, reader *probes.Reader) error {
+	if !cfg.Admission.Enabled {
+		return nil
+	}
+	upstream, err := url.Parse(cfg.Engine.URL)
+	if err != nil {
+		return fmt.Errorf("engine.url: %w", err)
+	}
+	d.limiter, err = admission.New(cfg.Admission, upstream, cfg.Engine.APIKey,
+		admission.WithLogger(d.log.WithField("part", "admission")),
+		admission.WithRegisterer(d.registry),
+		admission.WithEngineReader(reader),
+		admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers),
+		admission.WithSuspicionHook(d.suspicionHook))
+	if err != nil {
+		return err
+	}
+	if cfg.Admission.Coalesce {
+		d.affinity = routing.NewAffinity(routing.AffinityOptions{})
+		d.registry.MustRegister(d.affinity.Collectors()...)
+	}
+	return nil
+}
+
+// buildRecovery builds the recovery (drain, restart, wait ready,
+// restore) over the configured load balancer and restarter, or the
+// caller's (the demo's), with the pool's turns and floor.
+func (d *daemon) buildRecovery(cfg *configs.Config, o Options) error {
+	var err error
 	drainer := o.Drainer
 	if drainer == nil {
 		if drainer, err = actions.NewDrainer(cfg.LoadBalancer); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	d.lbServer, _ = drainer.(actions.Server)
-	d.soft.Store(&softDrain{drainer: drainer, dryRun: cfg.Watchdog.DryRun, log: log.WithField("part", "admission")})
+	d.soft.Store(&softDrain{drainer: drainer, dryRun: cfg.Watchdog.DryRun, log: d.log.WithField("part", "admission")})
 	if d.restarter = o.Restarter; d.restarter == nil {
 		if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	ro := actions.RecoveryOptions{
 		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace, Unwritable: d.stateFault,
 		Drainer: drainer, Restarter: d.restarter, Ready: readyCheck(cfg),
 		Store: d.store, Reporter: d.fanout(), DryRun: cfg.Watchdog.DryRun, PeerDrained: d.peerDrained,
-		Registerer: d.registry, Log: log.WithField("part", "recovery"),
+		Registerer: d.registry, Log: d.log.WithField("part", "recovery"),
 		DrainPoll: o.RecoveryPoll, ReadyPoll: o.RecoveryPoll,
 	}
 	if d.limiter != nil {
@@ -324,17 +375,19 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Op
 		ro.Calls = d.callFate
 	}
 	if err := d.wirePool(cfg, &ro); err != nil {
-		return nil, err
+		return err
 	}
-	if d.recovery, err = actions.NewRecovery(ro); err != nil {
-		return nil, err
-	}
+	d.recovery, err = actions.NewRecovery(ro)
+	return err
+}
 
-	// The watchdog.
+// buildWatchdog builds the watchdog's loop over the engine and the
+// parts it reports to and drives.
+func (d *daemon) buildWatchdog(ctx context.Context, cfg *configs.Config, engine configs.Engine, reader *probes.Reader) error {
 	wo := watchdog.Options{
 		Engine: engine, Reader: reader, Watchdog: cfg.Watchdog, UnknownAfter: cfg.Alerts.UnknownAfter, CalmFor: cfg.Alerts.ResolveAfter, Node: cfg.Node,
 		Pager: d.fanout(), Recoverer: d.recovery, Store: d.store,
-		Log: log.WithField("part", "watchdog"), Registerer: d.registry,
+		Log: d.log.WithField("part", "watchdog"), Registerer: d.registry,
 		OnCycle: d.onCycle, Notice: d.notice, Conditions: d.pager,
 	}
 	if d.limiter != nil {
@@ -345,51 +398,50 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Op
 	if st, err := d.restarter.Status(ctx); err == nil && st.Known {
 		wo.EngineStarted = st.StartedAt
 	}
-	if d.watchdog, err = watchdog.New(wo); err != nil {
-		return nil, err
-	}
+	var err error
+	d.watchdog, err = watchdog.New(wo)
+	return err
+}
 
-	// Overrides: they need the live values, so they come after the limiter
-	// and the watchdog.
+// buildSchedules builds what runs on the clock: the overrides' expiry
+// (they need the live values, so they come after the limiter and the
+// watchdog) and the daily digest.
+func (d *daemon) buildSchedules(cfg *configs.Config) error {
+	var err error
 	if d.overrides, err = overrides.New(overrides.Options{
 		Applier: liveSettings{d}, Notifier: noticeFunc(d.notice), Store: d.store,
-		Log: log.WithField("part", "overrides"), Registerer: d.registry,
+		Log: d.log.WithField("part", "overrides"), Registerer: d.registry,
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	if err := d.overrides.Resume(cfg.Overrides); err != nil {
-		log.WithError(err).Warn("some overrides in the config were not applied")
+		d.log.WithError(err).Warn("some overrides in the config were not applied")
 	}
-
-	// Scheduled jobs: the daily digest.
-	d.cron = cron.New(cron.WithChain(cron.Recover(cronlog.New(log)), cron.SkipIfStillRunning(cronlog.New(log))),
-		cron.WithLogger(cronlog.New(log)))
+	d.cron = cron.New(cron.WithChain(cron.Recover(cronlog.New(d.log)), cron.SkipIfStillRunning(cronlog.New(d.log))),
+		cron.WithLogger(cronlog.New(d.log)))
 	if cfg.Alerts.Digest != "" {
 		if _, err := d.cron.AddFunc(cfg.Alerts.Digest, d.sendDigest); err != nil {
-			return nil, fmt.Errorf("alerts.digest: %w", err)
+			return fmt.Errorf("alerts.digest: %w", err)
 		}
 	}
+	return nil
+}
 
-	if !o.NoStatus && cfg.Status.Listen != "" {
-		d.status = status.New(status.Options{
-			Listen: cfg.Status.Listen, AllowRemote: cfg.Status.AllowRemote, Gatherer: d.registry, Snapshot: d.snapshot,
-			Overrides: d.overrides, Log: log.WithField("part", "status"),
-		})
-	}
-
-	// Bind last, once everything else has been built, and before anything
-	// runs.
+// bindListeners binds last, once everything else has been built, and
+// before anything runs, so a taken port fails the start.
+func (d *daemon) bindListeners(cfg *configs.Config, inherited map[string]net.Listener) error {
+	var err error
 	if d.limiter != nil {
-		if d.admissionLn, err = bind(o.Inherited["admission"], "admission.listen", cfg.Admission.Listen); err != nil {
-			return nil, err
+		if d.admissionLn, err = bind(inherited["admission"], "admission.listen", cfg.Admission.Listen); err != nil {
+			return err
 		}
 	}
 	if d.status != nil {
-		if d.statusLn, err = bind(o.Inherited["status"], "status.listen", cfg.Status.Listen); err != nil {
-			return nil, err
+		if d.statusLn, err = bind(inherited["status"], "status.listen", cfg.Status.Listen); err != nil {
+			return err
 		}
 	}
-	return d, nil
+	return nil
 }
 
 // bind uses the socket systemd handed over when there is one (it must be
