@@ -25,7 +25,6 @@ import (
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/cronlog"
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/probes"
@@ -33,6 +32,7 @@ import (
 	"github.com/vigil-dev/vigil/routing"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
+	"github.com/vigil-dev/vigil/util/cronlog"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // DefaultEvery is how often a fault that goes on is logged again.
