@@ -230,38 +230,72 @@ func TestAcquireDecides(t *testing.T) {
 			}
 			advance(time.Minute) // their bound ends the test's waits
 		}},
-		{"moved calls and this node's own take the slots in turn; a moved call the queue would not reach within its home's wait is refused at once", func(c *configs.Admission) {
-			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
+		{"a moved call goes ahead of this node's own while they are on time, behind them when one is late", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 2, time.Minute
 		}, func(t *testing.T, l *Limiter) {
 			busy := mustAcquire(t, l, Request{})
-			var chs []<-chan acquired
-			for i, r := range []Request{{}, {}, {Moved: true, MaxWait: time.Hour}, {Moved: true, MaxWait: time.Hour}} {
-				chs = append(chs, acquireAsync(context.Background(), l, r))
-				untilQueued(t, l, i+1)
+			for range 10 { // a pace: 100 ms answers, ten a second
+				lis := mustAcquire(t, l, Request{})
+				advance(100 * time.Millisecond)
+				lis.Release(Outcome{Success: true})
 			}
-			// Nothing has completed yet: a wait is estimated at 5 s a turn.
-			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true, MaxWait: 3 * time.Second}); rj == nil || rj.Reason != ReasonQueueTimeout {
-				t.Fatalf("got %+v, want a moved call refused at once: two moved calls and this node's own ahead of it", rj)
-			}
-			var order []bool // moved, in the order served
-			slot := busy
-			for range 4 {
+			next := func(own Request) (ownFirst bool) {
+				t.Helper()
+				slot := mustAcquire(t, l, Request{})
+				o := acquireAsync(context.Background(), l, own)
+				untilQueued(t, l, 1)
+				m := acquireAsync(context.Background(), l, Request{Moved: true})
+				untilQueued(t, l, 2)
 				slot.Release(Outcome{Success: true})
 				synctest.Wait()
-				for i, ch := range chs {
+				var got acquired
+				select {
+				case got = <-o:
+					ownFirst = true
+				case got = <-m:
+				}
+				if got.lis == nil {
+					t.Fatalf("got %+v, want a slot", got)
+				}
+				got.lis.Release(Outcome{Success: true})
+				synctest.Wait()
+				for _, ch := range []<-chan acquired{o, m} {
 					select {
 					case a := <-ch:
-						order = append(order, i >= 2)
-						slot = a.lis
-						chs[i] = nil
+						a.lis.Release(Outcome{Success: true})
 					default:
 					}
 				}
+				return ownFirst
 			}
-			slot.Release(Outcome{Success: true})
-			if len(order) != 4 || order[0] == order[1] || order[1] == order[2] || order[2] == order[3] {
-				t.Fatalf("served moved %v; want moved and own in turn", order)
+			if next(Request{Timeout: time.Minute}) {
+				t.Error("this node's on-time call went before the moved one")
 			}
+			if !next(Request{Timeout: 150 * time.Millisecond}) {
+				t.Error("the moved call went before this node's late one")
+			}
+			busy.Release(Outcome{Success: true})
+		}},
+		{"a moved call the queue would not reach within its home's wait is refused at once", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			acquireAsync(ctx, l, Request{Moved: true, MaxWait: time.Hour})
+			untilQueued(t, l, 1)
+			// Nothing has completed yet: a wait is estimated at 5 s a call.
+			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true, MaxWait: 3 * time.Second}); rj == nil || rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want a moved call refused at once behind another", rj)
+			}
+			ch := acquireAsync(context.Background(), l, Request{Moved: true, MaxWait: 30 * time.Second})
+			untilQueued(t, l, 2)
+			advance(30 * time.Second)
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout at its home's wait", a)
+			}
+			cancel()
+			synctest.Wait()
 		}},
 		{"slow start holds the queue rather than refusing it", func(c *configs.Admission) {
 			c.MaxInFlight = 10

@@ -103,8 +103,8 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 // displaces fresh work (retries are what keeps an overload going).
 // Without streams, streamed waiters are passed over (the first-token limit
 // is full): a plain call behind them still goes. Calls moved here from
-// another vigil's held engine take every other slot, oldest first, while
-// this node's own wait too (movedTurn).
+// another vigil's held engine go first, oldest first, while this node's
+// own first attempts are all on time.
 func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	live := func(e *list.Element) bool {
 		w := e.Value.(*waiter)
@@ -119,6 +119,7 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		return nil
 	}
 	var newest, onTime, oldestRetry, oldestMoved *list.Element
+	late := false // a first attempt of this node's own that is not on time
 	now := l.clock.Now()
 	drain := time.Duration(math.MaxInt64)
 	if rate := l.drainRateLocked(now); rate > 0 {
@@ -138,42 +139,35 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		case l.onTimeLocked(w, now, drain, objective):
 			newest, onTime = cmp.Or(newest, e), e
 		default:
-			newest = cmp.Or(newest, e)
+			newest, late = cmp.Or(newest, e), true
 		}
 	}
-	if oldestMoved != nil && (l.movedTurn || newest == nil) {
-		// The pool lost an engine: the calls moved here from it and this
-		// node's own share the engine left, a slot each in turn, the
-		// moved oldest first (they waited at home already). Neither waits
-		// for the other's backlog to drain.
+	if oldestMoved != nil && !late {
+		// A call moved here from a held engine has waited there already:
+		// across the pool it is the older call, and it goes first while
+		// this node's own first attempts can all still wait their turn.
+		// Once one of them is late they go first: a peer's own clients
+		// lose nothing for the calls it takes in.
 		return oldestMoved
 	}
 	return cmp.Or(onTime, newest, oldestMoved, oldestRetry)
 }
 
 // movedCheckLocked refuses a moved call at once when this queue would not
-// reach it within maxWait: the moved calls ahead of it, at every other
-// slot while this node's own wait too, at the measured completion rate.
-// Its home holds it instead, which answers it as soon.
+// reach it within maxWait even at best: the moved calls ahead of it, at
+// the measured completion rate. Its home holds it instead, which answers
+// it as soon.
 func (l *Limiter) movedCheckLocked(now time.Time, maxWait time.Duration) *Rejection {
-	ahead, own := 0, false
+	ahead := 0
 	for e := l.waiters.Front(); e != nil; e = e.Next() {
-		switch w := e.Value.(*waiter); {
-		case w.placeholder:
-		case w.moved:
+		if w := e.Value.(*waiter); w.moved && !w.placeholder {
 			ahead++
-		default:
-			own = true
 		}
 	}
-	if ahead == 0 && !own {
-		return nil // next in line: the first slot that frees is its
+	if ahead == 0 {
+		return nil
 	}
-	turns := ahead
-	if own {
-		turns = 2*ahead + 1
-	}
-	if wait := l.estimatedWaitLocked(now, turns); wait > maxWait {
+	if wait := l.estimatedWaitLocked(now, ahead); wait > maxWait {
 		return queueRejection(ReasonQueueTimeout, wait)
 	}
 	return nil
@@ -247,7 +241,6 @@ func (l *Limiter) dispatchLocked(now time.Time) {
 			return
 		}
 		w := l.removeWaiterLocked(e)
-		l.movedTurn = !w.moved
 		w.lis.heldWait = w.held
 		w.lis.startAwaitingLocked()
 		l.addInFlightLocked(now, 1)
