@@ -76,16 +76,15 @@ type Request struct {
 	// move); Divert leaves it queued.
 	Undivertible bool
 	// Moved: another vigil moved the call here (its own engine is held or
-	// lost). It queues whatever the cap, and goes ahead of this node's
-	// own first attempts while none of those is late (nextWaiterLocked):
-	// across the pool it is the older call, and this node's own clients
-	// lose nothing for it. It never takes a queue place from this node's
-	// own calls: it is refused
+	// lost). It queues whatever the cap, after this node's own first
+	// attempts (nextWaiterLocked): it takes the room they leave, and this
+	// node's own clients lose nothing for it. It never takes a queue place
+	// from this node's own calls: it is refused
 	// when the queue is full, and the first turned away when they need the
 	// room. Its bound is its client's (no stream deadline: its first token
 	// is late already) and MaxWait, and holds even while this engine is
 	// held. It is refused at once when the queue would not reach it within
-	// that bound even at best. A refusal sends it home, where it is held.
+	// that bound. A refusal sends it home, where it is held.
 	Moved bool
 	// MaxWait (moved calls only) is how long its home would hold it: a
 	// wait here longer than that answers it later than the home would

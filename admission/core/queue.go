@@ -103,8 +103,7 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 // displaces fresh work (retries are what keeps an overload going).
 // Without streams, streamed waiters are passed over (the first-token limit
 // is full): a plain call behind them still goes. Calls moved here from
-// another vigil's held engine go first, oldest first, while this node's
-// own first attempts are all on time.
+// another vigil's held engine go after this node's own first attempts.
 func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	live := func(e *list.Element) bool {
 		w := e.Value.(*waiter)
@@ -119,7 +118,6 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		return nil
 	}
 	var newest, onTime, oldestRetry, oldestMoved *list.Element
-	late := false // a first attempt of this node's own that is not on time
 	now := l.clock.Now()
 	drain := time.Duration(math.MaxInt64)
 	if rate := l.drainRateLocked(now); rate > 0 {
@@ -139,28 +137,23 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		case l.onTimeLocked(w, now, drain, objective):
 			newest, onTime = cmp.Or(newest, e), e
 		default:
-			newest, late = cmp.Or(newest, e), true
+			newest = cmp.Or(newest, e)
 		}
 	}
-	if oldestMoved != nil && !late {
-		// A call moved here from a held engine has waited there already:
-		// across the pool it is the older call, and it goes first while
-		// this node's own first attempts can all still wait their turn.
-		// Once one of them is late they go first: a peer's own clients
-		// lose nothing for the calls it takes in.
-		return oldestMoved
-	}
+	// A call moved here from a held engine goes after this node's own
+	// first attempts, oldest first: it takes the room they leave, so its
+	// clients lose nothing for it (before retries, which go last anyway).
 	return cmp.Or(onTime, newest, oldestMoved, oldestRetry)
 }
 
 // movedCheckLocked refuses a moved call at once when this queue would not
-// reach it within maxWait even at best: the moved calls ahead of it, at
-// the measured completion rate. Its home holds it instead, which answers
-// it as soon.
+// reach it within maxWait: the calls waiting ahead of it (this node's own
+// and the moved before it), at the measured completion rate. Its home
+// holds it instead, which answers it as soon.
 func (l *Limiter) movedCheckLocked(now time.Time, maxWait time.Duration) *Rejection {
 	ahead := 0
 	for e := l.waiters.Front(); e != nil; e = e.Next() {
-		if w := e.Value.(*waiter); w.moved && !w.placeholder {
+		if w := e.Value.(*waiter); !w.placeholder && !w.retry {
 			ahead++
 		}
 	}
