@@ -294,11 +294,11 @@ func TestACutCallTriesEachPeer(t *testing.T) {
 	}
 }
 
-// A peer at its own cap takes the calls cut at the verdict into its queue
-// and answers them in their turn: none waits for the restart (the hung
-// engine is never restarted here), and the peer's own calls are all
-// answered. Before, a moved call waited at most 2 s at the peer, was
-// refused back and held at home for the restart.
+// A peer at its own cap, none of its own calls waiting, takes the calls
+// cut at the verdict into its queue and answers them after its own: none
+// waits for the restart (the hung engine is never restarted here), and the
+// peer's own calls are all answered. Before, a moved call waited at most
+// 2 s at the peer, was refused back and held at home for the restart.
 func TestAPeerAtItsCapQueuesTheCallsCutAtTheVerdict(t *testing.T) {
 	t.Parallel()
 	re := newRestartableEngine(t, 0)
@@ -341,7 +341,8 @@ func TestAPeerAtItsCapQueuesTheCallsCutAtTheVerdict(t *testing.T) {
 	})
 	re.cur.Load().Hang()
 	p.l.SetRecovering(true)
-	run(peer.url, moveUnary, &own) // the peer's own arrival meanwhile
+	eventually(t, 3*time.Second, "the calls cut queued at the peer", func() bool { return peer.l.Stats().QueueDepth == 4 })
+	run(peer.url, moveUnary, &own) // the peer's own arrival meanwhile goes first
 	wg.Wait()
 
 	for i, g := range append(home, own...) {

@@ -206,15 +206,17 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatalf("got %+v, want queue_timeout at half its client's timeout, the engine held or not", a)
 			}
 		}},
-		{"a moved call never takes a queue place from this node's own calls", func(c *configs.Admission) {
+		{"a moved call never takes a queue place from this node's own calls, and none while they wait", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueue, c.MaxQueueWait = 1, 2, time.Minute
 		}, func(t *testing.T, l *Limiter) {
 			mustAcquire(t, l, Request{})
-			own := acquireAsync(context.Background(), l, Request{})
 			moved := acquireAsync(context.Background(), l, Request{Moved: true})
+			untilQueued(t, l, 1)
+			own := acquireAsync(context.Background(), l, Request{})
 			untilQueued(t, l, 2)
-			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true}); rj == nil || rj.Reason != ReasonQueueFull {
-				t.Fatalf("got %+v, want a moved call refused by a full queue", rj)
+			// This node's own wait: it has no room for another moved call.
+			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true}); rj == nil || rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want a moved call refused at once behind this node's own", rj)
 			}
 			second := acquireAsync(context.Background(), l, Request{})
 			if a := get(t, moved); a.rj == nil || a.rj.Reason != ReasonQueueFull {
@@ -230,51 +232,27 @@ func TestAcquireDecides(t *testing.T) {
 			}
 			advance(time.Minute) // their bound ends the test's waits
 		}},
-		{"a moved call goes after this node's own first attempts, on time or late", func(c *configs.Admission) {
-			c.MaxInFlight, c.MaxQueueWait = 2, time.Minute
+		{"a moved call goes after this node's own first attempts", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {
-			busy := mustAcquire(t, l, Request{})
-			for range 10 { // a pace: 100 ms answers, ten a second
-				lis := mustAcquire(t, l, Request{})
-				advance(100 * time.Millisecond)
-				lis.Release(Outcome{Success: true})
+			slot := mustAcquire(t, l, Request{})
+			m := acquireAsync(context.Background(), l, Request{Moved: true})
+			untilQueued(t, l, 1)
+			o := acquireAsync(context.Background(), l, Request{Timeout: time.Hour})
+			untilQueued(t, l, 2)
+			slot.Release(Outcome{Success: true})
+			synctest.Wait()
+			select {
+			case a := <-o:
+				a.lis.Release(Outcome{Success: true})
+			default:
+				t.Fatal("the moved call went before this node's own")
 			}
-			next := func(own Request) (ownFirst bool) {
-				t.Helper()
-				slot := mustAcquire(t, l, Request{})
-				o := acquireAsync(context.Background(), l, own)
-				untilQueued(t, l, 1)
-				m := acquireAsync(context.Background(), l, Request{Moved: true})
-				untilQueued(t, l, 2)
-				slot.Release(Outcome{Success: true})
-				synctest.Wait()
-				var got acquired
-				select {
-				case got = <-o:
-					ownFirst = true
-				case got = <-m:
-				}
-				if got.lis == nil {
-					t.Fatalf("got %+v, want a slot", got)
-				}
-				got.lis.Release(Outcome{Success: true})
-				synctest.Wait()
-				for _, ch := range []<-chan acquired{o, m} {
-					select {
-					case a := <-ch:
-						a.lis.Release(Outcome{Success: true})
-					default:
-					}
-				}
-				return ownFirst
+			if a := get(t, m); a.lis == nil {
+				t.Fatalf("got %+v, want the moved call served next", a)
+			} else {
+				a.lis.Release(Outcome{Success: true})
 			}
-			if !next(Request{Timeout: time.Minute}) {
-				t.Error("the moved call went before this node's on-time one")
-			}
-			if !next(Request{Timeout: 150 * time.Millisecond}) {
-				t.Error("the moved call went before this node's late one")
-			}
-			busy.Release(Outcome{Success: true})
 		}},
 		{"a moved call the queue would not reach within its home's wait is refused at once", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute

@@ -146,14 +146,20 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	return cmp.Or(onTime, newest, oldestMoved, oldestRetry)
 }
 
-// movedCheckLocked refuses a moved call at once when this queue would not
-// reach it within maxWait: the calls waiting ahead of it (this node's own
-// and the moved before it), at the measured completion rate. Its home
-// holds it instead, which answers it as soon.
+// movedCheckLocked refuses a moved call at once when this node has no
+// room for it: its own first attempts already wait (it is at its cap with
+// its own work, and a moved call goes after all of it, so it would wait
+// for a lull), or the moved calls ahead of it would not be served within
+// maxWait at the measured completion rate. Its home holds it instead,
+// which answers it as soon.
 func (l *Limiter) movedCheckLocked(now time.Time, maxWait time.Duration) *Rejection {
 	ahead := 0
 	for e := l.waiters.Front(); e != nil; e = e.Next() {
-		if w := e.Value.(*waiter); !w.placeholder && !w.retry {
+		switch w := e.Value.(*waiter); {
+		case w.placeholder || w.retry:
+		case !w.moved:
+			return queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
+		default:
 			ahead++
 		}
 	}
