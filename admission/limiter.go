@@ -52,8 +52,9 @@ type Limiter struct {
 
 	// The engine's queue gauges, read for the automatic cap.
 	// reader reads the engine's /metrics by its profile; nil: not read.
-	reader   *probes.Reader
-	pollDone chan struct{}
+	reader        *probes.Reader
+	metricsTarget probes.Target
+	pollDone      chan struct{}
 
 	// base is the parent context of keyed executions: they outlive the
 	// request that created them, never the limiter.
@@ -152,6 +153,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 			Immediate: func() { l.c.cancelledImmediate.Add(1) }})
 	l.base, l.stop = context.WithCancel(context.Background())
 	l.transport = newTransport()
+	l.metricsTarget = engineMetrics(upstream, l.transport, cfg.InjectAPIKey, engineAPIKey)
 	if l.reg != nil {
 		if err := l.reg.Register(&collector{l: l}); err != nil {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
