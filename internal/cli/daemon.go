@@ -22,15 +22,17 @@ import (
 	"github.com/robfig/cron/v3"
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/cronlog"
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/recovery/sequence"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/routing"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
@@ -121,8 +123,8 @@ type DaemonOptions struct {
 	// Drainer and Restarter replace the ones load_balancer.kind and
 	// restart.kind build: the demo's in-memory load balancer, and its
 	// restart of the in-process simulated engine.
-	Drainer   actions.Drainer
-	Restarter actions.Restarter
+	Drainer   balancer.Drainer
+	Restarter restarter.Restarter
 	// RecoveryPoll, when set, is how often recovery reads the drain and
 	// the engine's readiness (the demo's engine runs ten times the wall
 	// clock, so the default poll would be most of a recovery).
@@ -146,8 +148,8 @@ type daemon struct {
 	pager     *alerts.Pager
 	digest    *alerts.Digest
 	limiter   *admission.Limiter // nil when admission is off
-	recovery  *actions.Recovery
-	restarter actions.Restarter
+	recovery  *sequence.Recovery
+	restarter restarter.Restarter
 	watchdog  *watchdog.Watchdog
 	overrides *overrides.Manager
 	status    *status.Server
@@ -170,7 +172,7 @@ type daemon struct {
 	statusLn    net.Listener
 	// lbServer is the drainer when the balancer polls vigil (healthcheck,
 	// agent): its listener is bound in newDaemon too.
-	lbServer actions.Server
+	lbServer balancer.Server
 	// soft lowers this node's weight while the limiter suspects a stall
 	// (set after the limiter is built: suspicionHook reads it).
 	soft atomic.Pointer[softDrain]
@@ -271,18 +273,18 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 	// Recovery: drain, restart, wait ready, restore.
 	drainer := o.Drainer
 	if drainer == nil {
-		if drainer, err = actions.NewDrainer(cfg.LoadBalancer); err != nil {
+		if drainer, err = balancer.NewDrainer(cfg.LoadBalancer); err != nil {
 			return nil, err
 		}
 	}
-	d.lbServer, _ = drainer.(actions.Server)
+	d.lbServer, _ = drainer.(balancer.Server)
 	d.soft.Store(&softDrain{drainer: drainer, dryRun: cfg.Watchdog.DryRun, log: log.WithField("part", "admission")})
 	if d.restarter = o.Restarter; d.restarter == nil {
-		if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
+		if d.restarter, err = restarter.NewRestarter(cfg.Restart, nil); err != nil {
 			return nil, err
 		}
 	}
-	ro := actions.RecoveryOptions{
+	ro := sequence.RecoveryOptions{
 		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace, Unwritable: d.stateFault,
 		Drainer: drainer, Restarter: d.restarter, Ready: readyCheck(cfg),
 		Store: d.store, Reporter: d.fanout(), DryRun: cfg.Watchdog.DryRun, PeerDrained: d.peerDrained,
@@ -296,7 +298,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 	if err := d.wirePool(cfg, &ro); err != nil {
 		return nil, err
 	}
-	if d.recovery, err = actions.NewRecovery(ro); err != nil {
+	if d.recovery, err = sequence.NewRecovery(ro); err != nil {
 		return nil, err
 	}
 
@@ -602,13 +604,13 @@ func readyCheck(cfg *configs.Config) func(ctx context.Context) error {
 				return nil
 			case probes.ProbeTimedOut:
 				// /v1/models answered: the engine is up and not completing.
-				return actions.Stuck(fmt.Errorf("completion probe: %s", s))
+				return sequence.Stuck(fmt.Errorf("completion probe: %s", s))
 			case probes.ProbeFailed:
 				return fmt.Errorf("completion probe: %s", s)
 			}
 			select {
 			case <-ctx.Done():
-				return actions.Stuck(fmt.Errorf("completion probe still outstanding: %w", ctx.Err()))
+				return sequence.Stuck(fmt.Errorf("completion probe still outstanding: %w", ctx.Err()))
 			case <-t.C:
 			}
 		}
