@@ -28,11 +28,11 @@ func TestHeadPagesSayOnlyWhatIsTrue(t *testing.T) {
 		if cfg.LoadBalancer.Kind == "none" {
 			drainer = balancer.NoDrain{}
 		}
-		restarter, err := restarter.NewRestarter(cfg.Restart, nil)
+		restarter, err := restarter.New(cfg.Restart, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := sequence.NewRecovery(sequence.RecoveryOptions{
+		rec, err := sequence.New(sequence.Options{
 			LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, Unwritable: unwritable,
 			Drainer: drainer, Restarter: restarter, Ready: func(context.Context) error { return nil },
 			Store: state.Memory(), Now: clk.Now,

@@ -82,7 +82,7 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			if _, ok := drainer.(*balancer.HAProxy); ok {
 				drainer = fakeDrainer{}
 			}
-			ro := sequence.RecoveryOptions{
+			ro := sequence.Options{
 				LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
 				Drainer: drainer, Restarter: &countingRestarter{}, Ready: func(context.Context) error { return nil },
 				Store: state.Memory(), Reporter: p, ReadyPoll: time.Millisecond, DrainPoll: time.Millisecond,
@@ -91,7 +91,7 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			if tc.limiter {
 				ro.Limiter = nopLimiter{}
 			}
-			rec, err := sequence.NewRecovery(ro)
+			rec, err := sequence.New(ro)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,8 +136,8 @@ type fakeDrainer struct{}
 func (fakeDrainer) Drain(context.Context) error          { return nil }
 func (fakeDrainer) Ready(context.Context) error          { return nil }
 func (fakeDrainer) SetWeight(context.Context, int) error { return nil }
-func (fakeDrainer) State(context.Context) (balancer.LBState, error) {
-	return balancer.LBState{}, nil
+func (fakeDrainer) State(context.Context) (balancer.State, error) {
+	return balancer.State{}, nil
 }
 func (fakeDrainer) String() string { return "haproxy vllm/node1" }
 
@@ -354,7 +354,7 @@ func TestNoRestarterPagesWhatToDoAndNoRestart(t *testing.T) {
 				if tc.lb == "haproxy" {
 					drainer = fakeDrainer{}
 				}
-				restarter, err := restarter.NewRestarter(cfg.Restart, nil)
+				restarter, err := restarter.New(cfg.Restart, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -362,7 +362,7 @@ func TestNoRestarterPagesWhatToDoAndNoRestart(t *testing.T) {
 				o := OptionsFromConfig(cfg)
 				o.Outlook = func() *recovery.Refusal { return rec.Outlook() }
 				p := newTestPager(t, n, o)
-				rec, err = sequence.NewRecovery(sequence.RecoveryOptions{
+				rec, err = sequence.New(sequence.Options{
 					LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
 					Drainer: drainer, Restarter: restarter,
 					Ready: func(context.Context) error { return errors.New("probe timed out after 90s") },

@@ -177,7 +177,7 @@ func (a *Agent) SetWeight(_ context.Context, percent int) error {
 }
 
 // State is unknown: the agent is told nothing of the sessions.
-func (a *Agent) State(context.Context) (LBState, error) { return LBState{}, nil }
+func (a *Agent) State(context.Context) (State, error) { return State{}, nil }
 
 // StartDrained answers drained from the first poll (see Server).
 func (a *Agent) StartDrained() { a.adv.drain() }

@@ -19,17 +19,17 @@ type Drainer interface {
 	// configured weight (1..100), for the ramp after a restart.
 	SetWeight(ctx context.Context, percent int) error
 	// State reads this host's and its pool's state at the load balancer.
-	// Drainers that cannot read it return an LBState with Known false.
-	State(ctx context.Context) (LBState, error)
+	// Drainers that cannot read it return a State with Known false.
+	State(ctx context.Context) (State, error)
 	// String names the drainer and its target for logs and pages, e.g.
 	// "haproxy vllm/node1".
 	String() string
 }
 
-// LBState is what the load balancer says about this host and the other
+// State is what the load balancer says about this host and the other
 // servers of its backend. It is the pool lock: a server that is drained
 // is being worked on, and only one member of a pool may be.
-type LBState struct {
+type State struct {
 	// Known is false when the drainer cannot read the load balancer's
 	// state (an HTTP hook, or no load balancer at all).
 	Known bool `json:"known"`
@@ -127,6 +127,6 @@ func (NoDrain) Ready(context.Context) error { return nil }
 func (NoDrain) SetWeight(context.Context, int) error { return nil }
 
 // State returns an unknown state.
-func (NoDrain) State(context.Context) (LBState, error) { return LBState{}, nil }
+func (NoDrain) State(context.Context) (State, error) { return State{}, nil }
 
 func (NoDrain) String() string { return "none (no load balancer configured: nothing to drain)" }

@@ -156,28 +156,28 @@ func (h *HAProxy) Command(ctx context.Context, cmd string) (string, error) {
 // State reads "show stat" (sessions, queue, status, weight) and "show
 // servers state" (the admin drain/maint flags and configured weight) for
 // the backend.
-func (h *HAProxy) State(ctx context.Context) (LBState, error) {
+func (h *HAProxy) State(ctx context.Context) (State, error) {
 	out, err := h.Command(ctx, "show stat")
 	if err != nil {
-		return LBState{}, fmt.Errorf("haproxy: show stat: %w", err)
+		return State{}, fmt.Errorf("haproxy: show stat: %w", err)
 	}
 	servers, err := parseShowStat(out, h.backend)
 	if err != nil {
-		return LBState{}, fmt.Errorf("haproxy: show stat: %w", err)
+		return State{}, fmt.Errorf("haproxy: show stat: %w", err)
 	}
 	if len(servers) == 0 {
-		return LBState{}, fmt.Errorf("haproxy: show stat: backend %q %w (or has no servers)", h.backend, ErrNotFound)
+		return State{}, fmt.Errorf("haproxy: show stat: backend %q %w (or has no servers)", h.backend, ErrNotFound)
 	}
 	cmd := "show servers state " + h.backend
 	out, err = h.Command(ctx, cmd)
 	if err != nil {
-		return LBState{}, fmt.Errorf("haproxy: %s: %w", cmd, err)
+		return State{}, fmt.Errorf("haproxy: %s: %w", cmd, err)
 	}
 	admin, err := parseServersState(out, h.backend)
 	if err != nil {
-		return LBState{}, fmt.Errorf("haproxy: %s: %w", cmd, h.maybeAnswerError(out, err))
+		return State{}, fmt.Errorf("haproxy: %s: %w", cmd, h.maybeAnswerError(out, err))
 	}
-	st := LBState{Known: true}
+	st := State{Known: true}
 	found := false
 	for _, s := range servers {
 		if a, ok := admin[s.Server]; ok {
@@ -192,7 +192,7 @@ func (h *HAProxy) State(ctx context.Context) (LBState, error) {
 		st.Others = append(st.Others, s)
 	}
 	if !found {
-		return LBState{}, fmt.Errorf("haproxy: show stat: server %q %w in backend %q", h.server, ErrNotFound, h.backend)
+		return State{}, fmt.Errorf("haproxy: show stat: server %q %w in backend %q", h.server, ErrNotFound, h.backend)
 	}
 	sort.Slice(st.Others, func(i, j int) bool { return st.Others[i].Server < st.Others[j].Server })
 	return st, nil

@@ -96,21 +96,21 @@ func (s *HAProxySet) SetWeight(ctx context.Context, percent int) error {
 // engine); this host counts as drained only where every one drained it,
 // another server as drained (the pool's lock) where any one did. One
 // unreadable HAProxy is the error.
-func (s *HAProxySet) State(ctx context.Context) (LBState, error) {
-	states := make([]LBState, len(s.members))
+func (s *HAProxySet) State(ctx context.Context) (State, error) {
+	states := make([]State, len(s.members))
 	err := s.each("read state", func(i int, h *HAProxy) error {
 		var err error
 		states[i], err = h.State(ctx)
 		return err
 	})
 	if err != nil {
-		return LBState{}, err
+		return State{}, err
 	}
 	return mergeStates(states), nil
 }
 
-func mergeStates(states []LBState) LBState {
-	out := LBState{Known: true, Self: states[0].Self}
+func mergeStates(states []State) State {
+	out := State{Known: true, Self: states[0].Self}
 	out.Self.Sessions, out.Self.Queued = 0, 0
 	statuses := []string{}
 	for _, st := range states {

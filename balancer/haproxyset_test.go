@@ -14,7 +14,7 @@ func TestMergedStateOfAPair(t *testing.T) {
 	}
 	cases := []struct {
 		name         string
-		a, b         LBState
+		a, b         State
 		drained      bool
 		sessions     int
 		weight       int
@@ -22,21 +22,21 @@ func TestMergedStateOfAPair(t *testing.T) {
 		otherDrained bool
 	}{
 		{"drained on both: drained, sessions summed",
-			LBState{Known: true, Self: self("DRAIN", true, 2, 100), Others: other(false, 1)},
-			LBState{Known: true, Self: self("DRAIN", true, 3, 100), Others: other(false, 4)},
+			State{Known: true, Self: self("DRAIN", true, 2, 100), Others: other(false, 1)},
+			State{Known: true, Self: self("DRAIN", true, 3, 100), Others: other(false, 4)},
 			true, 5, 100, "DRAIN", false},
 		{"drained on one only is not drained",
-			LBState{Known: true, Self: self("DRAIN", true, 0, 100), Others: other(false, 0)},
-			LBState{Known: true, Self: self("UP", false, 7, 100), Others: other(false, 0)},
+			State{Known: true, Self: self("DRAIN", true, 0, 100), Others: other(false, 0)},
+			State{Known: true, Self: self("UP", false, 7, 100), Others: other(false, 0)},
 			false, 7, 100, "DRAIN/UP", false},
 		{"a peer drained on either holds the pool's lock",
-			LBState{Known: true, Self: self("UP", false, 0, 100), Others: other(true, 0)},
-			LBState{Known: true, Self: self("UP", false, 0, 50), Others: other(false, 0)},
+			State{Known: true, Self: self("UP", false, 0, 100), Others: other(true, 0)},
+			State{Known: true, Self: self("UP", false, 0, 50), Others: other(false, 0)},
 			false, 0, 50, "UP", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m := mergeStates([]LBState{tc.a, tc.b})
+			m := mergeStates([]State{tc.a, tc.b})
 			if !m.Known || m.Self.Drained != tc.drained || m.Self.Sessions != tc.sessions || m.Self.Weight != tc.weight ||
 				m.Self.Status != tc.status || len(m.Others) != 1 || m.Others[0].Drained != tc.otherDrained {
 				t.Errorf("merged %+v", m)

@@ -102,7 +102,7 @@ func (h *HealthCheck) SetWeight(_ context.Context, percent int) error {
 // State is unknown: an HTTP check tells vigil nothing of the sessions,
 // so the drain waits its whole timeout, time for the balancer's checks
 // to fail.
-func (h *HealthCheck) State(context.Context) (LBState, error) { return LBState{}, nil }
+func (h *HealthCheck) State(context.Context) (State, error) { return State{}, nil }
 
 // StartDrained answers drained from the first poll (see Server).
 func (h *HealthCheck) StartDrained() { h.adv.drain() }

@@ -65,7 +65,7 @@ func (h *HTTPHooks) SetWeight(ctx context.Context, percent int) error {
 }
 
 // State is unknown: a hook cannot be read back.
-func (h *HTTPHooks) State(context.Context) (LBState, error) { return LBState{}, nil }
+func (h *HTTPHooks) State(context.Context) (State, error) { return State{}, nil }
 
 func (h *HTTPHooks) call(ctx context.Context, name string, hook configs.HTTPHook, weight int) error {
 	what := fmt.Sprintf("http hook %s %s %s", name, hook.Method, redactURL(hook.URL))

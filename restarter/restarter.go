@@ -68,9 +68,9 @@ func ExecRunner(ctx context.Context, argv []string) ([]byte, error) {
 	return out.Bytes(), err
 }
 
-// NewRestarter builds the restarter restart.kind asks for. run may be nil
+// New builds the restarter restart.kind asks for. run may be nil
 // (ExecRunner).
-func NewRestarter(cfg configs.Restart, run CommandRunner) (Restarter, error) {
+func New(cfg configs.Restart, run CommandRunner) (Restarter, error) {
 	if run == nil {
 		run = ExecRunner
 	}

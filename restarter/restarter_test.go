@@ -108,18 +108,18 @@ func TestExecRunnerRunsARealCommand(t *testing.T) {
 	}
 }
 
-func TestNewRestarterByKind(t *testing.T) {
+func TestNewByKind(t *testing.T) {
 	rs := configs.Restart{Docker: configs.DockerRestart{Host: "unix:///var/run/docker.sock", Container: "vllm", StopTimeout: 30 * time.Second}}
 	rs.Systemd.Unit, rs.Command.Argv = "vllm.service", []string{"/bin/true"}
 	for kind, want := range map[string]string{"docker": "docker container vllm", "systemd": "systemd unit vllm.service", "command": "command /bin/true", "none": "none ("} {
 		rs.Kind = kind
-		r, err := NewRestarter(rs, nil)
+		r, err := New(rs, nil)
 		if err != nil || !strings.HasPrefix(r.String(), want) {
 			t.Errorf("restarter %s: %v, %v", kind, r, err)
 		}
 	}
 	rs.Kind = "k8s"
-	if _, err := NewRestarter(rs, nil); err == nil {
+	if _, err := New(rs, nil); err == nil {
 		t.Error("unknown restarter kind accepted")
 	}
 	if err := (NoRestart{}).Restart(context.Background()); err == nil || !strings.Contains(err.Error(), "restart.kind is none") {

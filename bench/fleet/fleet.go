@@ -295,9 +295,9 @@ func (b lb) Drain(context.Context) error          { b.setOut(true); return nil }
 func (b lb) Ready(context.Context) error          { b.setOut(false); return nil }
 func (b lb) SetWeight(context.Context, int) error { return nil }
 func (b lb) String() string                       { return fmt.Sprintf("in-memory balancer node%d", b.i) }
-func (b lb) State(context.Context) (balancer.LBState, error) {
+func (b lb) State(context.Context) (balancer.State, error) {
 	out := b.f.isOut(b.i)
-	return balancer.LBState{Known: true, Self: balancer.ServerStatus{Backend: "fleet", Server: fmt.Sprintf("node%d", b.i),
+	return balancer.State{Known: true, Self: balancer.ServerStatus{Backend: "fleet", Server: fmt.Sprintf("node%d", b.i),
 		Status: map[bool]string{true: "DRAIN", false: "UP"}[out], Drained: out, Weight: 100, InitialWeight: 100}}, nil
 }
 
@@ -376,7 +376,7 @@ func (m *member) start(endpoint string) error {
 	lbCfg := configs.LoadBalancer{Kind: "haproxy", DrainTimeoutHung: 200 * time.Millisecond, RampWeights: []int{100}}
 	rsCfg := configs.Restart{Kind: "docker", Budget: 1000, BudgetWindow: time.Hour, ReadyTimeout: time.Minute}
 	eng := engine{m.f, m.i}
-	rec, err := sequence.NewRecovery(sequence.RecoveryOptions{
+	rec, err := sequence.New(sequence.Options{
 		LoadBalancer: lbCfg, Restart: rsCfg,
 		Drainer: lb{m.f, m.i}, Restarter: eng, Ready: eng.ready, Store: m.store,
 		Coordinator: m.f.coordinator(sem, m), TurnWait: time.Minute,

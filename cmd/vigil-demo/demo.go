@@ -435,14 +435,14 @@ func (l *demoLB) SetWeight(_ context.Context, pct int) error {
 	return nil
 }
 
-func (l *demoLB) State(context.Context) (balancer.LBState, error) {
+func (l *demoLB) State(context.Context) (balancer.State, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	status := "UP"
 	if l.drained {
 		status = "DRAIN"
 	}
-	return balancer.LBState{Known: true, Self: balancer.ServerStatus{
+	return balancer.State{Known: true, Self: balancer.ServerStatus{
 		Backend: "vllm", Server: "node1", Status: status, Drained: l.drained, Weight: l.weight, InitialWeight: 100,
 	}}, nil
 }

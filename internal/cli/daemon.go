@@ -280,11 +280,11 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 	d.lbServer, _ = drainer.(balancer.Server)
 	d.soft.Store(&softDrain{drainer: drainer, dryRun: cfg.Watchdog.DryRun, log: log.WithField("part", "admission")})
 	if d.restarter = o.Restarter; d.restarter == nil {
-		if d.restarter, err = restarter.NewRestarter(cfg.Restart, nil); err != nil {
+		if d.restarter, err = restarter.New(cfg.Restart, nil); err != nil {
 			return nil, err
 		}
 	}
-	ro := sequence.RecoveryOptions{
+	ro := sequence.Options{
 		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace, Unwritable: d.stateFault,
 		Drainer: drainer, Restarter: d.restarter, Ready: readyCheck(cfg),
 		Store: d.store, Reporter: d.fanout(), DryRun: cfg.Watchdog.DryRun, PeerDrained: d.peerDrained,
@@ -298,7 +298,7 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 	if err := d.wirePool(cfg, &ro); err != nil {
 		return nil, err
 	}
-	if d.recovery, err = sequence.NewRecovery(ro); err != nil {
+	if d.recovery, err = sequence.New(ro); err != nil {
 		return nil, err
 	}
 

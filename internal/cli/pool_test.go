@@ -83,7 +83,7 @@ func startMember(t *testing.T, node, endpoint string, recovering, peak *atomic.I
 	cfg.Pool.Etcd.KeyPrefix = "/vigil/test-pool/"
 	eng := &poolEngine{recovering: recovering, peak: peak}
 	m := &poolMember{steps: &stepLog{}}
-	ro := sequence.RecoveryOptions{
+	ro := sequence.Options{
 		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, Drainer: balancer.NoDrain{}, Restarter: eng,
 		Ready: eng.ready, Store: state.Memory(), Reporter: m.steps, ReadyPoll: 50 * time.Millisecond,
 	}
@@ -92,7 +92,7 @@ func startMember(t *testing.T, node, endpoint string, recovering, peak *atomic.I
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.turns.Close() })
-	rec, err := sequence.NewRecovery(ro)
+	rec, err := sequence.New(ro)
 	if err != nil {
 		t.Fatal(err)
 	}

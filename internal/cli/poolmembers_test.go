@@ -81,7 +81,7 @@ func poolDaemon(t *testing.T, endpoint string, minServing int) (*daemon, func(co
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	d := &daemon{log: logrus.NewEntry(l), cfg: &cfg}
-	var ro sequence.RecoveryOptions
+	var ro sequence.Options
 	if err := d.wirePool(&cfg, &ro); err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func (d *daemon) watchAffinity(ctx context.Context) {
 // wirePool gives the recovery the pool's coordination: turns through etcd
 // (pool.coordination: etcd) and the min_serving floor over the peers'
 // /status (listed and registered), fetched fresh for each decision.
-func (d *daemon) wirePool(cfg *configs.Config, ro *sequence.RecoveryOptions) error {
+func (d *daemon) wirePool(cfg *configs.Config, ro *sequence.Options) error {
 	p := cfg.Pool
 	if p.MinServing > 0 {
 		minServing := p.MinServing

@@ -33,7 +33,7 @@ func TestAReporterMayAskTheRecoveryAboutItselfOnEveryStep(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var rec *Recovery
 			cb := &callsBack{rec: &rec}
-			h := newHarness(t, func(o *RecoveryOptions) {
+			h := newHarness(t, func(o *Options) {
 				o.Reporter, o.DryRun = cb, dry
 				o.DrainPoll, o.ReadyPoll, o.LoadBalancer.RampDuration = 5*time.Millisecond, 5*time.Millisecond, 30*time.Millisecond
 			})

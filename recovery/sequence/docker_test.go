@@ -35,12 +35,12 @@ func TestDockerRealResumeNeverRestartsTwice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	killer := &killingRestarter{Restarter: dr, kill: cancel}
 	rep := &steps{}
-	opts := RecoveryOptions{
+	opts := Options{
 		LoadBalancer: lb, Restart: rs, Drainer: balancer.NoDrain{}, Restarter: killer, Store: store, Reporter: rep,
 		Ready: func(context.Context) error { return nil }, ReadyPoll: 50 * time.Millisecond, DrainPoll: 50 * time.Millisecond,
 		RestartSettle: 5 * time.Second, Log: testLog(t),
 	}
-	rec, err := NewRecovery(opts)
+	rec, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestDockerRealResumeNeverRestartsTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts.Store, opts.Restarter = store2, dr
-	rec2, err := NewRecovery(opts)
+	rec2, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // dryRun reports every step the attempt would take and changes nothing.
-func (r *Recovery) dryRun(eng restarter.EngineStatus, lb balancer.LBState) {
+func (r *Recovery) dryRun(eng restarter.EngineStatus, lb balancer.State) {
 	lbs := r.o.LoadBalancer
 	drain := "would drain " + r.o.Drainer.String()
 	if lb.Known {

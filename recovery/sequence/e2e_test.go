@@ -70,7 +70,7 @@ func TestRealRecoveryOfTheSimulatedEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := restarter.NewRestarter(rs, nil)
+	engine, err := restarter.New(rs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestRealRecoveryOfTheSimulatedEngine(t *testing.T) {
 	}
 	rep := &steps{}
 	drainedDuring := make(chan string, 1)
-	rec, err := NewRecovery(RecoveryOptions{
+	rec, err := New(Options{
 		LoadBalancer: lb, Restart: rs, Drainer: drainer, Restarter: engine, Store: state.Memory(), Reporter: rep,
 		Ready: func(ctx context.Context) error {
 			select { // what HAProxy says while vigil waits for the engine

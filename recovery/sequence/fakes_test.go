@@ -181,19 +181,19 @@ func (f fakeLB) SetWeight(ctx context.Context, p int) error {
 	return nil
 }
 
-func (f fakeLB) State(ctx context.Context) (balancer.LBState, error) {
+func (f fakeLB) State(ctx context.Context) (balancer.State, error) {
 	w := f.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.call("state") {
-		return balancer.LBState{}, errKilled
+		return balancer.State{}, errKilled
 	}
 	if w.stateErr != nil {
-		return balancer.LBState{}, w.stateErr
+		return balancer.State{}, w.stateErr
 	}
 	self := w.self
 	self.Sessions = w.sessions
-	return balancer.LBState{Known: true, Self: self, Others: append([]balancer.ServerStatus(nil), w.others...)}, nil
+	return balancer.State{Known: true, Self: self, Others: append([]balancer.ServerStatus(nil), w.others...)}, nil
 }
 
 // fakeEngine is the Restarter over world.
@@ -334,7 +334,7 @@ type harness struct {
 	store *state.Store
 	rep   *steps
 	logs  *bytes.Buffer
-	opts  RecoveryOptions
+	opts  Options
 	rec   *Recovery
 }
 
@@ -350,7 +350,7 @@ func testConfigs() (configs.LoadBalancer, configs.Restart) {
 	return lb, rs
 }
 
-func newHarness(t *testing.T, tweak func(*RecoveryOptions)) *harness {
+func newHarness(t *testing.T, tweak func(*Options)) *harness {
 	t.Helper()
 	store := state.Memory()
 	h := &harness{w: newWorld(store), store: store, rep: &steps{}, logs: &bytes.Buffer{}}
@@ -358,7 +358,7 @@ func newHarness(t *testing.T, tweak func(*RecoveryOptions)) *harness {
 	l := logrus.New()
 	l.Out = &lockedWriter{b: h.logs}
 	l.Level = logrus.DebugLevel
-	h.opts = RecoveryOptions{
+	h.opts = Options{
 		LoadBalancer: lb, Restart: rs, StartupGrace: 10 * time.Minute,
 		Drainer: fakeLB{h.w}, Restarter: fakeEngine{h.w}, Ready: h.w.ready,
 		Store: store, Reporter: h.rep, Limiter: fakeLimiter{h.w},
@@ -376,7 +376,7 @@ func newHarness(t *testing.T, tweak func(*RecoveryOptions)) *harness {
 // restart of vigil itself.
 func (h *harness) newRecovery(t *testing.T) *Recovery {
 	t.Helper()
-	r, err := NewRecovery(h.opts)
+	r, err := New(h.opts)
 	if err != nil {
 		t.Fatal(err)
 	}

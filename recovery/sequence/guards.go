@@ -79,7 +79,7 @@ func timeGuards(now, engineStarted time.Time, history, dry []time.Time, l guardL
 // undo. After vigil drained itself it refuses only when another server is
 // also out and sorts first by name: of two vigils that drained at the same
 // moment, the later name backs off.
-func poolLock(st balancer.LBState, selfOurs, afterDrain bool) *recovery.Refusal {
+func poolLock(st balancer.State, selfOurs, afterDrain bool) *recovery.Refusal {
 	if !st.Known {
 		return nil
 	}

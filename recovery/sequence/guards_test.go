@@ -99,33 +99,33 @@ func TestPoolLock(t *testing.T) {
 	down := func(s *balancer.ServerStatus) { s.Status = "DOWN" }
 	cases := []struct {
 		name       string
-		st         balancer.LBState
+		st         balancer.State
 		selfOurs   bool
 		afterDrain bool
 		refused    bool
 		reasonHas  string
 	}{
 		{name: "a pool where nobody is drained lets this host drain",
-			st: balancer.LBState{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1"), srv("node3")}}},
+			st: balancer.State{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1"), srv("node3")}}},
 		{name: "another member drained blocks this host even if it sorts later",
-			st: balancer.LBState{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1"), srv("node3", drained)}}, refused: true, reasonHas: "node3 (drained"},
+			st: balancer.State{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1"), srv("node3", drained)}}, refused: true, reasonHas: "node3 (drained"},
 		{name: "another member in maintenance blocks this host",
-			st: balancer.LBState{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1", maint)}}, refused: true, reasonHas: "in maintenance"},
+			st: balancer.State{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1", maint)}}, refused: true, reasonHas: "in maintenance"},
 		{name: "a drained member whose checks fail (DOWN) still blocks this host",
-			st: balancer.LBState{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1", drained, down)}}, refused: true, reasonHas: "node1 (drained"},
+			st: balancer.State{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1", drained, down)}}, refused: true, reasonHas: "node1 (drained"},
 		{name: "a member that is merely DOWN by its health check does not block",
-			st: balancer.LBState{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1", down)}}},
+			st: balancer.State{Known: true, Self: srv("node2"), Others: []balancer.ServerStatus{srv("node1", down)}}},
 		{name: "this host drained by an operator is not vigil's to take over",
-			st: balancer.LBState{Known: true, Self: srv("node2", drained)}, refused: true, reasonHas: "vigil did not do it"},
+			st: balancer.State{Known: true, Self: srv("node2", drained)}, refused: true, reasonHas: "vigil did not do it"},
 		{name: "this host drained by vigil itself (a resumed recovery) is fine",
-			st: balancer.LBState{Known: true, Self: srv("node2", drained)}, selfOurs: true},
+			st: balancer.State{Known: true, Self: srv("node2", drained)}, selfOurs: true},
 		{name: "after draining, a member drained at the same moment that sorts first makes this host back off",
-			st: balancer.LBState{Known: true, Self: srv("node2", drained), Others: []balancer.ServerStatus{srv("node1", drained)}}, selfOurs: true, afterDrain: true,
+			st: balancer.State{Known: true, Self: srv("node2", drained), Others: []balancer.ServerStatus{srv("node1", drained)}}, selfOurs: true, afterDrain: true,
 			refused: true, reasonHas: "node2 backs off"},
 		{name: "after draining, a member drained at the same moment that sorts later backs off instead",
-			st: balancer.LBState{Known: true, Self: srv("node2", drained), Others: []balancer.ServerStatus{srv("node3", drained)}}, selfOurs: true, afterDrain: true},
+			st: balancer.State{Known: true, Self: srv("node2", drained), Others: []balancer.ServerStatus{srv("node3", drained)}}, selfOurs: true, afterDrain: true},
 		{name: "a load balancer vigil cannot read (an http hook) takes no lock",
-			st: balancer.LBState{}},
+			st: balancer.State{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

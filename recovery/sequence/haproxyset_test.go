@@ -40,7 +40,7 @@ func pairRecovery(t *testing.T, pair []*testinfra.HAProxy) *harness {
 	if _, ok := drainer.(*balancer.HAProxySet); !ok {
 		t.Fatalf("two sockets built a %T", drainer)
 	}
-	h := newHarness(t, func(o *RecoveryOptions) {
+	h := newHarness(t, func(o *Options) {
 		o.LoadBalancer, o.Drainer = lb, drainer
 		o.DrainPoll, o.ReadyPoll = 50*time.Millisecond, 50*time.Millisecond
 	})

@@ -224,7 +224,7 @@ func TestRefusedRestartDrainsAtARealHAProxy(t *testing.T) {
 			store.Save(JournalSection, Journal{Incident: "old", Step: recovery.StepResolved, History: c.history(time.Now())})
 			var back atomic.Bool // the engine serves again by itself
 			rep := &steps{}
-			rec, err := NewRecovery(RecoveryOptions{
+			rec, err := New(Options{
 				LoadBalancer: lb, Restart: rs, Drainer: drainer, Restarter: fakeEngine{w}, Store: store, Reporter: rep,
 				Ready: func(context.Context) error {
 					if back.Load() {

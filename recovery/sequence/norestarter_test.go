@@ -34,7 +34,7 @@ func TestNoRestarterRefusesOnceAndNeverRetries(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHarness(t, func(o *RecoveryOptions) {
+				h := newHarness(t, func(o *Options) {
 					o.Restarter = restarter.NoRestart{}
 					if c.noDrain {
 						o.Drainer = balancer.NoDrain{}
@@ -96,7 +96,7 @@ func TestNoRestarterRefusesOnceAndNeverRetries(t *testing.T) {
 // once someone restarts the engine by hand.
 func TestNoRestarterHeldHostIsRestoredWhenRestartedByHand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(o *RecoveryOptions) { o.Restarter = restarter.NoRestart{} })
+		h := newHarness(t, func(o *Options) { o.Restarter = restarter.NoRestart{} })
 		inc, v := hungIncident()
 		h.rec.Recover(context.Background(), inc, v)
 		time.Sleep(5 * time.Minute)

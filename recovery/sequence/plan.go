@@ -81,7 +81,7 @@ type facts struct {
 	// why it could not be read; HasTurn a pool turn held (the turn is the
 	// lock then).
 	ForHold bool
-	LB      balancer.LBState
+	LB      balancer.State
 	LBErr   error
 	HasTurn bool
 

@@ -127,13 +127,13 @@ func TestPlan(t *testing.T) {
 
 		// After the drain.
 		{name: "drained and alone out of rotation: say so", in: at(recovery.StepDrain, drained),
-			f:    facts{Event: evDrained, Cfg: lb, LB: balancer.LBState{Known: true, Self: balancer.ServerStatus{Server: "node2", Drained: true, Sessions: 3}}},
+			f:    facts{Event: evDrained, Cfg: lb, LB: balancer.State{Known: true, Self: balancer.ServerStatus{Server: "node2", Drained: true, Sessions: 3}}},
 			kind: actNone, report: recovery.StepDrain, detail: "haproxy vllm/node2 DRAIN, 3 sessions in flight"},
 		{name: "drained at the same moment as a member that sorts first: back off", in: at(recovery.StepDrain, drained),
-			f: facts{Event: evDrained, Cfg: lb, LB: balancer.LBState{Known: true, Self: balancer.ServerStatus{Server: "node2", Drained: true},
+			f: facts{Event: evDrained, Cfg: lb, LB: balancer.State{Known: true, Self: balancer.ServerStatus{Server: "node2", Drained: true},
 				Others: []balancer.ServerStatus{{Server: "node1", Drained: true}}}}, kind: actBackOff},
 		{name: "drained at the same moment, holding a pool turn: keep the drain", in: at(recovery.StepDrain, drained),
-			f: facts{Event: evDrained, Cfg: lb, HasTurn: true, LB: balancer.LBState{Known: true, Self: balancer.ServerStatus{Server: "node2", Drained: true},
+			f: facts{Event: evDrained, Cfg: lb, HasTurn: true, LB: balancer.State{Known: true, Self: balancer.ServerStatus{Server: "node2", Drained: true},
 				Others: []balancer.ServerStatus{{Server: "node1", Drained: true}}}}, kind: actNone, report: recovery.StepDrain},
 		{name: "the load balancer unreadable after the drain: keep the drain", in: at(recovery.StepDrain, drained),
 			f: facts{Event: evDrained, Cfg: lb, LBErr: boom}, kind: actNone, report: recovery.StepDrain, detail: "haproxy vllm/node2 DRAIN"},

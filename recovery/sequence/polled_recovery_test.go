@@ -17,7 +17,7 @@ func polledRecovery(t *testing.T, d balancer.Server) *harness {
 	t.Helper()
 	lb, _ := testConfigs()
 	lb.DrainTimeoutHung, lb.RampWeights, lb.RampDuration = 600*time.Millisecond, []int{25, 100}, 1500*time.Millisecond
-	h := newHarness(t, func(o *RecoveryOptions) {
+	h := newHarness(t, func(o *Options) {
 		o.LoadBalancer, o.Drainer = lb, d
 		o.DrainPoll, o.ReadyPoll = 50*time.Millisecond, 50*time.Millisecond
 	})

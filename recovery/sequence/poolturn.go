@@ -19,7 +19,7 @@ import (
 // poolGate is the pool's part of the guards: the capacity floor, then the
 // pool's turn with a coordinator, else the load balancer's pool lock. stop
 // is set when vigil is stopping: nothing to refuse, nothing to page.
-func (r *Recovery) poolGate(ctx context.Context, lb balancer.LBState) (ref *recovery.Refusal, stop bool) {
+func (r *Recovery) poolGate(ctx context.Context, lb balancer.State) (ref *recovery.Refusal, stop bool) {
 	if r.o.Floor != nil {
 		if err := r.o.Floor(ctx); err != nil {
 			return &recovery.Refusal{Guard: recovery.GuardCapacityFloor, Reason: "not draining: " + err.Error()}, false

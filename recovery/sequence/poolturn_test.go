@@ -79,9 +79,9 @@ func (c *fakeCoord) Resume(_ context.Context, t recovery.Turn) (recovery.TurnHol
 	return fakeHold{c, t}, nil
 }
 
-func coordHarness(t *testing.T, tweak func(c *fakeCoord, o *RecoveryOptions)) (*harness, *fakeCoord) {
+func coordHarness(t *testing.T, tweak func(c *fakeCoord, o *Options)) (*harness, *fakeCoord) {
 	var c *fakeCoord
-	h := newHarness(t, func(o *RecoveryOptions) {
+	h := newHarness(t, func(o *Options) {
 		c = &fakeCoord{held: map[string]bool{}}
 		o.Coordinator = c
 		if tweak != nil {
@@ -119,26 +119,26 @@ func TestRecoveryWithoutThePoolsTurnDoesNotDrain(t *testing.T) {
 	unreachable := errors.New("etcd unavailable at http://10.0.0.5:2379: grant a lease: context deadline exceeded")
 	for _, tc := range []struct {
 		name    string
-		tweak   func(c *fakeCoord, o *RecoveryOptions)
+		tweak   func(c *fakeCoord, o *Options)
 		guard   recovery.Guard
 		detail  string
 		changes string
 	}{
 		{name: "etcd unreachable: no drain, a page saying why",
-			tweak: func(c *fakeCoord, o *RecoveryOptions) { c.err = unreachable },
+			tweak: func(c *fakeCoord, o *Options) { c.err = unreachable },
 			guard: recovery.GuardCoordinator, detail: "cannot take the pool's turn (etcd unavailable at http://10.0.0.5:2379", changes: "turn acquire"},
 		{name: "every turn held for longer than turn_wait",
-			tweak: func(c *fakeCoord, o *RecoveryOptions) { c.blocked, c.holders = true, "node1 (incident inc-9)" },
+			tweak: func(c *fakeCoord, o *Options) { c.blocked, c.holders = true, "node1 (incident inc-9)" },
 			guard: recovery.GuardCoordinator, detail: "still waiting for the pool's turn after 10m0s: node1 (incident inc-9) holds it", changes: "turn acquire"},
 		{name: "min_serving: two of three members already unhealthy",
-			tweak: func(c *fakeCoord, o *RecoveryOptions) {
+			tweak: func(c *fakeCoord, o *Options) {
 				o.Floor = func(context.Context) error {
 					return errors.New("below the capacity floor: only 0 other member(s) would keep serving, min_serving is 1 (not serving: node1 hung, node3 down)")
 				}
 			},
 			guard: recovery.GuardCapacityFloor, detail: "not draining: below the capacity floor", changes: ""},
 		{name: "min_serving: the floor held before the wait for the turn, not once it came",
-			tweak: func(c *fakeCoord, o *RecoveryOptions) {
+			tweak: func(c *fakeCoord, o *Options) {
 				reads := 0
 				o.Floor = func(context.Context) error {
 					// Read before the wait (fine), then after the turn
@@ -184,7 +184,7 @@ func TestRecoveryWithoutThePoolsTurnDoesNotDrain(t *testing.T) {
 
 	t.Run("drain_without_coordinator: etcd unreachable, the load balancer's guard alone", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			h, _ := coordHarness(t, func(c *fakeCoord, o *RecoveryOptions) { c.err, o.DrainWithoutCoordinator = unreachable, true })
+			h, _ := coordHarness(t, func(c *fakeCoord, o *Options) { c.err, o.DrainWithoutCoordinator = unreachable, true })
 			inc, v := hungIncident()
 			h.rec.Recover(context.Background(), inc, v)
 			h.rec.Wait()

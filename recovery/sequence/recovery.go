@@ -28,9 +28,9 @@ type LimiterControl interface {
 	SlowStart()
 }
 
-// RecoveryOptions wires a Recovery. Drainer, Restarter, Ready and Store
+// Options wires a Recovery. Drainer, Restarter, Ready and Store
 // are required; the rest may be left zero.
-type RecoveryOptions struct {
+type Options struct {
 	LoadBalancer configs.LoadBalancer
 	Restart      configs.Restart
 	// StartupGrace is watchdog.startup_grace: no restart within it of the
@@ -105,7 +105,7 @@ type RecoveryOptions struct {
 // section 5 (guards, drain, drain wait, restart, wait ready, restore,
 // resolve). It implements watchdog.Recoverer.
 type Recovery struct {
-	o       RecoveryOptions
+	o       Options
 	log     *logrus.Entry
 	saveBad faultlog.Fault // the journal's writes failing
 	m       *metrics
@@ -125,9 +125,9 @@ var _ watchdog.Recoverer = (*Recovery)(nil)
 // errBackedOff ends an attempt that lost the pool lock: not a failure.
 var errBackedOff = errors.New("backed off")
 
-// NewRecovery checks the options, loads the journal from the store and
+// New checks the options, loads the journal from the store and
 // registers the metrics. Call Resume once at startup.
-func NewRecovery(o RecoveryOptions) (*Recovery, error) {
+func New(o Options) (*Recovery, error) {
 	switch {
 	case o.Drainer == nil:
 		return nil, errors.New("recovery: recovery needs a Drainer")

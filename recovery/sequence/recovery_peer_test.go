@@ -11,7 +11,7 @@ import (
 
 func TestAPeerDrainedByItsVigilRefusesTheDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(o *RecoveryOptions) {
+		h := newHarness(t, func(o *Options) {
 			o.PeerDrained = func(context.Context) (string, bool) { return "node2", true }
 		})
 		inc, v := hungIncident()

@@ -18,7 +18,7 @@ import (
 func TestRecoveryRunsTheStepsInOrderJournalingEachFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		h := newHarness(t, func(o *RecoveryOptions) { o.Registerer = reg })
+		h := newHarness(t, func(o *Options) { o.Registerer = reg })
 		h.w.sessions = 2 // a hung engine never finishes them
 		inc, v := hungIncident()
 		start := time.Now()
@@ -102,7 +102,7 @@ func TestRecoveryDrainWaitEndsWhenTheSessionsLeave(t *testing.T) {
 func TestRecoveryLeavesOutTheCallsTheLimiterHolds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fate := recovery.CallFate{MovedTo: map[string]int{}, Held: 3, Continued: 1, Lost: map[string]int{}}
-		h := newHarness(t, func(o *RecoveryOptions) {
+		h := newHarness(t, func(o *Options) {
 			o.Calls = func() (recovery.CallFate, int) { return fate, 3 }
 		})
 		h.w.sessions = 3
@@ -213,7 +213,7 @@ func TestRecoveryResumeWithNothingUnfinishedDoesNothing(t *testing.T) {
 
 func TestRecoveryDryRunChangesNothingButReportsEveryStep(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(o *RecoveryOptions) { o.DryRun = true })
+		h := newHarness(t, func(o *Options) { o.DryRun = true })
 		inc, v := hungIncident()
 		h.rec.Recover(context.Background(), inc, v)
 		h.rec.Wait()
@@ -426,7 +426,7 @@ func TestRecoveryRestartFailureStaysDrainedAndRetries(t *testing.T) {
 
 func TestRecoveryParkedHostIsRestoredWhenTheEngineRecoversByHand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(o *RecoveryOptions) { o.Restarter = restarter.NoRestart{} })
+		h := newHarness(t, func(o *Options) { o.Restarter = restarter.NoRestart{} })
 		inc, v := hungIncident()
 		h.rec.Recover(context.Background(), inc, v)
 		time.Sleep(10 * time.Minute)
@@ -507,22 +507,22 @@ func TestRecoveryGuardRefusalIsReportedOncePerIncident(t *testing.T) {
 	})
 }
 
-func TestNewRecoveryRefusesMissingParts(t *testing.T) {
+func TestNewRefusesMissingParts(t *testing.T) {
 	h := newHarness(t, nil)
-	for name, tweak := range map[string]func(o *RecoveryOptions){
-		"drainer":   func(o *RecoveryOptions) { o.Drainer = nil },
-		"restarter": func(o *RecoveryOptions) { o.Restarter = nil },
-		"ready":     func(o *RecoveryOptions) { o.Ready = nil },
-		"store":     func(o *RecoveryOptions) { o.Store = nil },
+	for name, tweak := range map[string]func(o *Options){
+		"drainer":   func(o *Options) { o.Drainer = nil },
+		"restarter": func(o *Options) { o.Restarter = nil },
+		"ready":     func(o *Options) { o.Ready = nil },
+		"store":     func(o *Options) { o.Store = nil },
 	} {
 		o := h.opts
 		tweak(&o)
-		if _, err := NewRecovery(o); err == nil || !strings.Contains(strings.ToLower(err.Error()), name) {
+		if _, err := New(o); err == nil || !strings.Contains(strings.ToLower(err.Error()), name) {
 			t.Errorf("without a %s: err = %v", name, err)
 		}
 	}
 	h.store.Save(JournalSection, "not a journal")
-	if _, err := NewRecovery(h.opts); err == nil {
+	if _, err := New(h.opts); err == nil {
 		t.Error("a corrupt journal was silently reset")
 	}
 }

@@ -56,7 +56,7 @@ func stillServing(c planConfig, v watchdog.State) outcome {
 
 // poolRefusal is the pool guard: another member out of rotation at the
 // load balancer, or drained by its vigil (peers' /status).
-func (r *Recovery) poolRefusal(ctx context.Context, lb balancer.LBState) *recovery.Refusal {
+func (r *Recovery) poolRefusal(ctx context.Context, lb balancer.State) *recovery.Refusal {
 	if ref := poolLock(lb, r.drained(), false); ref != nil {
 		return ref
 	}

@@ -25,7 +25,7 @@ func TestTheResumedRestartSettlesByTheRestartKind(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.kind, func(t *testing.T) {
-			h := newHarness(t, func(o *RecoveryOptions) { o.Restart.Kind = tc.kind })
+			h := newHarness(t, func(o *Options) { o.Restart.Kind = tc.kind })
 			if got := h.rec.o.RestartSettle; got != tc.want {
 				t.Errorf("restart settle %s, want %s", got, tc.want)
 			}
@@ -71,7 +71,7 @@ func TestAFailedAttemptSaysItsRetryInSeconds(t *testing.T) {
 // journaled either), and says the host keeps its traffic.
 func TestAStateFileVigilCannotWriteRefusesEveryRecovery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, func(o *RecoveryOptions) {
+		h := newHarness(t, func(o *Options) {
 			o.Unwritable = "directory /var/lib/vigil is not writable (watchdog.state_file)"
 		})
 		if ref := h.rec.Outlook(); ref == nil || ref.Guard != recovery.GuardStateUnwritable {
