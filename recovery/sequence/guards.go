@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/balancer"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // guardLimits are the configured limits the time guards enforce.

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/balancer"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/restarter"
+	"github.com/vigil-dev/vigil/util/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
