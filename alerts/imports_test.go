@@ -14,9 +14,9 @@ import (
 // one process.
 func TestAlertsNeverImportsTheSequenceOrDocker(t *testing.T) {
 	forbidden := map[string]bool{
-		"github.com/vigil-dev/vigil/recovery/sequence": true,
-		"github.com/vigil-dev/vigil/restarter":         true,
-		"github.com/vigil-dev/vigil/balancer":          true,
+		"github.com/vigil-dev/vigil/recoverer": true,
+		"github.com/vigil-dev/vigil/restarter": true,
+		"github.com/vigil-dev/vigil/balancer":  true,
 	}
 	for _, p := range testinfra.Deps(t) {
 		if forbidden[p] || strings.HasPrefix(p, "github.com/docker/") {

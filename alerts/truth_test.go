@@ -8,8 +8,8 @@ import (
 
 	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
-	"github.com/vigil-dev/vigil/recovery/sequence"
 	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -32,7 +32,7 @@ func TestHeadPagesSayOnlyWhatIsTrue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := sequence.New(sequence.Options{
+		rec, err := recoverer.New(recoverer.Options{
 			LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, Unwritable: unwritable,
 			Drainer: drainer, Restarter: restarter, Ready: func(context.Context) error { return nil },
 			Store: state.Memory(), Now: clk.Now,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
-	"github.com/vigil-dev/vigil/recovery/sequence"
 	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -82,7 +82,7 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			if _, ok := drainer.(*balancer.HAProxy); ok {
 				drainer = fakeDrainer{}
 			}
-			ro := sequence.Options{
+			ro := recoverer.Options{
 				LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
 				Drainer: drainer, Restarter: &countingRestarter{}, Ready: func(context.Context) error { return nil },
 				Store: state.Memory(), Reporter: p, ReadyPoll: time.Millisecond, DrainPoll: time.Millisecond,
@@ -91,7 +91,7 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			if tc.limiter {
 				ro.Limiter = nopLimiter{}
 			}
-			rec, err := sequence.New(ro)
+			rec, err := recoverer.New(ro)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -358,11 +358,11 @@ func TestNoRestarterPagesWhatToDoAndNoRestart(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var rec *sequence.Recovery
+				var rec *recoverer.Recovery
 				o := OptionsFromConfig(cfg)
 				o.Outlook = func() *recovery.Refusal { return rec.Outlook() }
 				p := newTestPager(t, n, o)
-				rec, err = sequence.New(sequence.Options{
+				rec, err = recoverer.New(recoverer.Options{
 					LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
 					Drainer: drainer, Restarter: restarter,
 					Ready: func(context.Context) error { return errors.New("probe timed out after 90s") },

@@ -13,6 +13,6 @@
 //     and they tell it what advertised.go holds.
 //   - NoDrain drains nothing.
 //
-// The recovery sequence (package recovery/sequence) drives them; vigil's
+// The recovery sequence (package recoverer) drives them; vigil's
 // drain and ready commands do too.
 package balancer

@@ -134,7 +134,7 @@ func TestHAProxyRealDrainRampReady(t *testing.T) {
 }
 
 // A drained server whose checks fail is reported drained, not merely
-// down: the recovery's pool lock counts it (recovery/sequence, poolLock).
+// down: the recovery's pool lock counts it (recoverer, poolLock).
 func TestHAProxyRealDrainedServerThatIsDownStillCountsAsDrained(t *testing.T) {
 	up := backendServer(t, nil)
 	// node2 points at a port nobody listens on: its checks fail.

@@ -4,7 +4,7 @@
 // builds one by restart.kind.
 //
 // The start time is what keeps a restart from running twice: the
-// recovery sequence (package recovery/sequence) compares it across a
+// recovery sequence (package recoverer) compares it across a
 // restart, and across a vigil that died mid-restart, before it restarts
 // again.
 package restarter

@@ -14,8 +14,8 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
-	"github.com/vigil-dev/vigil/recovery/sequence"
 	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -332,7 +332,7 @@ func (e engine) String() string { return fmt.Sprintf("stand-in engine node%d", e
 func (e engine) ready(context.Context) error {
 	switch e.f.engineOf(e.i) {
 	case hung:
-		return sequence.Stuck(errors.New("probe outstanding"))
+		return recoverer.Stuck(errors.New("probe outstanding"))
 	case loading:
 		return errors.New("loading")
 	}
@@ -349,7 +349,7 @@ type member struct {
 	// The current vigil run; a restarted vigil replaces them.
 	mu      sync.Mutex
 	sem     *coord.Semaphore
-	rec     *sequence.Recovery
+	rec     *recoverer.Recovery
 	cancel  context.CancelFunc
 	runCtx  context.Context
 	done    sync.WaitGroup
@@ -376,7 +376,7 @@ func (m *member) start(endpoint string) error {
 	lbCfg := configs.LoadBalancer{Kind: "haproxy", DrainTimeoutHung: 200 * time.Millisecond, RampWeights: []int{100}}
 	rsCfg := configs.Restart{Kind: "docker", Budget: 1000, BudgetWindow: time.Hour, ReadyTimeout: time.Minute}
 	eng := engine{m.f, m.i}
-	rec, err := sequence.New(sequence.Options{
+	rec, err := recoverer.New(recoverer.Options{
 		LoadBalancer: lbCfg, Restart: rsCfg,
 		Drainer: lb{m.f, m.i}, Restarter: eng, Ready: eng.ready, Store: m.store,
 		Coordinator: m.f.coordinator(sem, m), TurnWait: time.Minute,

@@ -28,8 +28,8 @@ import (
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
-	"github.com/vigil-dev/vigil/recovery/sequence"
 	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/routing"
 	"github.com/vigil-dev/vigil/state"
@@ -178,7 +178,7 @@ type daemon struct {
 	pager     *alerts.Pager
 	digest    *alerts.Digest
 	limiter   *admission.Limiter // nil when admission is off
-	recovery  *sequence.Recovery
+	recovery  *recoverer.Recovery
 	restarter restarter.Restarter
 	watchdog  *watchdog.Watchdog
 	overrides *overrides.Manager
@@ -365,7 +365,7 @@ func (d *daemon) buildRecovery(cfg *configs.Config, o Options) error {
 			return err
 		}
 	}
-	ro := sequence.Options{
+	ro := recoverer.Options{
 		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace, Unwritable: d.stateFault,
 		Drainer: drainer, Restarter: d.restarter, Ready: readyCheck(cfg),
 		Store: d.store, Reporter: d.fanout(), DryRun: cfg.Watchdog.DryRun, PeerDrained: d.peerDrained,
@@ -379,7 +379,7 @@ func (d *daemon) buildRecovery(cfg *configs.Config, o Options) error {
 	if err := d.wirePool(cfg, &ro); err != nil {
 		return err
 	}
-	d.recovery, err = sequence.New(ro)
+	d.recovery, err = recoverer.New(ro)
 	return err
 }
 
@@ -686,13 +686,13 @@ func readyCheck(cfg *configs.Config) func(ctx context.Context) error {
 				return nil
 			case probes.ProbeTimedOut:
 				// /v1/models answered: the engine is up and not completing.
-				return sequence.Stuck(fmt.Errorf("completion probe: %s", s))
+				return recoverer.Stuck(fmt.Errorf("completion probe: %s", s))
 			case probes.ProbeFailed:
 				return fmt.Errorf("completion probe: %s", s)
 			}
 			select {
 			case <-ctx.Done():
-				return sequence.Stuck(fmt.Errorf("completion probe still outstanding: %w", ctx.Err()))
+				return recoverer.Stuck(fmt.Errorf("completion probe still outstanding: %w", ctx.Err()))
 			case <-t.C:
 			}
 		}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
-	"github.com/vigil-dev/vigil/recovery/sequence"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -66,8 +66,8 @@ func TestRunAnswersDrainFromTheStartWhenTheJournalSaysDrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := sequence.Journal{Incident: "inc-held", Verdict: watchdog.StateHung, Step: recovery.StepHeld, Drained: true, Hold: true}
-	if err := st.Save(sequence.JournalSection, j); err != nil {
+	j := recoverer.Journal{Incident: "inc-held", Verdict: watchdog.StateHung, Step: recovery.StepHeld, Drained: true, Hold: true}
+	if err := st.Save(recoverer.JournalSection, j); err != nil {
 		t.Fatal(err)
 	}
 	startDaemon(t, yml)

@@ -11,8 +11,8 @@ import (
 	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
-	"github.com/vigil-dev/vigil/recovery/sequence"
 	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -22,7 +22,7 @@ import (
 // whose restart takes a moment, and the pool notes how many members are
 // between restart and ready at once.
 type poolMember struct {
-	rec   *sequence.Recovery
+	rec   *recoverer.Recovery
 	steps *stepLog
 }
 
@@ -83,7 +83,7 @@ func startMember(t *testing.T, node, endpoint string, recovering, peak *atomic.I
 	cfg.Pool.Etcd.KeyPrefix = "/vigil/test-pool/"
 	eng := &poolEngine{recovering: recovering, peak: peak}
 	m := &poolMember{steps: &stepLog{}}
-	ro := sequence.Options{
+	ro := recoverer.Options{
 		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, Drainer: balancer.NoDrain{}, Restarter: eng,
 		Ready: eng.ready, Store: state.Memory(), Reporter: m.steps, ReadyPoll: 50 * time.Millisecond,
 	}
@@ -92,7 +92,7 @@ func startMember(t *testing.T, node, endpoint string, recovering, peak *atomic.I
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.turns.Close() })
-	rec, err := sequence.New(ro)
+	rec, err := recoverer.New(ro)
 	if err != nil {
 		t.Fatal(err)
 	}

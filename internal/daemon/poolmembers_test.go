@@ -19,7 +19,7 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/pool/coord"
-	"github.com/vigil-dev/vigil/recovery/sequence"
+	"github.com/vigil-dev/vigil/recoverer"
 )
 
 // fakePeer is another member's /status: a real HTTP server whose verdict
@@ -81,7 +81,7 @@ func poolDaemon(t *testing.T, endpoint string, minServing int) (*daemon, func(co
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	d := &daemon{log: logrus.NewEntry(l), cfg: &cfg}
-	var ro sequence.Options
+	var ro recoverer.Options
 	if err := d.wirePool(&cfg, &ro); err != nil {
 		t.Fatal(err)
 	}
