@@ -86,8 +86,9 @@
 //
 // The in-flight cap needs no tuning: max_in_flight 0 (the default) derives
 // it from the engine (its waiting gauge, read from its /metrics four times
-// a second while requests are in flight, by this package) and from the
-// clients' own deadlines; package core documents the law. The watchdog
+// a second while requests are in flight, through the watchdog's engine
+// reader, probes.Reader) and from the clients' own deadlines; package core
+// documents the law. The watchdog
 // steers the limiter through SetSaturated, SetRecovering, SlowStart and
 // SetMaxInFlight, which this package passes to the core.
 //
