@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -22,15 +24,15 @@ func TestHeadPagesSayOnlyWhatIsTrue(t *testing.T) {
 	// A restarter and a recovery built as the daemon builds them, so the
 	// outlook is the real guards'.
 	outlook := func(t *testing.T, cfg configs.Config, unwritable string) func() *recovery.Refusal {
-		drainer := actions.Drainer(fakeDrainer{})
+		drainer := balancer.Drainer(fakeDrainer{})
 		if cfg.LoadBalancer.Kind == "none" {
-			drainer = actions.NoDrain{}
+			drainer = balancer.NoDrain{}
 		}
-		restarter, err := actions.NewRestarter(cfg.Restart, nil)
+		restarter, err := restarter.New(cfg.Restart, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := actions.NewRecovery(actions.RecoveryOptions{
+		rec, err := recoverer.New(recoverer.Options{
 			LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, Unwritable: unwritable,
 			Drainer: drainer, Restarter: restarter, Ready: func(context.Context) error { return nil },
 			Store: state.Memory(), Now: clk.Now,

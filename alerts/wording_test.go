@@ -9,9 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -32,10 +34,10 @@ func (c *countingRestarter) Restart(context.Context) error {
 	return nil
 }
 
-func (c *countingRestarter) Status(context.Context) (actions.EngineStatus, error) {
+func (c *countingRestarter) Status(context.Context) (restarter.EngineStatus, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return actions.EngineStatus{Known: true, StartedAt: c.started, StartID: c.started.String(), Running: true}, nil
+	return restarter.EngineStatus{Known: true, StartedAt: c.started, StartID: c.started.String(), Running: true}, nil
 }
 
 func (c *countingRestarter) String() string { return "docker container vllm" }
@@ -73,14 +75,14 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			o := OptionsFromConfig(cfg)
 			p := newTestPager(t, n, o)
 
-			drainer, err := actions.NewDrainer(cfg.LoadBalancer)
+			drainer, err := balancer.NewDrainer(cfg.LoadBalancer)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := drainer.(*actions.HAProxy); ok {
+			if _, ok := drainer.(*balancer.HAProxy); ok {
 				drainer = fakeDrainer{}
 			}
-			ro := actions.RecoveryOptions{
+			ro := recoverer.Options{
 				LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
 				Drainer: drainer, Restarter: &countingRestarter{}, Ready: func(context.Context) error { return nil },
 				Store: state.Memory(), Reporter: p, ReadyPoll: time.Millisecond, DrainPoll: time.Millisecond,
@@ -89,7 +91,7 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			if tc.limiter {
 				ro.Limiter = nopLimiter{}
 			}
-			rec, err := actions.NewRecovery(ro)
+			rec, err := recoverer.New(ro)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,8 +136,8 @@ type fakeDrainer struct{}
 func (fakeDrainer) Drain(context.Context) error          { return nil }
 func (fakeDrainer) Ready(context.Context) error          { return nil }
 func (fakeDrainer) SetWeight(context.Context, int) error { return nil }
-func (fakeDrainer) State(context.Context) (actions.LBState, error) {
-	return actions.LBState{}, nil
+func (fakeDrainer) State(context.Context) (balancer.State, error) {
+	return balancer.State{}, nil
 }
 func (fakeDrainer) String() string { return "haproxy vllm/node1" }
 
@@ -348,19 +350,19 @@ func TestNoRestarterPagesWhatToDoAndNoRestart(t *testing.T) {
 				cfg := demoConfig()
 				cfg.Restart.Kind, cfg.LoadBalancer.Kind = "none", tc.lb
 				n := &memNotifier{}
-				var drainer actions.Drainer = actions.NoDrain{}
+				var drainer balancer.Drainer = balancer.NoDrain{}
 				if tc.lb == "haproxy" {
 					drainer = fakeDrainer{}
 				}
-				restarter, err := actions.NewRestarter(cfg.Restart, nil)
+				restarter, err := restarter.New(cfg.Restart, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var rec *actions.Recovery
+				var rec *recoverer.Recovery
 				o := OptionsFromConfig(cfg)
 				o.Outlook = func() *recovery.Refusal { return rec.Outlook() }
 				p := newTestPager(t, n, o)
-				rec, err = actions.NewRecovery(actions.RecoveryOptions{
+				rec, err = recoverer.New(recoverer.Options{
 					LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
 					Drainer: drainer, Restarter: restarter,
 					Ready: func(context.Context) error { return errors.New("probe timed out after 90s") },

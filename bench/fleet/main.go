@@ -2,7 +2,7 @@
 // against one real etcd: each member has the real pool coordinator
 // (pool/coord: the turns, the member directory, the min_serving floor
 // over the peers it finds there) and the real recovery sequence
-// (actions.Recovery), over a stand-in engine (hangs, restarts, loads) and
+// (recoverer.Recovery), over a stand-in engine (hangs, restarts, loads) and
 // one in-memory load balancer that sees every member. An observer checks,
 // at every change of the balancer, the members serving against
 // min_serving and the members out of rotation against
