@@ -122,7 +122,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 			return nil, false
 		}
 		if d := l.clock.Now().Sub(queuedAt); d >= time.Millisecond && (held || tk.HeldWait() || l.holdsEngine() || l.core.Holding()) {
-			l.out.queued(d)
+			l.out.Queued(d)
 		}
 		return tk, true
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/admission/engineloss"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
 )
@@ -70,13 +71,13 @@ type Limiter struct {
 
 	// out is the engine's recovery as the limiter sees it; peers and node
 	// are where cut calls may move and this vigil's name (outage.go).
-	out    outage
+	out    engineloss.Outage
 	peers  func() []Peer
 	node   string
 	lostMu sync.Mutex
 	lost   map[string]uint64 // calls cut by a lost engine that could not move, by why
 
-	// sm suspects a stalled engine (stall.go, suspect.go); stallLoopDone is
+	// sm suspects a stalled engine (engineloss.Watch, suspect.go); stallLoopDone is
 	// closed when its loop ends.
 	sm            stallMon
 	stallLoopDone chan struct{}
@@ -159,7 +160,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
 		}
 	}
-	l.sm.w = newStallWatch()
+	l.sm.w = engineloss.NewWatch()
 	l.stallLoopDone = make(chan struct{})
 	if cfg.SuspectStalls {
 		go l.watchStalls()
