@@ -83,8 +83,10 @@ type Request struct {
 	// when the queue is full, and the first turned away when they need the
 	// room. Its bound is its client's (no stream deadline: its first token
 	// is late already) and MaxWait, and holds even while this engine is
-	// held. It is refused at once when the queue would not reach it within
-	// that bound. A refusal sends it home, where it is held.
+	// held. It is refused at once when the calls waiting ahead of it would
+	// not be served within that bound, and after twice what they should
+	// take (this node's own newcomers overtake it). A refusal sends it
+	// home, where it is held.
 	Moved bool
 	// MaxWait (moved calls only) is how long its home would hold it: a
 	// wait here longer than that answers it later than the home would
@@ -318,11 +320,13 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		if r.MaxWait > 0 {
 			maxWait = min(maxWait, r.MaxWait)
 		}
-		if rj := l.movedCheckLocked(now, maxWait); rj != nil {
+		patience, rj := l.movedCheckLocked(now, maxWait)
+		if rj != nil {
 			l.undoLocked(now, lis)
 			l.mu.Unlock()
 			return nil, rj, nil
 		}
+		maxWait = min(maxWait, patience)
 	}
 	if r.Stream && !r.Moved && !l.holdingLocked(now) {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {

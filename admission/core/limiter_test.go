@@ -206,7 +206,7 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatalf("got %+v, want queue_timeout at half its client's timeout, the engine held or not", a)
 			}
 		}},
-		{"a moved call never takes a queue place from this node's own calls, and none while they wait", func(c *configs.Admission) {
+		{"a moved call never takes a queue place from this node's own calls", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueue, c.MaxQueueWait = 1, 2, time.Minute
 		}, func(t *testing.T, l *Limiter) {
 			mustAcquire(t, l, Request{})
@@ -214,9 +214,8 @@ func TestAcquireDecides(t *testing.T) {
 			untilQueued(t, l, 1)
 			own := acquireAsync(context.Background(), l, Request{})
 			untilQueued(t, l, 2)
-			// This node's own wait: it has no room for another moved call.
-			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true}); rj == nil || rj.Reason != ReasonQueueTimeout {
-				t.Fatalf("got %+v, want a moved call refused at once behind this node's own", rj)
+			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true}); rj == nil || rj.Reason != ReasonQueueFull {
+				t.Fatalf("got %+v, want a moved call refused by a full queue", rj)
 			}
 			second := acquireAsync(context.Background(), l, Request{})
 			if a := get(t, moved); a.rj == nil || a.rj.Reason != ReasonQueueFull {
@@ -254,7 +253,7 @@ func TestAcquireDecides(t *testing.T) {
 				a.lis.Release(Outcome{Success: true})
 			}
 		}},
-		{"a moved call the queue would not reach within its home's wait is refused at once", func(c *configs.Admission) {
+		{"a moved call is refused at once past its home's wait, and goes home after twice its estimated wait", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {
 			mustAcquire(t, l, Request{})
@@ -268,9 +267,13 @@ func TestAcquireDecides(t *testing.T) {
 			}
 			ch := acquireAsync(context.Background(), l, Request{Moved: true, MaxWait: 30 * time.Second})
 			untilQueued(t, l, 2)
-			advance(30 * time.Second)
+			advance(9 * time.Second)
+			if l.Stats().QueueDepth != 2 {
+				t.Fatal("the moved call left before twice its estimated 5 s")
+			}
+			advance(time.Second)
 			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
-				t.Fatalf("got %+v, want queue_timeout at its home's wait", a)
+				t.Fatalf("got %+v, want queue_timeout at twice its estimated wait", a)
 			}
 			cancel()
 			synctest.Wait()

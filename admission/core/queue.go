@@ -146,31 +146,34 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	return cmp.Or(onTime, newest, oldestMoved, oldestRetry)
 }
 
-// movedCheckLocked refuses a moved call at once when this node has no
-// room for it: its own first attempts already wait (it is at its cap with
-// its own work, and a moved call goes after all of it, so it would wait
-// for a lull), or the moved calls ahead of it would not be served within
-// maxWait at the measured completion rate. Its home holds it instead,
-// which answers it as soon.
-func (l *Limiter) movedCheckLocked(now time.Time, maxWait time.Duration) *Rejection {
+// movedCheckLocked judges a moved call against this node's room: the
+// calls waiting ahead of it (this node's own first attempts and the moved
+// before it) at the measured completion rate. It is refused at once when
+// they would not be served within maxWait (what its home would hold it);
+// otherwise patience bounds its wait at twice that estimate (at least
+// movedPatienceFloor): a moved call waits behind this node's own, and one
+// waiting longer is being overtaken by this node's own newcomers, a node
+// at its cap with its own work. Its home holds it then, as soon.
+func (l *Limiter) movedCheckLocked(now time.Time, maxWait time.Duration) (patience time.Duration, rj *Rejection) {
 	ahead := 0
 	for e := l.waiters.Front(); e != nil; e = e.Next() {
-		switch w := e.Value.(*waiter); {
-		case w.placeholder || w.retry:
-		case !w.moved:
-			return queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
-		default:
+		if w := e.Value.(*waiter); !w.placeholder && !w.retry {
 			ahead++
 		}
 	}
 	if ahead == 0 {
-		return nil
+		return maxWait, nil
 	}
-	if wait := l.estimatedWaitLocked(now, ahead); wait > maxWait {
-		return queueRejection(ReasonQueueTimeout, wait)
+	wait := l.estimatedWaitLocked(now, ahead)
+	if wait > maxWait {
+		return 0, queueRejection(ReasonQueueTimeout, wait)
 	}
-	return nil
+	return max(2*wait, movedPatienceFloor), nil
 }
+
+// movedPatienceFloor is the least a moved call waits behind others before
+// it goes home: a second, a few of an engine's answers.
+const movedPatienceFloor = time.Second
 
 // onTimeLocked: w's client has a known timeout (announced, or inferred
 // now) and, served now, still gets its answer within it (at the engine's
