@@ -55,6 +55,13 @@ func CostModels() []CostModel {
 				c.KVCacheTokens = 96 * (paperCalls.PromptTokens - paperCalls.PrefixTokens + 2*paperCalls.OutputTokens)
 			},
 			Workload: paperCalls, Speed: 1},
+		{Name: "kv-preempt", About: "vLLM's KV allocation: a cache that runs about 96 of the paper's calls to the end, preempting past it below 256 seats (#28's emulator)",
+			Apply: func(c *Config) {
+				c.KVCacheTokens = 96 * (paperCalls.PromptTokens - paperCalls.PrefixTokens + 2*paperCalls.OutputTokens)
+				c.Preempt = true
+				c.ContextTokenCost = 50 * time.Nanosecond
+			},
+			Workload: paperCalls, Speed: 1},
 		{Name: "big-prefix", About: "a 10,000-token shared prefix of 12,000 in the prefix cache: little prefill per call",
 			Apply:    func(*Config) {},
 			Workload: Workload{PromptTokens: 12000, PrefixTokens: 10000, OutputTokens: 324}, Speed: 1},
