@@ -274,6 +274,7 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 	// floor in the first second of a fast engine, before two readings had
 	// come, and the limit then took most of a run to come back down.
 	a.gate.long = !a.prefill.short()
+	a.gate.prefilled = a.prefill.prefilled()
 	a.streams = true
 	gated := a.gate.observe(admitted, ttft, now, a.cap())
 	if admitted.Before(a.lastChange) {
