@@ -28,13 +28,13 @@ type request struct {
 	arrival      time.Duration
 	rank         int // the data-parallel rank it was dispatched to
 
-	state      reqState
-	computed   int // prompt tokens in the KV cache (cached + prefilled)
-	generated  int
-	reserved   int // KV tokens reserved at admission (Preempt: held)
+	state     reqState
+	computed  int // prompt tokens in the KV cache (cached + prefilled)
+	generated int
+	reserved  int // KV tokens reserved at admission (Preempt: held)
 	// resumed is what it had generated when last preempted (Preempt): its
 	// recompute prefills prompt+resumed tokens and emits no first token.
-	resumed int
+	resumed    int
 	admittedAt time.Duration
 	aborted    bool // client left: paid for one more step, then removed
 	steps      int  // steps that included it (tests)
