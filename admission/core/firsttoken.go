@@ -70,30 +70,30 @@ const (
 	// engine are relearned within some fifty first tokens.
 	turnRelax = 0.05
 
-	// autoObjectiveFloor, autoObjectivePerToken and autoObjectiveTurns
-	// make the objective of ttft_target: auto (see objective): what people
-	// wait for a first token given the prompt they sent,
-	// autoObjectiveFloor plus autoObjectivePerToken a prompt token not in
-	// the prefix cache (a shared system prompt or the conversation so far
-	// is not what they wait on), or
-	// autoObjectiveTurns of the engine's own prefill of such a prompt at
-	// light load when that is longer (an objective the engine misses
-	// even alone judges nothing). The two figures about people are
-	// published objectives: an interactive first token for a chat-sized
-	// prompt (MLPerf's interactive scenario asks 450 ms of a 70B model),
-	// and 689 ms for 12,000-token prompts 2,000 of which are a shared
-	// prefix (the paper bench/goodput follows); the line through them is
-	// 500 ms and 18.9 us a prefilled token.
-	// The engine's share is twice its prefill: a stream may wait for one
-	// prefill ahead of it and no more. Measured at light load (leanTurn),
-	// not at the batch the cap makes: a lone prefill beside a long batch
-	// takes longer as the batch grows, and an objective that followed
-	// it let the cap grow the batch that slowed it (docs/design.md, the
-	// objective). Figures: bench/README.md, "Figures once kept in code
+	// autoObjectiveFloor and autoObjectiveTurns make the objective of
+	// ttft_target: auto (see objective). Over long prompts (longPrompt
+	// tokens or more to prefill each, the engine's counters say), what
+	// people wait for their first token is the engine's own prefill of
+	// them, which grows with the prompt: autoObjectiveTurns of it, as the
+	// engine prefills them at light load (leanTurn), so a stream may wait
+	// for one prefill ahead of it and no more. At light load, not at the
+	// batch the cap makes: a lone prefill beside a batch of long streams
+	// takes longer as the batch grows, and an objective that followed it
+	// let the cap grow the batch that slowed it. Without a floor in wall
+	// time: on an engine twenty times faster 500 ms is twenty such
+	// objectives, and the cap ran to the engine's KV limit with first
+	// tokens far past them (#43; docs/design.md, the objective).
+	// Otherwise the larger of autoObjectiveFloor and autoObjectiveTurns of
+	// the engine's prefill time (turn; the floor until it is known). The
+	// floor is the one figure here about people, not engines: an
+	// interactive first token (MLPerf's interactive scenario asks 450 ms
+	// of a 70B model; the paper bench/goodput follows, 689 ms). Below it,
+	// twice a short prompt's prefill (a step or two) would hold the batch
+	// far under what the engine runs well within any first-token objective
+	// people set. Figures: bench/README.md, "Figures once kept in code
 	// comments", the floor, and "Goodput past the knee".
-	autoObjectiveFloor    = 500 * time.Millisecond
-	autoObjectivePerToken = 18900 * time.Nanosecond
-	autoObjectiveTurns    = 2.0
+	autoObjectiveFloor = 500 * time.Millisecond
+	autoObjectiveTurns = 2.0
 )
 
 // firstTokenGate is the law of the first-token limit, against the TTFT
@@ -158,30 +158,19 @@ func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
 }
 
 // objective is the TTFT objective in force (seconds; 0: none): the
-// configured ttft_target, or with auto what people wait for a first token
-// of the prompts in flight (promptObjective) while the engine's counters
-// tell their length, else the larger of autoObjectiveFloor and
+// configured ttft_target, or with auto autoObjectiveTurns of the engine's
+// light-load prefill of the long prompts in flight (see
+// autoObjectiveFloor), else the larger of autoObjectiveFloor and
 // autoObjectiveTurns of the engine's prefill time (turn; the floor until
 // it is known).
 func (g *firstTokenGate) objective() float64 {
 	if !g.auto {
 		return g.target
 	}
-	if g.prefilled > 0 {
-		lean := time.Duration(g.leanTurn * g.prefilled * float64(time.Second))
-		return promptObjective(g.prefilled, lean).Seconds()
+	if g.prefilled >= longPrompt && g.leanTurn > 0 {
+		return autoObjectiveTurns * g.leanTurn * g.prefilled
 	}
 	return AutoObjective(time.Duration(g.turn * float64(time.Second))).Seconds()
-}
-
-// promptObjective is ttft_target: auto for prompts that prefill prompt
-// tokens on average on an engine that prefills one alone, at light load,
-// in lean:
-// what people wait for its first token, or autoObjectiveTurns of lean
-// when the engine cannot give that.
-func promptObjective(prompt float64, lean time.Duration) time.Duration {
-	people := autoObjectiveFloor + time.Duration(prompt*float64(autoObjectivePerToken))
-	return max(people, time.Duration(autoObjectiveTurns*float64(lean)))
 }
 
 // AutoObjective is ttft_target: auto on an engine whose own time to first

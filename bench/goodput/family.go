@@ -52,19 +52,10 @@ func familyCall(w enginesim.Workload) func(*rand.Rand) simclient.SimCall {
 	}
 }
 
-// paperObjective: the models scored at the paper's objective whatever
-// their prefill: kv-preempt is #28's emulator, measured at the paper's
-// 689 ms with a lone prefill of some 0.45 s.
-var paperObjective = map[string]bool{"kv-preempt": true}
-
 // familyObjective is the TTFT objective on the engine cfg: base (the
 // default engine's) times the ratio of the two engines' prefill of the
-// paper's call, alone and its prefix cached; base itself on the models
-// of paperObjective.
-func familyObjective(base time.Duration, m enginesim.CostModel, cfg enginesim.Config) time.Duration {
-	if paperObjective[m.Name] {
-		return base
-	}
+// paper's call, alone and its prefix cached.
+func familyObjective(base time.Duration, cfg enginesim.Config) time.Duration {
 	ref := enginesim.CostModels()[0].Workload
 	own := enginesim.MeasureTTFT(cfg, ref)
 	def := enginesim.MeasureTTFT(engineConfig(1), ref)
@@ -125,7 +116,7 @@ func (o options) familySetup(m enginesim.CostModel) familySetup {
 		spec:  spec{name: m.Name, scale: scale, call: familyCall(m.Workload), engine: m.Apply, speed: m.Speed},
 		scale: scale, capacity: c, rate: o.load * c,
 		window:    time.Duration(float64(o.long.window) / m.Speed),
-		objective: familyObjective(o.long.objective, m, cfg),
+		objective: familyObjective(o.long.objective, cfg),
 	}
 }
 
