@@ -410,3 +410,27 @@ func TestSchedulerPreemptsTheNewestWhenAnswersOutgrowTheCache(t *testing.T) {
 		t.Errorf("KV used %d after every request finished", h.s.kvUsed)
 	}
 }
+
+// ContextTokenCost prices each decode by the context it reads: a step of
+// long streams costs more than one of short ones with the same sequences.
+func TestSchedulerContextTokenCostPricesDecodesByTheirContext(t *testing.T) {
+	cost := func(prompt int) time.Duration {
+		h := newHarness(t, func(c *Config) { c.ContextTokenCost = 10 * time.Nanosecond })
+		var last *request
+		for range 4 {
+			last = h.add(prompt, 0, "", 10)
+		}
+		for last.generated == 0 {
+			h.step()
+		}
+		b := h.s.schedule(h.now)
+		if b.decodeSeqs != 4 || b.prefillTokens != 0 {
+			t.Fatalf("%d-token prompts: step of %d decodes and %d prefill tokens, want 4 and 0", prompt, b.decodeSeqs, b.prefillTokens)
+		}
+		return h.s.cost(b)
+	}
+	short, long := cost(100), cost(1100)
+	if want := 4 * 1000 * 10 * time.Nanosecond; long-short != want {
+		t.Errorf("four decodes of 1,000 more context tokens cost %v more, want %v", long-short, want)
+	}
+}
