@@ -5,14 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
 )
 
@@ -204,150 +200,6 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		}
 	}
 	return r, nil
-}
-
-// WriteText prints the report for a person: the verdict first, then what
-// vigil saw, grouped the way one reasons about an engine at 3 a.m.
-func (r Report) WriteText(w io.Writer) error {
-	ev := r.Evidence
-	var b strings.Builder
-	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
-	row := func(label, format string, a ...any) { line("  %-18s %s", label, fmt.Sprintf(format, a...)) }
-
-	model := ""
-	if r.Model != "" {
-		model = ", model " + r.Model
-	}
-	line("vigil diagnose: %s%s; %d samples over %s, %s", r.Engine, model, r.Samples, humanize.Duration(r.Window), r.At.UTC().Format("2006-01-02 15:04:05 MST"))
-	line("")
-	line("%s (exit %d)", strings.ToUpper(string(r.State)), ExitCode(r.State))
-	line("  %s", r.Reason)
-	line("  vigil run would: %s", r.Action)
-	for _, n := range r.Notes {
-		line("  note: %s", n)
-	}
-	if r.State == StateUnknown && ev.Stalled > 0 && ev.Stalled < r.HangAfter {
-		line("  counters were frozen for %s of the %s hang_after: run again with --window longer than %s to tell hung from slow",
-			humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter), humanize.Duration(r.HangAfter))
-	}
-	line("")
-	line("Engine")
-	row("/v1/models", "%s", ev.Models)
-	row("/health", "%s", ev.Health)
-	row("completion probe", "%s", ev.Probe)
-	if ev.MetricsError != "" {
-		row("/metrics", "unreadable: %s", ev.MetricsError)
-	}
-	if ev.Unanswered > 0 {
-		row("no answer", "for %s from any endpoint (hung as a wedged API server at %s)", humanize.Duration(ev.Unanswered), humanize.Duration(r.HangAfter))
-	}
-	if ev.ProbeFailing != "" {
-		row("probe failing", "%s (not load: check engine.model)", ev.ProbeFailing)
-	}
-	for _, o := range ev.Odd {
-		row("odd", "%s", o)
-	}
-	line("")
-	line("Queue")
-	row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
-	row("running", "%s", humanize.Count(ev.Running))
-	lacks := func(name string) bool { return slices.Contains(r.Lacks, name) }
-	switch {
-	case ev.CompletionsKnown:
-		row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
-	case lacks(probes.MetricRequestSuccess):
-		row("completions/s", "unknown (the engine counts no finished requests; its token rate is under Progress)")
-	default:
-		row("completions/s", "unknown (too few readable scrapes in the window)")
-	}
-	if ev.DrainEstimate > 0 {
-		row("est. drain", "%s", humanize.Estimate(ev.DrainEstimate))
-	}
-	line("")
-	line("Progress over %s", humanize.Duration(ev.Window))
-	row("tokens", "+%s (%s tok/s)", humanize.Count(ev.ProgressDelta), humanize.Count(ev.TokensPerSec))
-	for _, name := range sortedNames(ev.HeartbeatDeltas) {
-		row("heartbeat", "+%s %s", humanize.Count(ev.HeartbeatDeltas[name]), name)
-	}
-	row("since progress", "%s", humanize.Duration(ev.SinceProgress))
-	if ev.HangAfterWhy != "" {
-		row("hang_after", "%s", ev.HangAfterWhy)
-		if ev.HangAfterFrom != "" {
-			row("learned from", "%s", ev.HangAfterFrom)
-		}
-	} else {
-		row("hang_after", "%s (fixed)", humanize.Duration(r.HangAfter))
-	}
-	if ev.Stalled > 0 {
-		row("stalled", "%s with work pending (hung at %s)", humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter))
-	}
-	row("longest gap", "%s between counter moves while work was pending; hang_after (%s) must exceed the longest legitimate one",
-		humanize.Duration(ev.LongestGap), humanize.Duration(r.HangAfter))
-	if ev.CounterReset {
-		row("counters", "reset during the window (engine restarted); re-baselined")
-	}
-	if ev.DecodeStalled > 0 {
-		row("decode", "no decode token for %s while requests got first tokens (hung at %s)", humanize.Duration(ev.DecodeStalled), humanize.Duration(r.HangAfter))
-	}
-	if len(ev.Ranks) > 1 {
-		line("")
-		line("Data-parallel ranks (%d)", len(ev.Ranks))
-		for _, rk := range ev.Ranks {
-			st := "moving"
-			switch {
-			case rk.Hung:
-				st = fmt.Sprintf("HUNG: no progress for %s with work pending", humanize.Duration(rk.Stalled))
-			case rk.Waiting+rk.Running == 0:
-				st = "idle"
-			case rk.Stalled > 0:
-				st = fmt.Sprintf("frozen for %s with work pending (hung at %s)", humanize.Duration(rk.Stalled), humanize.Duration(r.HangAfter))
-			}
-			row("rank "+rk.Rank, "%s waiting, %s running; %s", humanize.Count(rk.Waiting), humanize.Count(rk.Running), st)
-		}
-	}
-	line("")
-	line("Capacity")
-	switch {
-	case r.Slots != nil:
-		row("slots", "%d, %d processing (llama.cpp's /slots: the most it runs at once)", r.Slots.Total, r.Slots.Processing)
-	case r.SlotsError != "":
-		row("slots", "unknown (%s)", r.SlotsError)
-	}
-	if l := r.Load; l != nil {
-		row("in flight", "%s (Little's law: %s completions/s x %s mean latency)", humanize.Count(l.InFlight), humanize.Count(l.CompletionsPerSec), humanize.Duration(l.MeanLatency))
-		row("executing", "%s at once (latency less %s of queue time in the engine)", humanize.Count(l.Executing), humanize.Duration(l.MeanQueue))
-		cap := capWords(r.MaxInFlight)
-		if l.Saturated {
-			row("recommended cap", "max_in_flight %d: more only queues inside the engine (configured: %s)", l.RecommendedCap, cap)
-		} else {
-			row("recommended cap", "not judged: the engine did not queue in the window, so this is demand, not capacity (configured: %s)", cap)
-		}
-	} else if lacks(probes.MetricE2ELatencyCount) {
-		row("in flight", "unknown (the engine exports no request latency histogram for Little's law)")
-		if s := r.Slots; s != nil {
-			row("recommended cap", "max_in_flight %d: the engine's slots; more only queues inside it (configured: %s)", s.Total, capWords(r.MaxInFlight))
-		}
-	} else {
-		row("in flight", "unknown (no request completed in the window)")
-	}
-	switch rs := r.RetryStorm; {
-	case rs.Alarm:
-		row("retry storm", "ALARM: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f): the engine prefills for clients that left",
-			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
-	case rs.Judged:
-		row("retry storm", "no: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f)",
-			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
-	case lacks(probes.MetricPrefixCacheQueries) || lacks(probes.MetricPromptTokens):
-		row("retry storm", "not judged (the engine exports no prompt-token or prefix-cache query counter)")
-	default:
-		row("retry storm", "not judged (too little traffic in the window)")
-	}
-	if len(r.Missing) > 0 {
-		line("")
-		line("Metrics the engine does not export (check engine.metrics): %s", strings.Join(r.Missing, ", "))
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 func sortedNames(m map[string]float64) []string {
