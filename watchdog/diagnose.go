@@ -108,18 +108,52 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		p, kind = c, c.Kind
 	}
 	n := max(int(window/interval)+1, 2)
-	history := make([]Sample, n)
-	// Samples are taken on schedule, each in its own goroutine: a server
-	// that answers nothing must not stretch a 30 s window into minutes of
-	// timeouts. Each sample's requests are bounded by the interval too, so
-	// the whole run takes about window + interval.
+	// Each sample's requests are bounded by the interval, so the whole run
+	// takes about window + interval.
 	timeout := opts.Engine.RequestTimeout
 	if timeout <= 0 || timeout > interval {
 		timeout = interval
 	}
+	history, model, err := sampleWindow(ctx, p, opts.Engine.Model, now, n, interval, timeout)
+	if err != nil {
+		return Report{}, err
+	}
+	params := diagnoseParams(opts, history)
+	last := history[len(history)-1]
+	v := Classify(history, params, last.At)
+
+	r := Report{
+		State: v.State, Reason: v.Reason, At: v.At, Evidence: v.Evidence,
+		Engine: opts.Engine.URL, Model: model,
+		Window: last.At.Sub(history[0].At), Interval: interval, Samples: n,
+		HangAfter: params.HangAfter, SaturatedWaiting: params.SaturatedWaiting,
+		MaxInFlight: opts.MaxInFlight,
+		RetryStorm:  CheckRetryStorm(history, opts.Watchdog.RetryStorm),
+		Action:      actionFor(v.State, true, opts.Watchdog.DryRun),
+	}
+	if l, ok := LoadOver(history, r.Window); ok {
+		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
+	}
+	r.Lacks = lacking(history)
+	if kind() == configs.KindLlamaCpp {
+		r.Slots, r.SlotsError = readSlots(ctx, pc.Target, timeout)
+	}
+	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
+		r.Notes = append(r.Notes, "the port refuses connections: the engine may still be loading its model (vLLM opens its port only once loaded, and diagnose cannot know when it started); run again in a few minutes or read the engine's log before restarting it")
+	}
+	r.Missing = lastMissing(history)
+	return r, nil
+}
+
+// sampleWindow takes n samples an interval apart and returns them with
+// the model the last probe that knew one asked for. Samples are taken on
+// schedule, each in its own goroutine: a server that answers nothing must
+// not stretch a 30 s window into minutes of timeouts.
+func sampleWindow(ctx context.Context, p Probes, model string, now func() time.Time, n int, interval, timeout time.Duration) ([]Sample, string, error) {
+	history := make([]Sample, n)
+	models := make([]string, n)
 	begin := time.Now()
 	done := make(chan int, n)
-	models := make([]string, n)
 	for i := range n {
 		if i > 0 {
 			wait := time.Until(begin.Add(time.Duration(i) * interval))
@@ -127,14 +161,14 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return Report{}, fmt.Errorf("diagnose: interrupted after %d of %d samples: %w", i, n, ctx.Err())
+				return nil, "", fmt.Errorf("diagnose: interrupted after %d of %d samples: %w", i, n, ctx.Err())
 			case <-t.C:
 			}
 		}
 		at := now()
 		go func() {
 			s := sampleOnce(ctx, p, at, timeout)
-			m := opts.Engine.Model
+			m := model
 			if m == "" {
 				m = s.Models.First()
 			}
@@ -147,23 +181,28 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return Report{}, fmt.Errorf("diagnose: interrupted while the last samples ran: %w", ctx.Err())
+			return nil, "", fmt.Errorf("diagnose: interrupted while the last samples ran: %w", ctx.Err())
 		}
 	}
-	var model string
+	var asked string
 	for _, m := range models {
 		if m != "" {
-			model = m
+			asked = m
 		}
 	}
-	last := history[len(history)-1]
+	return history, asked, nil
+}
+
+// diagnoseParams are the configured thresholds fitted to one short window
+// of samples: no more consecutive failures asked for than were taken, and
+// hang_after: auto learned from these samples and the engine's own figures
+// (its prefill rate, its context length) from the first scrape.
+func diagnoseParams(opts Options, history []Sample) Params {
 	params := ParamsFrom(opts.Watchdog)
-	params.DownAfter = min(max(params.DownAfter, 1), n)
+	params.DownAfter = min(max(params.DownAfter, 1), len(history))
 	params.LastStart = opts.EngineStarted
-	params.RateWindow = last.At.Sub(history[0].At)
+	params.RateWindow = history[len(history)-1].At.Sub(history[0].At)
 	if params.HangAfter == 0 {
-		// auto: what these samples teach, and the engine's own figures
-		// (its prefill rate, its context length) from the first scrape.
 		var l workLog
 		whole := wholeScrapes(history)
 		for i := 2; i <= len(whole); i++ {
@@ -172,34 +211,18 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		win := autoWindow(whole, &l, params.HangAfterMin, params.HangAfterMax)
 		params.HangAfter, params.WindowWhy, params.WindowFrom = win.D, win.Why, win.From
 	}
-	v := Classify(history, params, last.At)
+	return params
+}
 
-	r := Report{
-		State: v.State, Reason: v.Reason, At: v.At, Evidence: v.Evidence,
-		Engine: opts.Engine.URL, Model: model,
-		Window: last.At.Sub(history[0].At), Interval: interval, Samples: n,
-		HangAfter: params.HangAfter, SaturatedWaiting: params.SaturatedWaiting,
-		MaxInFlight: opts.MaxInFlight,
-		RetryStorm:  CheckRetryStorm(history, opts.Watchdog.RetryStorm),
-	}
-	if l, ok := LoadOver(history, r.Window); ok {
-		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
-	}
-	r.Lacks = lacking(history)
-	if kind() == configs.KindLlamaCpp {
-		r.Slots, r.SlotsError = readSlots(ctx, pc.Target, timeout)
-	}
-	r.Action = actionFor(v.State, true, opts.Watchdog.DryRun)
-	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
-		r.Notes = append(r.Notes, "the port refuses connections: the engine may still be loading its model (vLLM opens its port only once loaded, and diagnose cannot know when it started); run again in a few minutes or read the engine's log before restarting it")
-	}
+// lastMissing is the configured metrics the last scrape that said anything
+// (readable, or unreadable for want of them) lacked.
+func lastMissing(history []Sample) []string {
 	for i := len(history) - 1; i >= 0; i-- {
 		if m := history[i].Metrics; m.Readable() || len(m.Missing) > 0 {
-			r.Missing = m.Missing
-			break
+			return m.Missing
 		}
 	}
-	return r, nil
+	return nil
 }
 
 func sortedNames(m map[string]float64) []string {
