@@ -20,6 +20,7 @@ import (
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/internal/simclient"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -230,6 +231,33 @@ func (r *rig) closeServers() {
 }
 
 // engine converts a wall duration into engine time.
+// verdictTally counts what a run's watchdog said: its verdicts, by
+// state, the HUNG ones with the first few reasons (engine time), and the
+// recoveries it asked for.
+type verdictTally struct {
+	verdicts, hung, recoveries int
+	states                     map[watchdog.State]int
+	hungWhy                    []string
+}
+
+// tally counts the verdicts r's watchdog gave so far.
+func (r *rig) tally(scale float64) verdictTally {
+	t := verdictTally{recoveries: r.rec.recoveries(), states: map[watchdog.State]int{}}
+	for _, v := range r.rec.all() {
+		t.verdicts++
+		t.states[v.State]++
+		if v.State != watchdog.StateHung {
+			continue
+		}
+		t.hung++
+		if len(t.hungWhy) < 3 {
+			t.hungWhy = append(t.hungWhy, fmt.Sprintf("at %s: %s; %s", humanize.Duration(r.engine(v.At.Sub(r.started))),
+				engineWhy(v.Reason, scale), engineWhy(v.Evidence.HangAfterWhy, scale)))
+		}
+	}
+	return t
+}
+
 func (r *rig) engine(d time.Duration) time.Duration { return r.clock.Engine(d) }
 
 // scaled divides every duration vigil's watchdog reads by scale: the
