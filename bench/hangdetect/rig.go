@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http/httptest"
 	"net/url"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -267,7 +266,7 @@ func (r *rig) engine(d time.Duration) time.Duration { return r.clock.Engine(d) }
 // structs, so a duration added to them later is scaled too.
 func scaled(c configs.Config, scale float64) configs.Config {
 	c.Engine.RequestTimeout = divide(c.Engine.RequestTimeout, scale)
-	divideAll(reflect.ValueOf(&c.Watchdog).Elem(), scale)
+	c.Watchdog = simclient.Scaled(c.Watchdog, scale)
 	c.Alerts.UnknownAfter = divide(c.Alerts.UnknownAfter, scale)
 	c.Alerts.ResolveAfter = divide(c.Alerts.ResolveAfter, scale)
 	return c
@@ -275,26 +274,6 @@ func scaled(c configs.Config, scale float64) configs.Config {
 
 func divide(d time.Duration, scale float64) time.Duration {
 	return time.Duration(float64(d) / scale)
-}
-
-var (
-	durationType     = reflect.TypeFor[time.Duration]()
-	autoDurationType = reflect.TypeFor[configs.AutoDuration]()
-)
-
-func divideAll(v reflect.Value, scale float64) {
-	switch {
-	case v.Type() == durationType:
-		v.SetInt(int64(divide(time.Duration(v.Int()), scale)))
-	case v.Type() == autoDurationType:
-		v.Set(reflect.ValueOf(v.Interface().(configs.AutoDuration).Divided(scale)))
-	case v.Kind() == reflect.Struct:
-		for i := range v.NumField() {
-			if v.Type().Field(i).IsExported() {
-				divideAll(v.Field(i), scale)
-			}
-		}
-	}
 }
 
 // promptText is filler the limiter sizes prompts by: it estimates about
