@@ -145,15 +145,10 @@ type peer struct {
 
 // poolView reads vigil's /status pool view: "node2 healthy, node3 hung".
 func (v *vigil) poolView() (string, error) {
-	resp, err := statusClient.Get(v.statusURL + "/status")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
 	var doc struct {
 		Pool []peer `json:"pool"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+	if err := testinfra.GetJSON(statusClient, v.StatusURL+"/status", &doc); err != nil {
 		return "", err
 	}
 	var parts []string
@@ -428,7 +423,7 @@ func TestPoolTwoHangsRecoverOneAtATime(t *testing.T) {
 	if back := m.all(first.At, allUpFull(holder)); len(back) == 0 || back[0].At.After(second.At) {
 		t.Errorf("%s drained before %s was back in rotation", waiter, holder)
 	}
-	if !strings.Contains(vw.logs.String(), "waiting for the pool's turn to recover: "+holder) {
+	if !strings.Contains(vw.Logs.String(), "waiting for the pool's turn to recover: "+holder) {
 		t.Errorf("%s's vigil never said it waited for %s's turn", waiter, holder)
 	}
 	for _, n := range r.nodes {
@@ -477,7 +472,7 @@ func TestPoolHolderKilledMidRecoveryLetsTheOtherProceed(t *testing.T) {
 		other = "node2"
 	}
 	vh, vo := vs[holder], vs[other]
-	vh.kill(t)
+	vh.Kill(t)
 	killedAt := time.Now()
 	if step, isDrained := vh.journal(t); (step != "drain" && step != "drain_wait") || !isDrained {
 		t.Fatalf("%s's journal when killed: step %q, drained %t; want drain or drain_wait, drained (the kill came too late)", holder, step, isDrained)
@@ -500,10 +495,10 @@ func TestPoolHolderKilledMidRecoveryLetsTheOtherProceed(t *testing.T) {
 	}
 
 	// The killed vigil comes back while the other recovers.
-	vh.start(t)
+	vh.Start(t)
 	end := m.waitFor(t, 40*time.Second, "both servers UP at 100%", next.At, allUpFull("node1", "node2"))
 	t.Logf("both back %s after the hang", end.At.Sub(hangAt).Round(time.Millisecond))
-	logs := vh.logs.String()
+	logs := vh.Logs.String()
 	if !strings.Contains(logs, "resuming an unfinished recovery from the journal") {
 		t.Errorf("the restarted %s vigil did not resume its journal", holder)
 	}
@@ -543,7 +538,7 @@ func TestPoolEtcdStoppedNoDrainAndAPageSayingWhy(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		members, _, err := dir.Members(context.Background())
-		if err == nil && len(members) == 1 && members[0].Node == "node1" && members[0].URL == v.statusURL+"/status" {
+		if err == nil && len(members) == 1 && members[0].Node == "node1" && members[0].URL == v.StatusURL+"/status" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -557,7 +552,7 @@ func TestPoolEtcdStoppedNoDrainAndAPageSayingWhy(t *testing.T) {
 	hangAt := r.hangAll(t)
 	v.waitStatus(t, 15*time.Second, "a guard refusal", func(d statusDoc) bool { return d.Recovery.Step == "guard_refused" })
 	time.Sleep(2 * time.Second) // nothing may change while it keeps watching
-	logs := v.logs.String()
+	logs := v.Logs.String()
 	if want := "cannot take the pool's turn (etcd unavailable at " + r.etcd.Endpoint; !strings.Contains(logs, want) {
 		t.Errorf("no page saying %q", want)
 	}
@@ -629,7 +624,7 @@ func TestPoolMinServingRefusesWithTwoOfThreeUnhealthy(t *testing.T) {
 	v.waitStatus(t, 15*time.Second, "a guard refusal", func(d statusDoc) bool { return d.Recovery.Step == "guard_refused" })
 	time.Sleep(2 * time.Second) // it waits: nothing may change
 	want := "not draining: below the capacity floor: only 0 other member(s) would keep serving, min_serving is 1 (not serving: node2 hung, node3 drained)"
-	if !strings.Contains(v.logs.String(), want) {
+	if !strings.Contains(v.Logs.String(), want) {
 		t.Errorf("no page saying %q", want)
 	}
 	if out := m.all(hangAt, func(o poolObs) bool { return len(o.out()) > 0 }); len(out) > 0 {
