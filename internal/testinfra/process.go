@@ -92,3 +92,15 @@ func giveUp(t testing.TB, what, env string, err error) {
 	}
 	Unavailable(t, what, env, err)
 }
+
+// terminate asks cmd to stop (SIGTERM) and waits for exited to close;
+// SIGKILL if it has not within grace.
+func terminate(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}

@@ -121,13 +121,7 @@ func (v *Vigil) Stop() {
 		return
 	default:
 	}
-	_ = v.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-v.exited:
-	case <-time.After(15 * time.Second):
-		_ = v.cmd.Process.Kill()
-		<-v.exited
-	}
+	terminate(v.cmd, v.exited, 15*time.Second)
 }
 
 // GetJSON decodes the JSON of a 200 answer to GET url into v (a status
