@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // WriteText prints the report for a person: the verdict first, then what
