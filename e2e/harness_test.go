@@ -7,7 +7,6 @@ package e2e_test
 // state that lasts only a moment (DRAIN, a ramp weight) is still seen.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -417,108 +416,34 @@ func (o obs) drain() bool { return strings.HasPrefix(o.HAStatus, "DRAIN") }
 // upFull: back in rotation at 100% of its configured weight.
 func (o obs) upFull() bool { return o.HAStatus == "UP" && o.HAWeight == "100" }
 
+func (o obs) when() time.Time { return o.At }
+
 // monitor polls HAProxy and vigil's /status every 50 ms and keeps every
 // change, with its time.
-type monitor struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu   sync.Mutex
-	hist []obs
-}
+type monitor struct{ *recorder[obs] }
 
 func startMonitor(t *testing.T, h *testinfra.HAProxy, statusURL string) *monitor {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &monitor{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			o := obs{At: time.Now()}
-			o.HAStatus, o.HAWeight, _ = haproxyServer(h, serverName)
-			if doc, err := fetchStatus(statusURL); err == nil {
-				o.Verdict, o.Step, o.Drained, o.RecoveryActive = doc.Verdict.State, doc.Recovery.Step, doc.Recovery.Drained, doc.Recovery.Active
-				o.Reason = doc.Verdict.Reason
-				o.IncidentOpen = doc.Incident != nil && doc.Incident.Resolved.IsZero()
-			}
-			m.mu.Lock()
-			if n := len(m.hist); n == 0 || m.hist[n-1].key() != o.key() {
-				m.hist = append(m.hist, o)
-			}
-			m.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	return &monitor{record(t, 50*time.Millisecond, "what HAProxy and vigil said", func() (obs, bool) {
+		o := obs{At: time.Now()}
+		o.HAStatus, o.HAWeight, _ = haproxyServer(h, serverName)
+		if doc, err := fetchStatus(statusURL); err == nil {
+			o.Verdict, o.Step, o.Drained, o.RecoveryActive = doc.Verdict.State, doc.Recovery.Step, doc.Recovery.Drained, doc.Recovery.Active
+			o.Reason = doc.Verdict.Reason
+			o.IncidentOpen = doc.Incident != nil && doc.Incident.Resolved.IsZero()
 		}
-	}()
-	t.Cleanup(func() {
-		m.stop()
-		if t.Failed() {
-			t.Logf("what HAProxy and vigil said, change by change:\n%s", m.timeline())
-		}
-	})
-	return m
-}
-
-func (m *monitor) stop() {
-	m.cancel()
-	<-m.done
-}
-
-// first returns the first observation at or after since that f accepts.
-func (m *monitor) first(since time.Time, f func(obs) bool) (obs, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, o := range m.hist {
-		if !o.At.Before(since) && f(o) {
-			return o, true
-		}
-	}
-	return obs{}, false
-}
-
-// all returns the observations at or after since that f accepts.
-func (m *monitor) all(since time.Time, f func(obs) bool) []obs {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var res []obs
-	for _, o := range m.hist {
-		if !o.At.Before(since) && f(o) {
-			res = append(res, o)
-		}
-	}
-	return res
-}
-
-// waitFor waits up to timeout for an observation at or after since that f
-// accepts, and returns it.
-func (m *monitor) waitFor(t *testing.T, timeout time.Duration, what string, since time.Time, f func(obs) bool) obs {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if o, ok := m.first(since, f); ok {
-			return o
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never saw %s within %s", what, timeout)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return o, true
+	})}
 }
 
 // share is the fraction of [from, to) during which f held.
 func (m *monitor) share(from, to time.Time, f func(obs) bool) float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	hist := m.changes()
 	var held time.Duration
-	for i, o := range m.hist {
+	for i, o := range hist {
 		end := to
-		if i+1 < len(m.hist) && m.hist[i+1].At.Before(to) {
-			end = m.hist[i+1].At
+		if i+1 < len(hist) && hist[i+1].At.Before(to) {
+			end = hist[i+1].At
 		}
 		start := o.At
 		if start.Before(from) {
@@ -529,17 +454,6 @@ func (m *monitor) share(from, to time.Time, f func(obs) bool) float64 {
 		}
 	}
 	return held.Seconds() / to.Sub(from).Seconds()
-}
-
-func (m *monitor) timeline() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var b strings.Builder
-	for _, o := range m.hist {
-		b.WriteString(o.String())
-		b.WriteByte('\n')
-	}
-	return b.String()
 }
 
 // waitStatus polls vigil's /status until f accepts it.

@@ -210,97 +210,26 @@ func (o poolObs) out() []string {
 	return res
 }
 
+func (o poolObs) when() time.Time { return o.At }
+
+func (o poolObs) String() string { return o.At.Format("15:04:05.000") + " " + o.key() }
+
 // poolMonitor samples HAProxy every 25 ms and keeps each change.
-type poolMonitor struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	hist   []poolObs
-	errs   int
-}
+type poolMonitor struct{ *recorder[poolObs] }
 
 func startPoolMonitor(t *testing.T, h *testinfra.HAProxy) *poolMonitor {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &poolMonitor{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		tick := time.NewTicker(25 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			o := poolObs{At: time.Now(), Status: map[string]string{}, Weight: map[string]string{}}
-			stat, err := h.Servers()
-			m.mu.Lock()
-			if err != nil {
-				m.errs++
-			} else {
-				for n, row := range stat {
-					o.Status[n], o.Weight[n] = row["status"], row["weight"]
-				}
-				if k := len(m.hist); k == 0 || m.hist[k-1].key() != o.key() {
-					m.hist = append(m.hist, o)
-				}
-			}
-			m.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	return &poolMonitor{record(t, 25*time.Millisecond, "HAProxy", func() (poolObs, bool) {
+		o := poolObs{At: time.Now(), Status: map[string]string{}, Weight: map[string]string{}}
+		stat, err := h.Servers()
+		if err != nil {
+			return o, false
 		}
-	}()
-	t.Cleanup(func() {
-		m.stop()
-		if t.Failed() {
-			t.Logf("HAProxy, change by change:\n%s", m.timeline())
+		for n, row := range stat {
+			o.Status[n], o.Weight[n] = row["status"], row["weight"]
 		}
-	})
-	return m
-}
-
-func (m *poolMonitor) stop() { m.cancel(); <-m.done }
-
-func (m *poolMonitor) timeline() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var b strings.Builder
-	for _, o := range m.hist {
-		fmt.Fprintf(&b, "%s %s\n", o.At.Format("15:04:05.000"), o.key())
-	}
-	return b.String()
-}
-
-// waitFor waits for a sample at or after since that f accepts.
-func (m *poolMonitor) waitFor(t *testing.T, within time.Duration, what string, since time.Time, f func(poolObs) bool) poolObs {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		m.mu.Lock()
-		for _, o := range m.hist {
-			if !o.At.Before(since) && f(o) {
-				m.mu.Unlock()
-				return o
-			}
-		}
-		m.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("never saw %s within %s", what, within)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
-// all returns the samples at or after since that f accepts.
-func (m *poolMonitor) all(since time.Time, f func(poolObs) bool) []poolObs {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var res []poolObs
-	for _, o := range m.hist {
-		if !o.At.Before(since) && f(o) {
-			res = append(res, o)
-		}
-	}
-	return res
+		return o, true
+	})}
 }
 
 func drained(node string) func(poolObs) bool {
