@@ -89,6 +89,13 @@ func importEngineImage(t *testing.T, d *testinfra.Dockerd) {
 // waitServing waits for /v1/models to answer 200 at api.
 func waitServing(t *testing.T, api string, timeout time.Duration) {
 	t.Helper()
+	if err := serving(api, timeout); err != nil {
+		t.Fatalf("engine at %s: %v", api, err)
+	}
+}
+
+// serving is waitServing returning its error (for goroutines).
+func serving(api string, timeout time.Duration) error {
 	c := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -96,12 +103,12 @@ func waitServing(t *testing.T, api string, timeout time.Duration) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 			err = fmt.Errorf("status %d", resp.StatusCode)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("engine at %s not serving /v1/models after %s: %v", api, timeout, err)
+			return fmt.Errorf("not serving /v1/models after %s: %v", timeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -87,26 +87,6 @@ func newPoolRig(t *testing.T, name string, nodes ...string) *poolRig {
 	return r
 }
 
-// serving is waitServing returning its error (for goroutines).
-func serving(api string, timeout time.Duration) error {
-	c := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(timeout)
-	for {
-		resp, err := c.Get("http://" + api + "/v1/models")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not serving /v1/models after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // poolVigilConfig is node's vigil: its own server of the shared backend,
 // its own container, and pool coordination through the rig's etcd with
 // no static peers (the members find each other by registering).
