@@ -115,9 +115,7 @@ func TestHeadPagesSayOnlyWhatIsTrue(t *testing.T) {
 			}
 			p := newTestPager(t, n, o)
 			p.Observe(tc.v, &watchdog.Incident{ID: "inc-truth", Opened: clk.Now(), State: tc.v.State})
-			runPager(t, p)
-			flush(t, p)
-			got := n.got()
+			got := delivered(t, p, n)
 			if len(got) == 0 {
 				t.Fatal("no page")
 			}
@@ -176,17 +174,8 @@ func TestResolvedCountsTheHangAcrossVigilsOwnRestart(t *testing.T) {
 	step(p2, recovery.StepWaitReady, "engine ready 30s after the restart")
 	step(p2, recovery.StepResolved, "recovery took 1m")
 	clk.Advance(15 * time.Second)
-	resolved := *inc
-	resolved.Resolved = clk.Now()
-	p2.Observe(healthy(clk.Now()), &resolved)
-	runPager(t, p2)
-	flush(t, p2)
-	var resolve string
-	for _, m := range n.got() {
-		if m.Kind == KindResolve {
-			resolve = m.Text
-		}
-	}
+	resolveNow(p2, inc, clk.Now())
+	resolve := lastOfKind(delivered(t, p2, n), KindResolve).Text
 	if !strings.Contains(resolve, "was HUNG for 96s;") {
 		t.Fatalf("resolve = %q, want the hang counted to the restart that ran, 96s", resolve)
 	}

@@ -100,14 +100,10 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			p.Observe(hung(now), inc)
 			rec.Recover(context.Background(), *inc, hung(now))
 			rec.Wait()
-			resolved := *inc
-			resolved.Resolved = time.Now()
-			p.Observe(healthy(time.Now()), &resolved)
-			runPager(t, p)
-			flush(t, p)
+			resolveNow(p, inc, time.Now())
 
 			var all []string
-			for _, m := range n.got() {
+			for _, m := range delivered(t, p, n) {
 				all = append(all, m.Text)
 			}
 			text := strings.Join(all, "\n")
@@ -175,21 +171,13 @@ func TestResolvedSaysHowLongTheEngineWasHungAndHowLongRecoveryTook(t *testing.T)
 	step(recovery.StepRestore, "haproxy vllm/node1 READY")
 	step(recovery.StepResolved, "recovery took 1m30s")
 	clk.Advance(15 * time.Second)
-	resolved := *inc
-	resolved.Resolved = clk.Now()
-	p.Observe(healthy(clk.Now()), &resolved)
+	resolveNow(p, inc, clk.Now())
 
-	runPager(t, p)
-	flush(t, p)
-	var resolve string
-	for _, m := range n.got() {
-		if m.Kind == KindChange {
-			t.Errorf("vigil's own restart paged as a change: %s", m.Text)
-		}
-		if m.Kind == KindResolve {
-			resolve = m.Text
-		}
+	pages := delivered(t, p, n)
+	if m := lastOfKind(pages, KindChange); m.Kind != "" {
+		t.Errorf("vigil's own restart paged as a change: %s", m.Text)
 	}
+	resolve := lastOfKind(pages, KindResolve).Text
 	// Stall from 11:59:40 to the restart at 12:00:05; recovery from the
 	// drain at 12:00:02 to 12:01:30.
 	if !strings.Contains(resolve, "was HUNG for 25s; recovery took 88s") {
@@ -211,9 +199,7 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 		}
 		p := newTestPager(t, n, o)
 		p.Observe(hung(clk.Now()), &watchdog.Incident{ID: "inc-cd", Opened: clk.Now(), State: watchdog.StateHung})
-		runPager(t, p)
-		flush(t, p)
-		head := n.got()[0].Text
+		head := delivered(t, p, n)[0].Text
 		if strings.Contains(head, "Will drain") || !strings.Contains(head, "Not restarting: vigil restarted the engine recently (restart.cooldown) until 12:20 UTC (in 20m).") ||
 			!strings.Contains(head, "vllm/node1 at HAProxy out of rotation") {
 			t.Errorf("head = %s", head)
@@ -230,9 +216,7 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 		clk.Advance(time.Minute)
 		down := watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused on every endpoint", At: clk.Now()}
 		p.Observe(down, inc)
-		runPager(t, p)
-		flush(t, p)
-		got := n.got()
+		got := delivered(t, p, n)
 		last := got[len(got)-1]
 		if last.Kind != KindChange || strings.Contains(last.Text, "Will drain") ||
 			!strings.Contains(last.Text, "Not restarting: the restart budget is spent") || !strings.Contains(last.Text, "the host still takes traffic") {
@@ -251,9 +235,7 @@ func TestADownTheWatchdogMarksAsVigilsRestartIsNotPaged(t *testing.T) {
 	p.Observe(hung(clk.Now()), inc)
 	clk.Advance(15 * time.Second)
 	p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now(), Recovering: true}, inc)
-	runPager(t, p)
-	flush(t, p)
-	if got := n.got(); len(got) != 1 || got[0].Kind != KindHead {
+	if got := delivered(t, p, n); len(got) != 1 || got[0].Kind != KindHead {
 		t.Fatalf("pages %+v, want only the head", got)
 	}
 }
@@ -306,18 +288,9 @@ func TestARetriedRestartCountsTheStallOnce(t *testing.T) {
 	step(recovery.StepRestore, true, "haproxy vllm/node1 READY")
 	step(recovery.StepResolved, true, "recovery finished")
 	clk.Advance(15 * time.Second)
-	resolved := *inc
-	resolved.Resolved = clk.Now()
-	p.Observe(healthy(clk.Now()), &resolved)
+	resolveNow(p, inc, clk.Now())
 
-	runPager(t, p)
-	flush(t, p)
-	var resolve string
-	for _, m := range n.got() {
-		if m.Kind == KindResolve {
-			resolve = m.Text
-		}
-	}
+	resolve := lastOfKind(delivered(t, p, n), KindResolve).Text
 	// The counters last moved at 11:57:00; the second restart began at
 	// 12:02:40: one stall of 5m40s, whatever the attempts in between.
 	if !strings.Contains(resolve, "was HUNG for 5m40s;") {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/util/humanize"
 )
 
@@ -82,14 +83,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	etcd, err := startEtcd(dir)
+	etcd, err := testinfra.LaunchEtcd(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "fleet: %v\n", err)
 		return 1
 	}
 	defer etcd.Stop()
 	fmt.Fprintf(stdout, "etcd %s; lease TTL %s; engine load after restart %s; a scenario minute is %s; max_concurrent_recoveries N/10, min_serving N/2\n\n",
-		etcd.Endpoint(), *lease, *restartFor, minute)
+		etcd.Endpoint, *lease, *restartFor, minute)
 	var all []result
 	failed := false
 	for r := range *runs {
