@@ -245,6 +245,9 @@ type autoLimit struct {
 	// beside it). See deadlineCeiling.
 	dl     []dlSample
 	dlNext int
+
+	// start: the engine's own seat limit (start.go).
+	start startState
 }
 
 func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
@@ -258,7 +261,8 @@ func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
 func (a *autoLimit) reset(now time.Time) {
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
 		prefill: newPrefillMeter(a.prefill.seats), gate: newFirstTokenGate(a.target, now),
-		lastChange: now, winStart: now}
+		lastChange: now, winStart: now, start: a.start}
+	a.limit = a.start.bound(a.limit)
 }
 
 // cap is the current limit as a request count.
@@ -551,7 +555,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	case a.probing || ceiling > 0:
 		// Start-up, or a known ceiling (the clients' deadlines) that
 		// already bounds the step: no need to creep up a turnover at a time.
-		a.limit = min(autoMax, max(a.limit+1, a.limit*probeGain))
+		a.limit = min(autoMax, max(a.limit+1, a.limit*a.probeGainFor(w, r, a.gauges)))
 	default:
 		a.limit = min(autoMax, a.limit+turnoverGain*float64(a.finished))
 	}
@@ -561,6 +565,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		}
 		a.limit = max(old, min(a.limit, bound))
 	}
+	a.limit = a.start.bound(a.limit)
 	changed := a.cap() != int(math.Round(old))
 	if a.limit != old {
 		a.lastChange = now

@@ -168,7 +168,7 @@ func (a *autoLimit) SetSaturated(on bool, now time.Time) {
 func (a *autoLimit) Restart(now time.Time) {
 	keep := max(a.limit, autoInitial)
 	a.reset(now)
-	a.limit = keep
+	a.limit = a.start.bound(keep)
 }
 
 // saturatedShare of a fixed cap stays admitted while the watchdog reports

@@ -311,6 +311,11 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 			return nil, rj, nil
 		}
 	}
+	if rj := l.plainCheckLocked(now, r, ph, maxWait, timeout); rj != nil {
+		l.undoLocked(now, lis)
+		l.mu.Unlock()
+		return nil, rj, nil
+	}
 	if rj := l.makeRoomLocked(now, r.Bytes, ph == nil); rj != nil {
 		l.undoLocked(now, lis)
 		l.mu.Unlock()
