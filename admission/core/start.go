@@ -110,4 +110,3 @@ func (l *Limiter) SetEngineSeats(n int) {
 		l.dispatchLocked(now)
 	}
 }
-
