@@ -258,7 +258,8 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Da
 			admission.WithRegisterer(d.registry),
 			admission.WithEngineReader(reader),
 			admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers),
-			admission.WithSuspicionHook(d.suspicionHook))
+			admission.WithSuspicionHook(d.suspicionHook),
+			admission.WithLearnedStore(d.store))
 		if err != nil {
 			return nil, err
 		}
