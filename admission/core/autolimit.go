@@ -261,7 +261,7 @@ func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
 func (a *autoLimit) reset(now time.Time) {
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
 		prefill: newPrefillMeter(a.prefill.seats), gate: newFirstTokenGate(a.target, now),
-		lastChange: now, winStart: now, start: a.start}
+		lastChange: now, winStart: now, start: a.start.kept()}
 	a.limit = a.start.bound(a.limit)
 }
 
@@ -565,7 +565,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		}
 		a.limit = max(old, min(a.limit, bound))
 	}
-	a.limit = a.start.bound(a.limit)
+	a.settle(old)
 	changed := a.cap() != int(math.Round(old))
 	if a.limit != old {
 		a.lastChange = now

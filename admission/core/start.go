@@ -25,19 +25,30 @@ const (
 )
 
 // startState is what the automatic cap knows of the engine beyond its
-// windows of evidence: the seat limit the engine exposes. It survives the
-// cap's reset (an engine restart), where the transport reads the seats
-// again.
+// windows of evidence: the seat limit the engine exposes (kept across the
+// cap's reset: an engine restart, after which the transport reads the
+// seats again), and the doubling the engine has not shown yet.
 type startState struct {
 	// seats is the most requests the engine runs at once as it says
 	// itself (llama.cpp's /slots, i.e. --parallel), 0 while unknown.
 	// Every request past it waits in the engine's own queue, so it is the
 	// cap's ceiling as well as its best start. vLLM exports no such
 	// figure (max_num_seqs is configured, not exported; engine_max_seqs
-	// then bounds the cap through autoMax's place, the prefill meter's
-	// seats), and SGLang's is not read yet.
+	// is the operator's word for it, which the prefill meter uses), and
+	// SGLang's is not read yet.
 	seats int
+	// await is the cap a doubling set, until a reading of the engine
+	// shows it holding most of it (running and waiting): a reading taken
+	// before the requests it let in reached the engine still shows the
+	// old cap, all running, nothing waiting, and doubled it again (the
+	// simulated engine of 40 seats: 40, 80, 100, before the queue showed).
+	await float64
+	// held: this window's growth waits for that reading.
+	held bool
 }
+
+// kept is what survives the cap's reset.
+func (s startState) kept() startState { return startState{seats: s.seats} }
 
 // bound applies the exposed seat limit to a cap value.
 func (s startState) bound(limit float64) float64 {
@@ -50,13 +61,35 @@ func (s startState) bound(limit float64) float64 {
 // probeGainFor is the growth factor of one probing window whose engine
 // gauges averaged w waiting and r running (gauges: how many readings). An
 // engine that started all of the cap with nothing waiting has shown room
-// for more: the cap doubles. Otherwise, or with no reading to go by, the
-// gentle probeGain.
+// for more: the cap doubles, and grows again only once a reading shows
+// the engine holding most of the doubled cap. Otherwise, or with no
+// reading to go by, the gentle probeGain.
 func (a *autoLimit) probeGainFor(w, r float64, gauges int) float64 {
+	if a.start.await > 0 {
+		if gauges == 0 || r+w < fullShare*a.start.await {
+			a.start.held = true
+			return 1
+		}
+		a.start.await = 0
+	}
 	if gauges > 0 && w == 0 && r >= fullShare*a.limit {
+		a.start.await = a.limit * burstGain
 		return burstGain
 	}
 	return probeGain
+}
+
+// settle ends a window's change of the cap (from old): no growth while a
+// doubling waits for the engine to show it, and never past the seats.
+func (a *autoLimit) settle(old float64) {
+	if a.start.held {
+		a.limit = min(a.limit, old)
+		a.start.held = false
+	}
+	if !a.probing {
+		a.start.await = 0
+	}
+	a.limit = a.start.bound(a.limit)
 }
 
 // SeatTaker is a Limit that takes the engine's own seat limit.
