@@ -164,7 +164,7 @@ func (a *autoLimit) SetSaturated(on bool, now time.Time) {
 }
 
 // Restart forgets the evidence and probes again, from at least the
-// initial cap.
+// initial cap (never past the engine's own seats: see startState).
 func (a *autoLimit) Restart(now time.Time) {
 	keep := max(a.limit, autoInitial)
 	a.reset(now)
