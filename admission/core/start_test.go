@@ -109,3 +109,23 @@ func TestAFixedCapIgnoresTheEnginesSeats(t *testing.T) {
 		t.Errorf("automatic cap %d on an engine with 2 seats, want 2", s.Cap)
 	}
 }
+
+// Over streams the doubling does not apply: their first tokens judge each
+// growth a prefill later, and doubled the cap ran past what fast engines
+// prefill in time (the goodput family's fast10 and fast20).
+func TestOverStreamsTheCapStillGrowsByAQuarter(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newAutoLimit(time.Second, 0, t0)
+	a.markDemand()
+	at := t0
+	for i := range windowMinSamples {
+		at = at.Add(15 * time.Millisecond)
+		a.observeTTFT(at, 100*time.Millisecond, at)
+		if i%5 == 4 {
+			a.observeEngine(0, 16, at)
+		}
+	}
+	if a.cap() != 20 {
+		t.Errorf("cap %d after a window of streams with the engine running all 16, want 20", a.cap())
+	}
+}
