@@ -300,6 +300,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		return lis, nil, nil
 	}
 	l.demandLocked(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
+	l.queuedPastCapLocked(now)
 	maxWait := l.maxWaitLocked(r, timeout)
 	if r.MaxWait > 0 {
 		maxWait = min(maxWait, r.MaxWait)

@@ -45,6 +45,10 @@ type startState struct {
 	await float64
 	// held: this window's growth waits for that reading.
 	held bool
+	// pressed: a request found the cap full and had to queue since the
+	// cap last changed. Filling the cap is not enough to double it: 16
+	// clients fill a cap of 16 and need no more.
+	pressed bool
 }
 
 // kept is what survives the cap's reset.
@@ -77,7 +81,7 @@ func (a *autoLimit) probeGainFor(w, r float64, gauges int) float64 {
 		}
 		a.start.await = 0
 	}
-	if gauges > 0 && w == 0 && r >= fullShare*a.limit && !a.streams {
+	if gauges > 0 && w == 0 && r >= fullShare*a.limit && !a.streams && a.start.pressed {
 		a.start.await = a.limit * burstGain
 		return burstGain
 	}
@@ -87,6 +91,9 @@ func (a *autoLimit) probeGainFor(w, r float64, gauges int) float64 {
 // settle ends a window's change of the cap (from old): no growth while a
 // doubling waits for the engine to show it, and never past the seats.
 func (a *autoLimit) settle(old float64) {
+	if a.limit != old {
+		a.start.pressed = false
+	}
 	if a.start.held {
 		a.limit = min(a.limit, old)
 		a.start.held = false
@@ -95,6 +102,14 @@ func (a *autoLimit) settle(old float64) {
 		a.start.await = 0
 	}
 	a.limit = a.start.bound(a.limit)
+}
+
+// queuedPastCapLocked tells the automatic cap that a request found it full
+// and queues (the cap's own demand counts filling it too).
+func (l *Limiter) queuedPastCapLocked(now time.Time) {
+	if a, ok := l.limitLocked().(*autoLimit); ok && l.inFlight >= l.capLocked(now) {
+		a.start.pressed = true
+	}
 }
 
 // SeatTaker is a Limit that takes the engine's own seat limit.

@@ -29,6 +29,7 @@ func TestTheCapReachesTheEngineInAFewReadings(t *testing.T) {
 				// the answers that close its window.
 				n := a.cap()
 				a.markDemand()
+				a.start.pressed = true // a request queued past the cap
 				at = at.Add(10 * time.Millisecond)
 				a.observeEngine(float64(max(0, n-tc.batch)), float64(min(n, tc.batch)), at)
 				readings++
@@ -96,6 +97,31 @@ func TestTheEnginesSeatsStartAndBoundTheCap(t *testing.T) {
 			t.Errorf("cap %d after a restart, want the 4 slots", a.cap())
 		}
 	})
+}
+
+// Filling the cap is not enough to double it: 16 clients fill a cap of
+// 16 and need no more (doubled, the cap then met the next phase's burst
+// at 32 and its knee cut it to 4-14: admission's tiny-calls test).
+func TestOnlyRequestsQueuedPastTheCapDoubleIt(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, pressed := range []bool{false, true} {
+		a := newAutoLimit(0, 0, t0)
+		a.markDemand()
+		a.start.pressed = pressed
+		at := t0.Add(10 * time.Millisecond)
+		a.observeEngine(0, 16, at)
+		for range windowMinSamples {
+			at = at.Add(24 * time.Millisecond)
+			a.observeDone(at.Add(-20*time.Millisecond), at, 0, false, 16, 1)
+		}
+		want := 20
+		if pressed {
+			want = 32
+		}
+		if a.cap() != want {
+			t.Errorf("queued past the cap %v: cap %d, want %d", pressed, a.cap(), want)
+		}
+	}
 }
 
 func TestAFixedCapIgnoresTheEnginesSeats(t *testing.T) {
