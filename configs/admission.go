@@ -25,8 +25,9 @@ type Admission struct {
 	// it is the latency objective, not a capacity figure, and a stream's
 	// queue wait gets what it leaves after the engine's own TTFT (with
 	// auto, what 2 s leaves, or the objective when longer).
-	// auto (the default) = 500 ms, or twice the engine's own
-	// time to first token of the prompts it is sent (one stream at a time)
+	// auto (the default) = over long prompts, twice the engine's own
+	// light-load prefill of the prompts in flight; otherwise 500 ms, or
+	// twice the engine's own time to first token (one stream at a time)
 	// when that is longer: see package admission/core. 0 = none: the
 	// automatic cap then only keeps the engine's own queue empty (its
 	// maximum throughput), with no first-token limit.
