@@ -68,7 +68,7 @@ func (s startState) bound(limit float64) float64 {
 // for more: the cap doubles, and grows again only once a reading shows
 // the engine holding most of the doubled cap. Otherwise, or with no
 // reading to go by, the gentle probeGain. Not over streams: their first
-// tokens judge each growth a prefill later (see maybeUpdate), and doubled
+// tokens judge each growth a prefill later (see grow), and doubled
 // past what the engine prefills in time the cap ran the fast engines of
 // the goodput family at 31-50 in flight against 26 (0.2-0.8x the best
 // fixed cap against 0.5-1.3x, same machine and load: bench/README.md,
