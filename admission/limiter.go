@@ -82,6 +82,11 @@ type Limiter struct {
 	sm            stallMon
 	stallLoopDone chan struct{}
 	onSuspect     func(on bool) // WithSuspicionHook
+
+	// keep writes what was learned across vigil's restart (learned.go);
+	// seats is the engine's own seat limit as read (seats.go).
+	keep  keeper
+	seats seatState
 }
 
 // counters are the monotonic counts behind Stats and the metrics (the
@@ -166,6 +171,13 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 		go l.watchStalls()
 	} else {
 		close(l.stallLoopDone)
+	}
+	l.keep.done = make(chan struct{})
+	if l.keep.store != nil {
+		l.restoreLearned()
+		go l.keepLearned()
+	} else {
+		close(l.keep.done)
 	}
 	l.pollDone = make(chan struct{})
 	if l.reader != nil {
@@ -293,6 +305,7 @@ func (l *Limiter) Close() {
 	l.co.CloseAll()
 	<-l.pollDone
 	<-l.stallLoopDone
+	<-l.keep.done
 	l.transport.CloseIdleConnections()
 }
 
@@ -307,7 +320,10 @@ func (l *Limiter) SetSaturated(on bool) { l.core.SetSaturated(on) }
 // slow_start, for an engine that just came back. The automatic cap also
 // forgets its evidence (a restarted engine may differ) and probes again from
 // at least its initial value.
-func (l *Limiter) SlowStart() { l.core.SlowStart() }
+func (l *Limiter) SlowStart() {
+	l.seats.known.Store(false) // the restarted engine's slots are read again
+	l.core.SlowStart()
+}
 
 // SetMaxInFlight sets a fixed cap (n > 0) or returns to the automatic one
 // (n == 0); overrides use it and restore the old value at expiry.

@@ -314,6 +314,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		return lis, nil, nil
 	}
 	l.demandLocked(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
+	l.queuedPastCapLocked(now)
 	maxWait := l.maxWaitLocked(r, timeout)
 	if r.Moved {
 		maxWait = l.queueWaitFor(timeout, r.Coalesced)
@@ -330,6 +331,13 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	}
 	if r.Stream && !r.Moved && !l.holdingLocked(now) {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
+			l.undoLocked(now, lis)
+			l.mu.Unlock()
+			return nil, rj, nil
+		}
+	}
+	if !r.Moved { // a moved call's room was judged above (movedCheckLocked)
+		if rj := l.plainCheckLocked(now, r, ph, maxWait, timeout); rj != nil {
 			l.undoLocked(now, lis)
 			l.mu.Unlock()
 			return nil, rj, nil
