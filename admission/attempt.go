@@ -9,6 +9,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/admission/engineloss"
 )
 
 // attempt is one request of a call on its way through admission, once
@@ -98,8 +99,8 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
 		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body)),
 		Undivertible: l.peerFor(a.r) == nil}
-	if a.r.Header.Get(movedFromHeader) != "" {
-		req.Moved, req.MaxWait = true, movedWait(a.r)
+	if a.r.Header.Get(engineloss.MovedFromHeader) != "" {
+		req.Moved, req.MaxWait = true, engineloss.MovedWait(a.r)
 	}
 	for {
 		queuedAt, held := l.clock.Now(), l.holdsEngine() || l.core.Holding()

@@ -22,10 +22,13 @@
 // streams the answer), package calls (admission/calls) remembers calls:
 // it runs a keyed call once for all its attempts, keeps finished answers
 // for late retries and keyless orphans for adoption; reject.go answers the
-// core's rejections. outage.go and relay.go move the calls of a lost
-// engine, suspect.go acts on a stalled one meanwhile; their pure parts
-// (the stall watch, a stream's continuation, the outage's accounting) are
-// package engineloss (docs/design.md, the hang window).
+// core's rejections. outage.go and relay.go send the calls of a lost
+// engine again, suspect.go acts on a stalled one meanwhile; package
+// engineloss decides the rest (docs/design.md, the hang window): the stall
+// suspicion and its loop (Suspicion, asking the limiter through a Host),
+// where a cut call moves (Mover, Relay), a stream's continuation, the
+// outage's accounting. The engine is read through package probes (its
+// load, and llama.cpp's seats: probes.Seats).
 //
 // # What a request goes through
 //

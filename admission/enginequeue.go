@@ -3,12 +3,9 @@ package admission
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/vigil-dev/vigil/admission/core"
-	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
 )
 
@@ -121,17 +118,4 @@ func (l *Limiter) sleepOn(d time.Duration, tick chan struct{}) bool {
 	case <-tick:
 		return true
 	}
-}
-
-// engineMetrics is the engine as the reader scrapes it: the upstream's
-// base URL (its query dropped), over the limiter's transport, with the
-// engine's key when the limiter injects it.
-func engineMetrics(upstream *url.URL, tr http.RoundTripper, injectKey bool, key configs.Secret) probes.Target {
-	u := *upstream
-	u.RawQuery, u.Fragment = "", ""
-	t := probes.Target{URL: u.String(), HTTP: &http.Client{Transport: tr}}
-	if injectKey {
-		t.APIKey = key
-	}
-	return t
 }

@@ -77,16 +77,16 @@ type Limiter struct {
 	lostMu sync.Mutex
 	lost   map[string]uint64 // calls cut by a lost engine that could not move, by why
 
-	// sm suspects a stalled engine (engineloss.Watch, suspect.go); stallLoopDone is
-	// closed when its loop ends.
-	sm            stallMon
+	// sus suspects a stalled engine (suspect.go; nil: off); stallLoopDone
+	// is closed when its loop ends.
+	sus           *engineloss.Suspicion
 	stallLoopDone chan struct{}
 	onSuspect     func(on bool) // WithSuspicionHook
 
 	// keep writes what was learned across vigil's restart (learned.go);
 	// seats is the engine's own seat limit as read (seats.go).
 	keep  keeper
-	seats seatState
+	seats probes.Seats
 }
 
 // counters are the monotonic counts behind Stats and the metrics (the
@@ -144,7 +144,8 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	l.log = l.log.WithField("component", "admission")
 	copts := []core.Option{core.WithClock(l.clock), core.WithLogger(l.log)}
 	if cfg.SuspectStalls {
-		copts = append(copts, core.WithProgress(l.lastProgress))
+		l.sus = engineloss.NewSuspicion()
+		copts = append(copts, core.WithProgress(l.sus.Last))
 	}
 	l.core = core.New(cfg, copts...)
 	l.lost = map[string]uint64{}
@@ -159,16 +160,23 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 			Immediate: func() { l.c.cancelledImmediate.Add(1) }})
 	l.base, l.stop = context.WithCancel(context.Background())
 	l.transport = newTransport()
-	l.metricsTarget = engineMetrics(upstream, l.transport, cfg.InjectAPIKey, engineAPIKey)
+	// The reader scrapes the engine over the limiter's transport, with the
+	// engine's key when the limiter injects it.
+	l.metricsTarget = probes.EngineTarget(upstream, l.transport, "")
+	if cfg.InjectAPIKey {
+		l.metricsTarget.APIKey = engineAPIKey
+	}
 	if l.reg != nil {
 		if err := l.reg.Register(&collector{l: l}); err != nil {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
 		}
 	}
-	l.sm.w = engineloss.NewWatch()
 	l.stallLoopDone = make(chan struct{})
-	if cfg.SuspectStalls {
-		go l.watchStalls()
+	if l.sus != nil {
+		go func() {
+			defer close(l.stallLoopDone)
+			l.sus.Run(suspicionHost{l: l, tick: make(chan struct{}, 1)})
+		}()
 	} else {
 		close(l.stallLoopDone)
 	}
@@ -321,7 +329,7 @@ func (l *Limiter) SetSaturated(on bool) { l.core.SetSaturated(on) }
 // forgets its evidence (a restarted engine may differ) and probes again from
 // at least its initial value.
 func (l *Limiter) SlowStart() {
-	l.seats.known.Store(false) // the restarted engine's slots are read again
+	l.seats.Reset() // the restarted engine's slots are read again
 	l.core.SlowStart()
 }
 

@@ -24,12 +24,8 @@ type Fate = engineloss.Fate
 // engine is declared lost.
 var errEngineLost = errors.New("admission: the engine is being recovered")
 
-// Peer is another vigil's limiter a call may move to.
-type Peer struct {
-	// Node names it in pages and metrics; URL is its admission proxy's
-	// base URL (http://host:port).
-	Node, URL string
-}
+// Peer is another vigil's limiter a call may move to (engineloss.Peer).
+type Peer = engineloss.Peer
 
 // WithPeers sets where calls cut by a lost engine may move: peers returns
 // the pool members able to take work now, best first (nil: none).
@@ -57,7 +53,9 @@ func (l *Limiter) SetRecovering(on bool) {
 		return
 	}
 	l.core.SetRecovering(true)
-	l.confirmStall(now)
+	if l.sus.Confirmed(now) {
+		l.core.SetSuspected(false, false) // the recovery holds the engine now
+	}
 	// The calls stuck on the engine first: they are the oldest, and a
 	// peer's queue takes moved calls in the order they come.
 	l.inflight.interruptAll(errEngineLost)

@@ -1,95 +1,30 @@
 package admission
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
 )
 
-// movedFromHeader marks a call one vigil moved to another (its value names
-// the first): the receiving vigil never moves it on, so a call cannot go
-// round a pool.
-const movedFromHeader = "X-Vigil-Moved-From"
-
-// movedWaitHeader tells the peer how long the moving vigil would hold the
-// call itself (seconds): the peer's queue takes it only to answer it
-// sooner (core.Request.MaxWait).
-const movedWaitHeader = "X-Vigil-Moved-Wait"
-
-// relay is one call's way to an engine: the body vigil holds and the
-// headers to send it with, so it can be sent again, elsewhere, when the
-// engine it ran on is lost (see outage).
-type relay struct {
-	method, uri    string // as the client sent them (path and query)
-	path, rawQuery string
-	body           []byte
-	// engine is the header for this vigil's engine (the engine's key
-	// injected); peer the one for a peer's limiter (the client's own key,
-	// the peer injects its engine's).
-	engine, peer http.Header
-	moves        int
-	// movedIn: the call came from another vigil; it moves no further.
-	movedIn bool
-	// peersTried counts the peers offered the call: each once, in the
-	// order the pool gives them, then the call is held.
-	peersTried int
-	held       bool // counted once as held for the restarted engine
-}
+// Relay is one call's way to an engine (engineloss.Relay): sent again,
+// elsewhere, when the engine it ran on is lost (see outage).
+type relay = engineloss.Relay
 
 // newRelay reads what a call needs to be sent, now and again.
 func (l *Limiter) newRelay(r *http.Request, body []byte) *relay {
-	h := forwardHeader(r)
-	from := h.Get(movedFromHeader)
-	h.Del(movedFromHeader)
-	h.Del(movedWaitHeader)
-	rl := &relay{method: r.Method, uri: r.URL.RequestURI(), path: r.URL.Path, rawQuery: r.URL.RawQuery,
-		body: body, movedIn: from != "", peer: h.Clone()}
-	if from == "" {
-		from = l.node
-	}
-	rl.peer.Set(movedFromHeader, from)
-	rl.engine = l.withEngineKey(h)
-	return rl
+	return engineloss.NewRelay(r, forwardHeader(r), body, l.node, l.withEngineKey)
 }
 
 // dest is where one send goes: the engine (peer nil) or a peer's limiter.
 type dest struct{ peer *Peer }
 
-// request builds the send of body to d.
+// relayRequest builds the send of body to d.
 func (l *Limiter) relayRequest(ctx context.Context, rl *relay, d dest, body []byte) *http.Request {
-	target, h := l.engineURL(rl.path, rl.rawQuery), rl.engine
-	if d.peer != nil {
-		target, h = strings.TrimSuffix(d.peer.URL, "/")+rl.uri, rl.peer
-	}
-	req, _ := http.NewRequestWithContext(ctx, rl.method, target, bytes.NewReader(body))
-	req.ContentLength = int64(len(body))
-	if len(body) == 0 {
-		req.Body = http.NoBody
-	}
-	req.Header = h.Clone()
-	if d.peer != nil {
-		wait := l.out.Expected(l.clock.Now())
-		req.Header.Set(movedWaitHeader, strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
-	}
-	req.Host = ""
-	return req
-}
-
-// movedWait is the wait a moved call's home would hold it (0: unknown).
-func movedWait(r *http.Request) time.Duration {
-	v, err := strconv.ParseFloat(r.Header.Get(movedWaitHeader), 64)
-	if err != nil || !(v > 0) || v > 24*3600 {
-		return 0
-	}
-	return time.Duration(v * float64(time.Second))
+	return rl.Request(ctx, d.peer, l.engineURL(rl.Path, rl.RawQuery), body, l.out.Expected(l.clock.Now()))
 }
 
 // sendResult is how one send of a call ended.
@@ -113,7 +48,7 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		l.stallSent(m.call, tk)
 		defer func() {
 			l.inflight.done(m.call)
-			l.stallDone(m.call, answered, o.CompletionTokens)
+			l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 		}()
 	}
 	// lost: the engine was declared lost under this send (cut, or refusing
@@ -230,7 +165,7 @@ func (l *Limiter) tee(ex *calls.Execution, resp *http.Response, m *meter, tk *co
 // noteMoved counts a cut call that another send took: moved to a peer;
 // a stream that had sent text, continued.
 func (l *Limiter) noteMoved(ex *calls.Execution, rl *relay, d dest, cont bool) {
-	if rl.moves == 0 {
+	if rl.Moves == 0 {
 		return
 	}
 	if d.peer != nil {
@@ -266,75 +201,13 @@ func (l *Limiter) lostCount(why string) {
 	l.out.Note(func(f *Fate) { f.Lost[why]++ })
 }
 
-// move is what becomes of a call cut by a lost engine.
-type move struct {
-	kind moveKind
-	d    dest
-	body []byte
-	cont bool   // the stream had begun: splice the answer in after it
-	why  string // moveLost: a loss* code
+// mover decides where a call cut by a lost engine goes next.
+func (l *Limiter) mover() engineloss.Mover {
+	return engineloss.Mover{MaxMoves: l.cfg.MaxMoves, Peers: l.peers, Out: &l.out, Holder: holder{l}}
 }
 
-type moveKind int
+// holder is the limiter as a Mover holding a call sees it.
+type holder struct{ l *Limiter }
 
-const (
-	moveSend moveKind = iota // send body to d
-	moveEnd                  // the stream had its whole answer: only its end is missing
-	moveLost                 // it cannot move: why
-	moveStop                 // its clients left: nothing to do
-)
-
-// moveTo decides where a call cut by a lost engine goes next, and with
-// which body: a peer's limiter when one may take it, else the engine once
-// it is ready again (the call is held until then).
-func (l *Limiter) moveTo(ex *calls.Execution, rl *relay) move {
-	if ex.Context().Err() != nil {
-		return move{kind: moveStop}
-	}
-	mv := move{kind: moveSend, body: rl.body, cont: ex.Started()}
-	if mv.cont {
-		if !isSSE(ex.Header()) {
-			return move{kind: moveLost, why: engineloss.LossUnaryBegun}
-		}
-		if !ex.Whole() {
-			return move{kind: moveLost, why: engineloss.LossTooLong}
-		}
-		s := engineloss.ReadSoFar(ex.Buffered())
-		if s.Finished && s.Why == "" {
-			return move{kind: moveEnd}
-		}
-		b, why := engineloss.Continuation(rl.path, rl.body, s)
-		if why != "" {
-			return move{kind: moveLost, why: why}
-		}
-		mv.body = b
-	}
-	rl.moves++
-	if rl.moves > l.cfg.MaxMoves {
-		return move{kind: moveLost, why: engineloss.LossMoves}
-	}
-	if !rl.movedIn && l.peers != nil {
-		if ps := l.peers(); rl.peersTried < len(ps) {
-			mv.d = dest{peer: &ps[rl.peersTried]}
-			rl.peersTried++
-			return mv
-		}
-	}
-	if !rl.held {
-		rl.held = true
-		l.c.held.Add(1)
-		l.out.Note(func(f *Fate) { f.Held++ })
-	}
-	if ch := l.out.WaitCh(); ch != nil {
-		// A held body counts against the queue's memory (max_queue_bytes).
-		l.out.Hold(1)
-		l.core.HoldBytes(int64(len(mv.body)))
-		defer func() { l.out.Hold(-1); l.core.HoldBytes(-int64(len(mv.body))) }()
-		select {
-		case <-ch:
-		case <-ex.Context().Done():
-			return move{kind: moveStop}
-		}
-	}
-	return mv
-}
+func (h holder) CountHeld()        { h.l.c.held.Add(1) }
+func (h holder) HoldBytes(n int64) { h.l.core.HoldBytes(n) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/admission/engineloss"
 )
 
 // The last stage: calling the engine and streaming its answer back
@@ -59,7 +60,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	answered := false
 	defer func() {
 		l.inflight.done(m.call)
-		l.stallDone(m.call, answered, o.CompletionTokens)
+		l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 	}()
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
@@ -151,7 +152,7 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink fu
 			first := m.first.IsZero()
 			m.chunk(buf[:n], now)
 			if m.call != nil {
-				l.stallChunk(m.call, now)
+				l.sus.Chunk(m.call, now)
 			}
 			if first && tk != nil && m.sse && resp.StatusCode < 300 {
 				tk.FirstToken(now.Sub(m.sent))
@@ -239,7 +240,7 @@ func (l *Limiter) execute(ex *calls.Execution, rl *relay, tk *core.Listener) {
 		}
 		l.co.Finish(ex, complete, f, l.clock.Now())
 	}()
-	d, body, cont := dest{}, rl.body, false
+	d, body, cont := dest{}, rl.Body, false
 	for {
 		var res sendResult
 		res, complete, failure = l.send(ex, rl, d, body, cont, tk, &o)
@@ -247,22 +248,22 @@ func (l *Limiter) execute(ex *calls.Execution, rl *relay, tk *core.Listener) {
 			return
 		}
 		if res == sentRefused {
-			rl.moves-- // a peer that would not take it moved nothing
+			rl.Moves-- // a peer that would not take it moved nothing
 		}
-		mv := l.moveTo(ex, rl)
-		switch mv.kind {
-		case moveStop:
+		mv := l.mover().MoveTo(ex, rl)
+		switch mv.Kind {
+		case engineloss.MoveStop:
 			return
-		case moveEnd:
+		case engineloss.MoveEnd:
 			l.co.Append(ex, []byte("data: [DONE]\n\n"))
 			complete = true
 			return
-		case moveLost:
-			failure = l.lose(ex, rl, mv.why)
+		case engineloss.MoveLost:
+			failure = l.lose(ex, rl, mv.Why)
 			complete = failure == nil
 			return
 		}
-		d, body, cont = mv.d, mv.body, mv.cont
+		d, body, cont = dest{peer: mv.Peer}, mv.Body, mv.Cont
 	}
 }
 

@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -12,33 +11,13 @@ import (
 	"github.com/vigil-dev/vigil/admission/engineloss"
 )
 
-// The stall suspicion at work (engineloss.Watch decides it): what the limiter
-// feeds the watch, and what it does while the engine is suspected.
-// Nothing new goes to the engine: new calls and the queued ones go to a
-// pool peer that takes them, else wait in the queue, where nobody is
-// refused for the engine's silence (package core, holding). Progress
-// clears it at once. The watchdog's verdict turns it into the outage
-// (outage.go). A suspicion restarts nothing.
-
-const (
-	// stallTick is how often the watch is checked.
-	stallTick = 100 * time.Millisecond
-	// stallScrape is how often the engine's counters are read while it is
-	// quiet or suspected: one that advanced is progress the bytes did not
-	// show (a prefill, calls that do not pass through vigil).
-	stallScrape = 250 * time.Millisecond
-)
-
-// stallMon is the limiter's stall watch, under its own lock.
-type stallMon struct {
-	mu sync.Mutex
-	w  *engineloss.Watch
-	on bool // the core holds the engine for a suspicion
-	// base is the engine's counters at the first read of a quiet spell.
-	base     core.EngineLoad
-	haveBase bool
-	quiet    bool // the engine is quiet (engineloss.Watch.Quiet): its counters are read
-}
+// The stall suspicion at work (engineloss.Suspicion watches for it): what
+// the limiter does while the engine is suspected. Nothing new goes to the
+// engine: new calls and the queued ones go to a pool peer that takes
+// them, else wait in the queue, where nobody is refused for the engine's
+// silence (package core, holding). Progress clears it at once. The
+// watchdog's verdict turns it into the outage (outage.go). A suspicion
+// restarts nothing.
 
 // WithSuspicionHook is told when a suspicion is raised (true) and when
 // progress clears it (false), e.g. to take new traffic off this node at
@@ -47,109 +26,37 @@ type stallMon struct {
 // drains and restores the node itself. It must not block.
 func WithSuspicionHook(f func(on bool)) Option { return func(l *Limiter) { l.onSuspect = f } }
 
-// stallSent notes a call sent to the engine (tk: its slot).
-func (l *Limiter) stallSent(c *upstreamCall, tk *core.Listener) {
-	if tk == nil || !l.cfg.SuspectStalls {
-		return
-	}
-	now := l.clock.Now()
-	l.sm.mu.Lock()
-	l.sm.w.Sent(c, now, tk.Prompt(), tk.Output(), tk.Stream())
-	l.sm.mu.Unlock()
-}
-
-// stallChunk notes bytes of c's answer.
-func (l *Limiter) stallChunk(c *upstreamCall, now time.Time) {
-	if !l.cfg.SuspectStalls {
-		return
-	}
-	l.sm.mu.Lock()
-	l.sm.w.Chunk(c, now)
-	l.sm.mu.Unlock()
-}
-
-// stallDone notes c's end (answered: the engine's answer ended, of output
-// tokens, -1 unknown).
-func (l *Limiter) stallDone(c *upstreamCall, answered bool, output int) {
-	if !l.cfg.SuspectStalls {
-		return
-	}
-	now := l.clock.Now()
-	l.sm.mu.Lock()
-	l.sm.w.Done(c, now, answered, output)
-	l.sm.mu.Unlock()
-}
-
-// lastProgress is when the engine last progressed (core.WithProgress).
-func (l *Limiter) lastProgress() time.Time {
-	l.sm.mu.Lock()
-	defer l.sm.mu.Unlock()
-	return l.sm.w.Last()
-}
-
 // Suspected reports whether the engine is suspected stalled now.
-func (l *Limiter) Suspected() bool {
-	l.sm.mu.Lock()
-	defer l.sm.mu.Unlock()
-	return l.sm.on
-}
+func (l *Limiter) Suspected() bool { return l.sus.Suspected() }
 
-// watchStalls checks the watch every stallTick until Close, and reads the
-// engine's counters while it is quiet or suspected.
-func (l *Limiter) watchStalls() {
-	defer close(l.stallLoopDone)
-	tick := make(chan struct{}, 1)
-	var scraped time.Time
-	for {
-		if !l.sleepOn(stallTick, tick) {
-			return
-		}
-		if l.out.Active() {
-			continue // the verdict is in: the outage's rules hold
-		}
-		now := l.clock.Now()
-		l.sm.mu.Lock()
-		suspected, was := l.sm.w.Check(now), l.sm.on
-		l.sm.on = suspected
-		quiet := l.sm.w.Quiet(now)
-		if quiet && !l.sm.quiet {
-			l.sm.haveBase = false // a new quiet spell: its first read is the base
-		}
-		l.sm.quiet = quiet
-		l.sm.mu.Unlock()
-		switch {
-		case suspected && !was:
-			l.suspect(now)
-		case !suspected && was:
-			l.unsuspect()
-		}
-		if quiet && l.reader != nil && now.Sub(scraped) >= stallScrape {
-			scraped = now
-			l.readProgress()
-		}
+// stallSent notes a call sent to the engine (tk: its slot) to the watch.
+func (l *Limiter) stallSent(c *upstreamCall, tk *core.Listener) {
+	if tk != nil && l.sus != nil {
+		l.sus.Sent(c, l.clock.Now(), tk.Prompt(), tk.Output(), tk.Stream())
 	}
 }
 
-// readProgress reads the engine's counters once: any that advanced since
-// the quiet spell's first read is progress.
-func (l *Limiter) readProgress() {
-	ctx, cancel := context.WithTimeout(l.base, pollTimeout)
-	g, err := l.readEngineQueue(ctx)
+// suspicionHost is the limiter as its engineloss.Suspicion sees it.
+type suspicionHost struct {
+	l    *Limiter
+	tick chan struct{}
+}
+
+func (h suspicionHost) Now() time.Time             { return h.l.clock.Now() }
+func (h suspicionHost) Sleep(d time.Duration) bool { return h.l.sleepOn(d, h.tick) }
+func (h suspicionHost) Recovering() bool           { return h.l.out.Active() }
+func (h suspicionHost) Suspect(now time.Time)      { h.l.suspect(now) }
+func (h suspicionHost) Unsuspect()                 { h.l.unsuspect() }
+
+// ReadCounters reads the engine's counters once.
+func (h suspicionHost) ReadCounters() (engineloss.Counters, bool) {
+	if h.l.reader == nil {
+		return engineloss.Counters{}, false
+	}
+	ctx, cancel := context.WithTimeout(h.l.base, pollTimeout)
+	g, err := h.l.readEngineQueue(ctx)
 	cancel()
-	if err != nil {
-		return
-	}
-	l.sm.mu.Lock()
-	defer l.sm.mu.Unlock()
-	if !l.sm.haveBase {
-		l.sm.base, l.sm.haveBase = g, true
-		return
-	}
-	b := l.sm.base
-	if g.PromptTokens > b.PromptTokens || g.FirstTokens > b.FirstTokens {
-		l.sm.w.Progress(l.clock.Now())
-		// The next tick finds the suspicion gone and releases the engine.
-	}
+	return engineloss.Counters{PromptTokens: g.PromptTokens, FirstTokens: g.FirstTokens}, err == nil
 }
 
 // suspect holds the engine: nothing new goes to it, the queue goes to a
@@ -184,26 +91,13 @@ func (l *Limiter) unsuspect() {
 	}
 }
 
-// confirmStall turns a suspicion into the outage at the watchdog's
-// verdict (SetRecovering).
-func (l *Limiter) confirmStall(now time.Time) {
-	l.sm.mu.Lock()
-	l.sm.w.Confirmed(now)
-	was := l.sm.on
-	l.sm.on = false
-	l.sm.mu.Unlock()
-	if was {
-		l.core.SetSuspected(false, false) // the recovery holds the engine now
-	}
-}
-
 // holdsEngine: nothing new goes to the engine (suspected or recovered).
 func (l *Limiter) holdsEngine() bool { return l.Suspected() || l.out.Active() }
 
 // peerFor is the pool peer a call may go to (nil: none), r its request
 // (nil: any call); a call moved in from another vigil moves no further.
 func (l *Limiter) peerFor(r *http.Request) *Peer {
-	if l.peers == nil || (r != nil && r.Header.Get(movedFromHeader) != "") {
+	if l.peers == nil || (r != nil && r.Header.Get(engineloss.MovedFromHeader) != "") {
 		return nil
 	}
 	if ps := l.peers(); len(ps) > 0 {

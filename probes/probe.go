@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +30,14 @@ type Target struct {
 	Timeout time.Duration
 	// HTTP is the client to use; nil means a shared default client.
 	HTTP *http.Client
+}
+
+// EngineTarget is the engine at upstream, its base URL (query and fragment
+// dropped), over tr, with key sent when set.
+func EngineTarget(upstream *url.URL, tr http.RoundTripper, key configs.Secret) Target {
+	u := *upstream
+	u.RawQuery, u.Fragment = "", ""
+	return Target{URL: u.String(), APIKey: key, HTTP: &http.Client{Transport: tr}}
 }
 
 var defaultClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}

@@ -6,7 +6,13 @@
 //     byte of its answers and each answer's end, it tells within a few of
 //     the engine's own step times that the engine has stopped, and never
 //     for a long prefill, a saturated batch or a slow engine. Every method
-//     takes the time; none reads a clock.
+//     takes the time; none reads a clock. Suspicion runs it: under a lock,
+//     checked every tick, told of progress by the engine's counters, and
+//     asking the limiter (Host) to hold or release the engine.
+//   - Relay and Mover, a cut call's way on: what it needs to be sent
+//     again, and where it goes next (a pool Peer, the restarted engine
+//     once it is ready, or nowhere, with a Loss* code), holding it against
+//     the queue's memory meanwhile (Holder).
 //   - Continuation, Splice and EventBuffer, a stream's continuation: the
 //     request that goes on with a stream cut by a lost engine where it
 //     stopped, and the splicing of its events into the cut stream, so its
@@ -16,7 +22,8 @@
 //     what became of the calls the hang cost (moved, held, continued,
 //     lost, refused while held, queued), which the pages say.
 //
-// The limiter (package admission) keeps what acts on its own state: the
-// relay that sends a call again elsewhere, the moves to a pool peer, and
-// what it does while the engine is suspected or recovered.
+// The limiter (package admission) keeps what acts on its own state and
+// its HTTP: the sends of a call, again or elsewhere, the answer teed into
+// its execution, and what it does while the engine is suspected or
+// recovered.
 package engineloss
