@@ -87,7 +87,10 @@ func (l *Limiter) keepLearned() {
 
 func (l *Limiter) saveLearned() {
 	k := l.core.Learned()
-	if k.Empty() || learnedSame(k, l.keep.last) {
+	// Nothing new but the time: a quiet limiter rewrites the file only
+	// every learnedRefresh, so its section never ages past trust while
+	// vigil runs.
+	if k.Empty() || (k.At.Sub(l.keep.last.At) < learnedRefresh && k.Unchanged(l.keep.last)) {
 		return
 	}
 	if err := l.keep.store.Save(learnedSection, learnedFile{Engine: l.upstream.String(), Learned: k}); err != nil {
@@ -98,31 +101,4 @@ func (l *Limiter) saveLearned() {
 		return
 	}
 	l.keep.last = k
-}
-
-// learnedSame: nothing new to write but the time, and the file's time is
-// recent enough (learnedRefresh): a quiet limiter rewrites the file only
-// so often, and its section never ages past trust while vigil runs.
-func learnedSame(a, b core.Learned) bool {
-	if a.At.Sub(b.At) >= learnedRefresh {
-		return false
-	}
-	a.At, b.At = time.Time{}, time.Time{}
-	if len(a.Routes) != len(b.Routes) {
-		return false
-	}
-	for r, x := range a.Routes {
-		y, ok := b.Routes[r]
-		if !ok || x.Patient != y.Patient || len(x.GiveUps) != len(y.GiveUps) {
-			return false
-		}
-		for i := range x.GiveUps {
-			if x.GiveUps[i] != y.GiveUps[i] {
-				return false
-			}
-		}
-	}
-	a.Routes, b.Routes = nil, nil
-	return a.Cap == b.Cap && a.Seats == b.Seats && a.EngineTTFT == b.EngineTTFT &&
-		a.EngineService == b.EngineService && a.PrefillTurn == b.PrefillTurn
 }

@@ -53,6 +53,23 @@ func (k Learned) Empty() bool {
 		k.PrefillTurn == 0 && len(k.Routes) == 0
 }
 
+// Unchanged reports whether k holds what b holds, but for when each was
+// taken (At): nothing new to keep. A field added to Learned is compared
+// here.
+func (k Learned) Unchanged(b Learned) bool {
+	if len(k.Routes) != len(b.Routes) {
+		return false
+	}
+	for r, x := range k.Routes {
+		y, ok := b.Routes[r]
+		if !ok || x.Patient != y.Patient || !slices.Equal(x.GiveUps, y.GiveUps) {
+			return false
+		}
+	}
+	return k.Cap == b.Cap && k.Seats == b.Seats && k.EngineTTFT == b.EngineTTFT &&
+		k.EngineService == b.EngineService && k.PrefillTurn == b.PrefillTurn
+}
+
 // Learned takes what the limiter learned so far.
 func (l *Limiter) Learned() Learned {
 	l.mu.Lock()

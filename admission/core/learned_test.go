@@ -95,3 +95,36 @@ func TestWhatWasLearnedSurvivesARestart(t *testing.T) {
 		}
 	})
 }
+
+// TestLearnedUnchanged: every field but the time counts as a change worth
+// writing.
+func TestLearnedUnchanged(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	base := func() Learned {
+		return Learned{At: now, Cap: 8, Seats: 4, EngineTTFT: time.Second, EngineService: 2 * time.Second,
+			PrefillTurn: time.Second / 2, Routes: map[string]LearnedRoute{"/v1/completions": {GiveUps: []time.Duration{time.Minute}, Patient: true}}}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Learned)
+		want bool
+	}{
+		{"the same, later", func(k *Learned) { k.At = now.Add(time.Hour) }, true},
+		{"cap", func(k *Learned) { k.Cap++ }, false},
+		{"seats", func(k *Learned) { k.Seats = 0 }, false},
+		{"engine ttft", func(k *Learned) { k.EngineTTFT *= 2 }, false},
+		{"engine service", func(k *Learned) { k.EngineService *= 2 }, false},
+		{"prefill turn", func(k *Learned) { k.PrefillTurn *= 2 }, false},
+		{"a route more", func(k *Learned) { k.Routes["/v1/chat/completions"] = LearnedRoute{} }, false},
+		{"a give-up more", func(k *Learned) {
+			k.Routes["/v1/completions"] = LearnedRoute{GiveUps: []time.Duration{time.Minute, time.Minute}, Patient: true}
+		}, false},
+		{"patience", func(k *Learned) { k.Routes["/v1/completions"] = LearnedRoute{GiveUps: []time.Duration{time.Minute}} }, false},
+	} {
+		k := base()
+		tc.edit(&k)
+		if got := k.Unchanged(base()); got != tc.want {
+			t.Errorf("%s: Unchanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
