@@ -87,7 +87,9 @@ fi
 # go list gives them (a package named here that is gone is left out).
 slowest="./e2e ./watchdog ./scenario ./admission ./bench/fleet ./internal/cli ./enginesim ./actions ./pool/coord ./status"
 race_pkgs=$({ go list -e -f '{{if not .Error}}{{.ImportPath}}{{end}}' $slowest; go list ./...; } | awk 'NF && !seen[$0]++')
-go test -race -count=1 -timeout 12m $race_pkgs
+# -vet=off here and below: go vet ./... above ran every analyzer go test
+# would, over the same files, test files included.
+go test -race -vet=off -count=1 -timeout 12m $race_pkgs
 
 echo "== llama.cpp: waiting for the build started at the top"
 started=$SECONDS
@@ -117,7 +119,7 @@ alone_tests=$(awk '/^func Test[A-Za-z0-9_]*\(t \*testing\.T\)/ {name=$2; sub(/\(
   /testinfra\.Alone\(t\)/ {print name}' $alone_files | sort -u | paste -sd'|')
 alone_pkgs=$(for f in $alone_files; do dirname "$f"; done | sort -u)
 echo "alone: $alone_tests"
-VIGIL_ALONE=1 go test -count=1 -p 1 -timeout 6m -run "^($alone_tests)\$" $alone_pkgs
+VIGIL_ALONE=1 go test -vet=off -count=1 -p 1 -timeout 6m -run "^($alone_tests)\$" $alone_pkgs
 
 echo "== fuzz: metrics parser (10s)"
 go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/
