@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // dryRun reports every step the attempt would take and changes nothing.

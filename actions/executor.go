@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // decide asks the planner about f and carries out its bookkeeping: the

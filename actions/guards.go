@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // guardLimits are the configured limits the time guards enforce.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // Pool coordination (pool.coordination: etcd): a recovery takes the pool's

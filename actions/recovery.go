@@ -13,9 +13,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/faultlog"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
+	"github.com/vigil-dev/vigil/util/faultlog"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -90,7 +90,7 @@ type RecoveryOptions struct {
 	RetryMin time.Duration
 	RetryMax time.Duration
 	// Jitter returns a number in [0, 1] that spreads the retry waits
-	// (internal/backoff); nil draws at random. Tests fix it.
+	// (util/backoff); nil draws at random. Tests fix it.
 	Jitter func() float64
 	// RestartSettle is how long a resumed recovery that finds "restart"
 	// begun but the engine's start unchanged waits for the restart to show

@@ -8,8 +8,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/internal/backoff"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/util/backoff"
 )
 
 // journal records that step is about to run (with mutate's changes) and

@@ -7,9 +7,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/internal/faultlog"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/util/faultlog"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // drain asks the load balancer to drain this host, then re-reads its state:

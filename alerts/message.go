@@ -9,7 +9,7 @@ import (
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackutilsx"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // Kind says what a page is, which decides where it goes (head of a thread

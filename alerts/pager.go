@@ -16,11 +16,11 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/backoff"
-	"github.com/vigil-dev/vigil/internal/faultlog"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
+	"github.com/vigil-dev/vigil/util/backoff"
+	"github.com/vigil-dev/vigil/util/faultlog"
+	"github.com/vigil-dev/vigil/util/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -81,7 +81,7 @@ type Options struct {
 	// context's error. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Jitter returns a number in [0, 1] that spreads the retry waits
-	// (internal/backoff); nil draws at random. Tests fix it.
+	// (util/backoff); nil draws at random. Tests fix it.
 	Jitter func() float64
 	// RetryInitial and RetryMax bound the exponential backoff between
 	// attempts (a 429's Retry-After takes precedence). Defaults 1s and

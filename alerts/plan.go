@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // DescribeRecovery says in one or two sentences what vigil will do about

@@ -12,7 +12,7 @@ import (
 // set for a while by an override (vigil override, the API, the file's
 // overrides). The table of them, liveKeys, is the one place that says how
 // each is read and written: config validation checks overrides through
-// it, and internal/cli applies reloads and overrides through it.
+// it, and internal/daemon applies reloads and overrides through it.
 type LiveKey struct {
 	// Key is the config path, e.g. watchdog.hang_after.
 	Key string

@@ -14,9 +14,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/cronlog"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/state"
+	"github.com/vigil-dev/vigil/util/cronlog"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // Applier reads and changes vigil's live settings by config key (one of

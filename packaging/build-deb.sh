@@ -45,7 +45,7 @@ install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/
 # binary); vigil runs it from beside itself.
 for cmd in vigil vigil-demo; do
   CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
-    -ldflags "-s -w -X github.com/vigil-dev/vigil/internal/cli.version=$VERSION" -o "$root/usr/bin/$cmd" "./cmd/$cmd"
+    -ldflags "-s -w -X github.com/vigil-dev/vigil/internal/daemon.version=$VERSION" -o "$root/usr/bin/$cmd" "./cmd/$cmd"
 done
 
 install -m 0644 systemd/vigil.service "$root/lib/systemd/system/vigil.service"

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // The status page at "/": what an operator opens when a page arrives. It

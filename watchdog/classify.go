@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // Classify turns the recent samples into a verdict, first match wins:

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // Report is the outcome of Diagnose: the verdict, its evidence, and the

@@ -16,7 +16,7 @@ import (
 
 // #40: "cannot persist state" was logged at error level every cycle (22
 // lines in 50 s) while the state file could not be written: once now,
-// then a reminder every 10 minutes (internal/faultlog).
+// then a reminder every 10 minutes (util/faultlog).
 func TestUnwritableStateIsLoggedOnceNotEveryCycle(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")

@@ -15,10 +15,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/configs"
-	"github.com/vigil-dev/vigil/internal/faultlog"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
 	"github.com/vigil-dev/vigil/state"
+	"github.com/vigil-dev/vigil/util/faultlog"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // Probes is what one cycle observes. *probes.Client implements it; tests

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // The window in force (hang_after: auto). A fixed hang_after must cover

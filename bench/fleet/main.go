@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

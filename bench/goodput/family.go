@@ -11,8 +11,8 @@ import (
 
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/enginesim"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/internal/simclient"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // The family (issue #28): every arm on each engine of enginesim's cost

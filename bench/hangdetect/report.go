@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/util/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 

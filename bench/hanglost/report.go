@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // When a call started, against the fault.

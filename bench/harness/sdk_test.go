@@ -14,9 +14,9 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
 
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/internal/simclient"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // Issue 17's clients as CI-speed runs of the simulated engine, time-scaled,

@@ -10,8 +10,8 @@ import (
 
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/enginesim"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/internal/simclient"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // curveLevels are the in-flight counts of the throughput curve.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // metrics are one arm's columns.

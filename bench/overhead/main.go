@@ -30,8 +30,8 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
-	"github.com/vigil-dev/vigil/internal/humanize"
 	"github.com/vigil-dev/vigil/internal/simclient"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // figures are one arm's columns.

@@ -26,9 +26,9 @@ import (
 	"github.com/vigil-dev/vigil/alerts"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
-	"github.com/vigil-dev/vigil/internal/cli"
-	"github.com/vigil-dev/vigil/internal/humanize"
+	"github.com/vigil-dev/vigil/internal/daemon"
 	"github.com/vigil-dev/vigil/internal/simclient"
+	"github.com/vigil-dev/vigil/util/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -155,7 +155,7 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 	// The engine in place at the end (it may have been restarted).
 	defer func() { d.currentEngine().Close() }()
 
-	// vigil: built by cli.NewDaemon, as `vigil run` builds it, with a
+	// vigil: built by daemon.New, as `vigil run` builds it, with a
 	// simulated load balancer and a restarter that restarts the in-process
 	// engine where HAProxy and Docker would be.
 	stateDir, err := os.MkdirTemp("", "vigil-demo-")
@@ -170,7 +170,7 @@ func (d *demo) run(ctx context.Context, verbose bool, stderr io.Writer) error {
 		logger.SetOutput(stderr)
 	}
 	lb := &demoLB{d: d, weight: 100}
-	vd, err := cli.NewDaemon(ctx, cfg, logrus.NewEntry(logger), cli.DaemonOptions{
+	vd, err := daemon.New(ctx, cfg, logrus.NewEntry(logger), daemon.Options{
 		Notifier: demoNotifier{d}, Drainer: lb, Restarter: demoRestarter{d},
 		RecoveryPoll: 250 * time.Millisecond, OnCycle: d.onVerdict,
 	})

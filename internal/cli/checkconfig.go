@@ -5,22 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/daemon"
 )
-
-// loadConfig is the one way `vigil run`, its SIGHUP reload and
-// `vigil check-config` read a config: whatever check-config accepts, run
-// starts with, and the reverse. dryRun is run's --dry-run flag.
-func loadConfig(path string, dryRun bool) (*configs.Config, error) {
-	cfg, err := configs.Load(path)
-	if err != nil {
-		return nil, err
-	}
-	if dryRun {
-		cfg.Watchdog.DryRun = true
-	}
-	return cfg, nil
-}
 
 // runCheckConfig validates config files: exit 0 and a summary of each if
 // they load, exit 2 and every error (key path and line) if not. Several
@@ -44,17 +30,17 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 	code := exitOK
 	var ins []instance
 	for _, path := range fs.Args() {
-		cfg, err := loadConfig(path, false)
+		cfg, err := daemon.LoadConfig(path, false)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			code = exitUsage
 			continue
 		}
-		for _, w := range append(cfg.Warnings, unitWarnings(cfg, "/")...) { // unitcheck.go: what the installed unit forbids
+		for _, w := range append(cfg.Warnings, daemon.UnitWarnings(cfg, "/")...) { // unitcheck.go: what the installed unit forbids
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
 		fmt.Fprintf(stdout, "%s: ok (engine %s, load balancer %s, restart %s, alerts %s, limiter %s)\n",
-			path, cfg.Engine.URL, cfg.LoadBalancer.Kind, cfg.Restart.Kind, cfg.Alerts.Kind, limiterSummary(cfg.Admission))
+			path, cfg.Engine.URL, cfg.LoadBalancer.Kind, cfg.Restart.Kind, cfg.Alerts.Kind, daemon.LimiterSummary(cfg.Admission))
 		if *show {
 			fmt.Fprint(stdout, cfg.Redacted())
 		}
@@ -71,15 +57,4 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%d instances: no shared port, state file or engine\n", len(ins))
 	}
 	return code
-}
-
-func limiterSummary(a configs.Admission) string {
-	if !a.Enabled {
-		return "off"
-	}
-	capacity := "automatic cap"
-	if a.MaxInFlight > 0 {
-		capacity = fmt.Sprintf("cap %d", a.MaxInFlight)
-	}
-	return fmt.Sprintf("on %s, %s", a.Listen, capacity)
 }

@@ -1,8 +1,3 @@
-// Package cli is the vigil command: its subcommands (run, the daemon;
-// diagnose; override; check-config; version) and the daemon `vigil run`
-// wires and supervises, which cmd/vigil-demo runs in process on a
-// simulated engine. cmd/vigil is only its entry point, so the daemon's
-// binary links nothing of the simulation.
 package cli
 
 import (
@@ -10,6 +5,7 @@ import (
 	"io"
 
 	"github.com/vigil-dev/vigil/admission"
+	"github.com/vigil-dev/vigil/internal/daemon"
 )
 
 // Exit codes shared by every subcommand. diagnose has its own, by state.
@@ -18,10 +14,6 @@ const (
 	exitFail  = 1
 	exitUsage = 2 // usage or config errors
 )
-
-// version is set at build time with
-// -ldflags "-X github.com/vigil-dev/vigil/internal/cli.version=...".
-var version = "dev"
 
 const usage = `vigil keeps an LLM inference engine serving under overload.
 
@@ -55,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "run":
-		return runDaemon(rest, stdout, stderr)
+		return runDaemon(rest, stderr)
 	case "diagnose":
 		return runDiagnose(rest, stdout, stderr)
 	case "demo":
@@ -65,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "check-config":
 		return runCheckConfig(rest, stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintf(stdout, "vigil %s\n", version)
+		fmt.Fprintf(stdout, "vigil %s\n", daemon.Version())
 		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,7 +64,7 @@ func TestCheckConfigAndRunRefuseTheSameFiles(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			ccCode, _, ccErr := vigil(t, "check-config", f)
-			runCode, runErr := runVigilFile(t, f, 10*time.Second)
+			runCode, _, runErr := vigil(t, "run", "--config", f) // refused before anything starts
 			if ccCode != exitUsage || runCode != exitUsage || ccErr != runErr || ccErr == "" {
 				t.Fatalf("check-config: exit %d %q\nrun: exit %d %q", ccCode, ccErr, runCode, runErr)
 			}
@@ -238,14 +237,4 @@ func TestDiagnoseTextNamesTheVerdictAndTheLongestGap(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

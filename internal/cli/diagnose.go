@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/daemon"
 	"github.com/vigil-dev/vigil/pool"
-	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/routing"
 	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -23,21 +23,96 @@ import (
 // Exit codes of diagnose, by state (also in the README).
 const exitDiagnoseOther = 3
 
+// diagnoseFlags are diagnose's command line.
+type diagnoseFlags struct {
+	engineURL, keyFile, configFile, model string
+	window, interval, hangAfter           time.Duration
+	asJSON                                bool
+}
+
+// diagnosis is what diagnose found: the watchdog's report and what joins
+// it (the engine kind, the pool, the routing share).
+type diagnosis struct {
+	report   watchdog.Report
+	ek       daemon.EngineKind
+	members  []pool.Member
+	poolNote string
+	// routing is the local vigil's routing share (or its error) and
+	// routingLine the same in words; nil and "" when not asked.
+	routing     any
+	routingLine string
+}
+
 // runDiagnose samples the engine across a window and prints the verdict,
 // its reason and the evidence. It needs nothing but the engine's URL, and
 // changes nothing. Exit code: 0 healthy, 1 saturated, 2 hung or down,
 // 3 anything else (or an error).
 func runDiagnose(args []string, stdout, stderr io.Writer) int {
+	f, code, ok := parseDiagnoseFlags(args, stderr)
+	if !ok {
+		return code
+	}
+	cfg, code := diagnoseConfig(f.configFile, f.engineURL, f.keyFile, stderr)
+	if cfg == nil {
+		return code
+	}
+	if f.hangAfter > 0 {
+		cfg.Watchdog.HangAfter = configs.Fixed(f.hangAfter)
+	}
+	if f.model != "" {
+		cfg.Engine.Model = f.model
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if !f.asJSON {
+		fmt.Fprintf(stderr, "sampling %s for %s every %s...\n", cfg.Engine.URL, f.window, f.interval)
+	}
+	dg := diagnosis{ek: daemon.ResolveEngineKind(ctx, cfg.Engine)}
+	opts := watchdog.Options{Engine: dg.ek.Engine, Watchdog: cfg.Watchdog, Node: cfg.Node}
+	if cfg.Admission.Enabled {
+		opts.MaxInFlight = cfg.Admission.MaxInFlight
+	}
+	report, err := watchdog.Diagnose(ctx, opts, f.window, f.interval)
+	if err != nil {
+		fmt.Fprintf(stderr, "vigil diagnose: %v\n", err)
+		return exitDiagnoseOther
+	}
+	dg.report = report
+	dg.members, dg.poolNote = daemon.ReadPool(ctx, cfg)
+	// Whether keyed retries find their execution is the local vigil's
+	// count over its window, not something a few samples can tell: read
+	// it from the running vigil the config describes.
+	if f.configFile != "" && cfg.Admission.Enabled && cfg.Admission.Coalesce && cfg.Status.Listen != "" {
+		dg.routing, dg.routingLine = readRouting(ctx, cfg.Status.Listen)
+	}
+
+	if f.asJSON {
+		raw, err := dg.json()
+		if err != nil {
+			fmt.Fprintf(stderr, "vigil diagnose: encode: %v\n", err)
+			return exitDiagnoseOther
+		}
+		fmt.Fprintln(stdout, string(raw))
+	} else {
+		dg.writeText(stdout, cfg.Node)
+	}
+	return watchdog.ExitCode(report.State)
+}
+
+// parseDiagnoseFlags parses diagnose's flags; !ok comes with the exit
+// code, the usage already printed.
+func parseDiagnoseFlags(args []string, stderr io.Writer) (f diagnoseFlags, code int, ok bool) {
 	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	engineURL := fs.String("engine", "", "the engine's base URL, e.g. http://127.0.0.1:8000")
-	keyFile := fs.String("api-key-file", "", "file holding the engine's API key (or set VIGIL_ENGINE_API_KEY)")
-	configFile := fs.String("config", "", "read the engine, thresholds and pool peers from this vigil config")
-	window := fs.Duration("window", 30*time.Second, "how long to sample; hung needs a window longer than hang_after")
-	interval := fs.Duration("interval", 5*time.Second, "time between samples")
-	hangAfter := fs.Duration("hang-after", 0, "override watchdog.hang_after for this run")
-	model := fs.String("model", "", "the model the completion probe asks for (default: engine.model, else the first /v1/models lists)")
-	asJSON := fs.Bool("json", false, "print one JSON object (state, reason, evidence, ...)")
+	fs.StringVar(&f.engineURL, "engine", "", "the engine's base URL, e.g. http://127.0.0.1:8000")
+	fs.StringVar(&f.keyFile, "api-key-file", "", "file holding the engine's API key (or set VIGIL_ENGINE_API_KEY)")
+	fs.StringVar(&f.configFile, "config", "", "read the engine, thresholds and pool peers from this vigil config")
+	fs.DurationVar(&f.window, "window", 30*time.Second, "how long to sample; hung needs a window longer than hang_after")
+	fs.DurationVar(&f.interval, "interval", 5*time.Second, "time between samples")
+	fs.DurationVar(&f.hangAfter, "hang-after", 0, "override watchdog.hang_after for this run")
+	fs.StringVar(&f.model, "model", "", "the model the completion probe asks for (default: engine.model, else the first /v1/models lists)")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object (state, reason, evidence, ...)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: vigil diagnose --engine URL [--api-key-file F] [--window 30s] [--interval 5s] [--json]")
 		fmt.Fprintln(stderr, "       vigil diagnose --config FILE [--window 30s] [--interval 5s] [--json]")
@@ -45,135 +120,78 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return f, exitUsage, false
 	}
-	if (*engineURL == "") == (*configFile == "") || fs.NArg() > 0 {
+	if (f.engineURL == "") == (f.configFile == "") || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "vigil diagnose: give exactly one of --engine URL or --config FILE")
 		fs.Usage()
-		return exitUsage
+		return f, exitUsage, false
 	}
-	if *interval <= 0 || *window < *interval {
+	if f.interval <= 0 || f.window < f.interval {
 		fmt.Fprintln(stderr, "vigil diagnose: --interval must be > 0 and --window at least one interval")
-		return exitUsage
+		return f, exitUsage, false
 	}
-
-	cfg, code := diagnoseConfig(*configFile, *engineURL, *keyFile, stderr)
-	if cfg == nil {
-		return code
-	}
-	if *hangAfter > 0 {
-		cfg.Watchdog.HangAfter = configs.Fixed(*hangAfter)
-	}
-	if *model != "" {
-		cfg.Engine.Model = *model
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if !*asJSON {
-		fmt.Fprintf(stderr, "sampling %s for %s every %s...\n", cfg.Engine.URL, *window, *interval)
-	}
-	ek := resolveEngineKind(ctx, cfg.Engine)
-	opts := watchdog.Options{Engine: ek.Engine, Watchdog: cfg.Watchdog, Node: cfg.Node}
-	if cfg.Admission.Enabled {
-		opts.MaxInFlight = cfg.Admission.MaxInFlight
-	}
-	report, err := watchdog.Diagnose(ctx, opts, *window, *interval)
-	if err != nil {
-		fmt.Fprintf(stderr, "vigil diagnose: %v\n", err)
-		return exitDiagnoseOther
-	}
-	members, poolNote := diagnosePool(ctx, cfg)
-	// Whether keyed retries find their execution is the local vigil's
-	// count over its window, not something a few samples can tell: read
-	// it from the running vigil the config describes.
-	var routing any
-	routingLine := ""
-	if *configFile != "" && cfg.Admission.Enabled && cfg.Admission.Coalesce && cfg.Status.Listen != "" {
-		rep, err := localRouting(ctx, cfg.Status.Listen)
-		switch {
-		case err != nil:
-			routingLine = fmt.Sprintf("routing: unknown, the local vigil's /status at %s: %v", cfg.Status.Listen, err)
-			routing = map[string]string{"error": err.Error()}
-		case rep != nil:
-			routingLine, routing = rep.String(), rep
-		}
-	}
-
-	if *asJSON {
-		// Report has its own MarshalJSON; the engine kind, the pool and routing join its
-		// fields by hand so the output stays one flat object.
-		raw, err := json.Marshal(report)
-		if err == nil {
-			var obj map[string]json.RawMessage
-			if err = json.Unmarshal(raw, &obj); err == nil {
-				obj["engine_kind"], _ = json.Marshal(ek.Kind)
-				obj["engine_kind_reason"], _ = json.Marshal(ek.Words)
-				if len(ek.Families) > 0 {
-					obj["metric_families"], _ = json.Marshal(ek.Families)
-				}
-				if len(members) > 0 {
-					obj["pool"], _ = json.Marshal(members)
-				}
-				if poolNote != "" {
-					obj["pool_note"], _ = json.Marshal(poolNote)
-				}
-				if routing != nil {
-					obj["routing"], _ = json.Marshal(routing)
-				}
-				raw, err = json.Marshal(obj)
-			}
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "vigil diagnose: encode: %v\n", err)
-			return exitDiagnoseOther
-		}
-		fmt.Fprintln(stdout, string(raw))
-	} else {
-		report.WriteText(stdout)
-		fmt.Fprintf(stdout, "\nEngine kind\n  %s\n", ek.Words)
-		if len(members) > 0 {
-			self := pool.Member{Node: cfg.Node, State: string(report.State), Waiting: report.Evidence.Waiting, Running: report.Evidence.Running}
-			fmt.Fprintf(stdout, "\n%s\n", pool.Summarize(self, members))
-		}
-		if poolNote != "" {
-			fmt.Fprintf(stdout, "\n%s\n", poolNote)
-		}
-		if routingLine != "" {
-			fmt.Fprintf(stdout, "\n%s\n", routingLine)
-		}
-	}
-	return watchdog.ExitCode(report.State)
+	return f, exitOK, true
 }
 
-// diagnosePool reads the pool as the running vigil would: pool.peers plus,
-// with etcd coordination, the members registered there. diagnose must work
-// while vigil itself is down (it is what one runs at 3 a.m.), so it asks
-// etcd itself rather than the local vigil; the note says why the members
-// are unknown when etcd cannot be read.
-func diagnosePool(ctx context.Context, cfg *configs.Config) ([]pool.Member, string) {
-	var regs []coord.Registered
-	note := ""
-	if cfg.Pool.Coordination == "etcd" {
-		var err error
-		if regs, err = registeredMembers(ctx, cfg); err != nil {
-			note = "pool: members registered in etcd unknown: " + err.Error()
-		}
+// readRouting is the local vigil's routing share, as a JSON value and in
+// words; its error, when it cannot be read, in both forms.
+func readRouting(ctx context.Context, listen string) (any, string) {
+	rep, err := localRouting(ctx, listen)
+	switch {
+	case err != nil:
+		return map[string]string{"error": err.Error()},
+			fmt.Sprintf("routing: unknown, the local vigil's /status at %s: %v", listen, err)
+	case rep != nil:
+		return rep, rep.String()
 	}
-	if len(cfg.Pool.Peers) == 0 && len(regs) == 0 {
-		return nil, note
-	}
-	return fetchPeers(ctx, cfg, regs), note
+	return nil, ""
 }
 
-func registeredMembers(ctx context.Context, cfg *configs.Config) ([]coord.Registered, error) {
-	s, err := openCoord(cfg)
+// json is the diagnosis as one flat object: the report's own fields
+// (Report has its own MarshalJSON) with the engine kind, the pool and
+// routing joined by hand.
+func (dg *diagnosis) json() ([]byte, error) {
+	raw, err := json.Marshal(dg.report)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Close()
-	regs, _, err := s.Members(ctx)
-	return regs, err
+	var obj map[string]json.RawMessage
+	if err = json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	obj["engine_kind"], _ = json.Marshal(dg.ek.Kind)
+	obj["engine_kind_reason"], _ = json.Marshal(dg.ek.Words)
+	if len(dg.ek.Families) > 0 {
+		obj["metric_families"], _ = json.Marshal(dg.ek.Families)
+	}
+	if len(dg.members) > 0 {
+		obj["pool"], _ = json.Marshal(dg.members)
+	}
+	if dg.poolNote != "" {
+		obj["pool_note"], _ = json.Marshal(dg.poolNote)
+	}
+	if dg.routing != nil {
+		obj["routing"], _ = json.Marshal(dg.routing)
+	}
+	return json.Marshal(obj)
+}
+
+// writeText is the diagnosis for a person: the report, then the engine
+// kind, the pool with this node in it, and routing.
+func (dg *diagnosis) writeText(w io.Writer, node string) {
+	dg.report.WriteText(w)
+	fmt.Fprintf(w, "\nEngine kind\n  %s\n", dg.ek.Words)
+	if len(dg.members) > 0 {
+		self := pool.Member{Node: node, State: string(dg.report.State), Waiting: dg.report.Evidence.Waiting, Running: dg.report.Evidence.Running}
+		fmt.Fprintf(w, "\n%s\n", pool.Summarize(self, dg.members))
+	}
+	if dg.poolNote != "" {
+		fmt.Fprintf(w, "\n%s\n", dg.poolNote)
+	}
+	if dg.routingLine != "" {
+		fmt.Fprintf(w, "\n%s\n", dg.routingLine)
+	}
 }
 
 // diagnoseConfig builds the config diagnose runs with: the file's, or the
