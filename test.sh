@@ -51,9 +51,8 @@ step "llama.cpp: llama-server and its tiny model, built in the background"
 # run alone below need it, so on a fresh machine the build runs from here
 # on, at idle priority, in the cycles the compile and the race-enabled
 # tests leave idle (they mostly wait on timers), and is waited for before
-# those load
-# tests. Where it cannot be built they skip loudly; in CI they fail
-# (VIGIL_REQUIRE_LLAMACPP below), and so does test.sh.
+# those load tests. Where it cannot be built they skip loudly; in CI they
+# fail (VIGIL_REQUIRE_LLAMACPP below), and so does test.sh.
 # Its own process group (job control on for the one command), so that a
 # test.sh that stops early stops the whole build with it; the same session,
 # so that its priority still ranks it below the tests.
