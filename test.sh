@@ -2,7 +2,8 @@
 # vigil's test suite, as the README gives it and CI runs it: installs what
 # the tests need on a fresh Debian machine (HAProxy, Docker engine, a
 # static busybox, promtool, Chromium, systemd-analyze, etcd) and builds
-# llama.cpp's llama-server once per machine (e2e/llamacpp), then vet,
+# llama.cpp's llama-server once per machine (e2e/llamacpp; in the
+# background, for the load tests at the end), then vet,
 # format check, the race-enabled tests (which start their own HAProxy,
 # dockerd and etcd on loopback / temp dirs, and Chromium for the status page), a short fuzz
 # of the metrics parser, the Prometheus rule tests, and the Debian package
