@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
+	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 )
 
@@ -24,14 +26,14 @@ type attempt struct {
 // keyless request (adopted). It reports whether it did.
 func (a *attempt) find() bool {
 	l, c := a.l, a.c
-	var res *result
-	var ex *execution
-	var cur *cursor
+	var res *calls.Result
+	var ex *calls.Execution
+	var cur *calls.Cursor
 	switch {
 	case c.coalesce:
-		res, ex, cur = l.co.lookup(c.k, l.clock.Now())
+		res, ex, cur = l.co.Lookup(c.k, l.clock.Now())
 	case c.adopt:
-		res, ex, cur = l.co.adopt(c.k, l.clock.Now())
+		res, ex, cur = l.co.Adopt(c.k, l.clock.Now())
 	}
 	switch {
 	case res != nil:
@@ -45,19 +47,27 @@ func (a *attempt) find() bool {
 }
 
 // stored answers from a finished execution's stored answer.
-func (a *attempt) stored(res *result) {
+func (a *attempt) stored(res *calls.Result) {
 	if a.c.adopt {
 		a.l.c.adoptedStored.Add(1)
-		a.l.co.forget(a.c.k)
+		a.l.co.Forget(a.c.k)
 	} else {
 		a.l.c.stored.Add(1)
 		a.found()
 	}
-	res.write(a.w)
+	writeResult(a.w, res)
+}
+
+// writeResult sends a stored answer whole.
+func writeResult(w http.ResponseWriter, res *calls.Result) {
+	copyResponseHeader(w.Header(), res.Header)
+	w.Header().Set("Content-Length", strconv.Itoa(len(res.Body)))
+	w.WriteHeader(res.Status)
+	_, _ = w.Write(res.Body)
 }
 
 // joined listens to an execution another attempt started.
-func (a *attempt) joined(ex *execution, cur *cursor) {
+func (a *attempt) joined(ex *calls.Execution, cur *calls.Cursor) {
 	if a.c.adopt {
 		a.l.c.adopted.Add(1)
 	} else {
@@ -111,7 +121,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 			return nil, false
 		case rj != nil:
 			if c.adopt {
-				l.co.markUnanswered(c.k, false, l.clock.Now())
+				l.co.MarkUnanswered(c.k, false, l.clock.Now())
 			}
 			l.reject(a.w, fromCore(rj))
 			return nil, false
@@ -132,11 +142,11 @@ func (a *attempt) run(tk *core.Listener, body []byte) {
 	case c.coalesce:
 		a.runShared(tk, body)
 	case c.adopt:
-		ex, cur := l.co.startAdoptable(c.k, l.base)
+		ex, cur := l.co.StartAdoptable(c.k, l.base)
 		a.execute(ex, cur, tk, body)
 	default:
 		if c.keyed() {
-			l.co.markExecuted(c.k, l.clock.Now())
+			l.co.MarkExecuted(c.k, l.clock.Now())
 		}
 		req := l.upstreamRequest(a.r.Context(), a.r, bytes.NewReader(body), int64(len(body)))
 		l.c.executions.Add(1)
@@ -150,7 +160,7 @@ func (a *attempt) run(tk *core.Listener, body []byte) {
 // the call started one (or finished) while this one queued for its slot.
 func (a *attempt) runShared(tk *core.Listener, body []byte) {
 	l := a.l
-	res, ex, cur, created := l.co.start(a.c.k, l.base, l.clock.Now())
+	res, ex, cur, created := l.co.Start(a.c.k, l.base, l.clock.Now())
 	switch {
 	case res != nil:
 		tk.Ignore()
@@ -165,7 +175,7 @@ func (a *attempt) runShared(tk *core.Listener, body []byte) {
 
 // execute runs ex upstream in its own goroutine, which outlives the
 // attempt, and streams its answer to this client.
-func (a *attempt) execute(ex *execution, cur *cursor, tk *core.Listener, body []byte) {
+func (a *attempt) execute(ex *calls.Execution, cur *calls.Cursor, tk *core.Listener, body []byte) {
 	l := a.l
 	l.c.executions.Add(1)
 	go l.execute(ex, l.newRelay(a.r, body), tk)
@@ -175,12 +185,12 @@ func (a *attempt) execute(ex *execution, cur *cursor, tk *core.Listener, body []
 // listen streams ex's answer to this client. A keyless call whose answer
 // reached its client is done: an identical request after it is another
 // call.
-func (a *attempt) listen(ex *execution, cur *cursor) {
-	cur.sdkRetry = a.c.sdkRetry
+func (a *attempt) listen(ex *calls.Execution, cur *calls.Cursor) {
+	cur.SDKRetry = a.c.sdkRetry
 	if a.l.listen(a.w, a.r, ex, cur) {
 		a.leftUnanswered(true)
 	} else if a.c.adopt {
-		a.l.co.forget(a.c.k)
+		a.l.co.Forget(a.c.k)
 	}
 }
 
@@ -193,12 +203,12 @@ func (a *attempt) leftUnanswered(executed bool) {
 	l, c := a.l, a.c
 	now := l.clock.Now()
 	if c.adopt {
-		l.co.markUnanswered(c.k, executed, now)
+		l.co.MarkUnanswered(c.k, executed, now)
 	}
 	switch d := now.Sub(a.start); {
 	case c.timeout > 0:
 	case c.keyed():
-		l.co.markGaveUp(c.k, d)
+		l.co.MarkGaveUp(c.k, d)
 	default:
 		l.core.GaveUp(c.route, d)
 	}

@@ -175,15 +175,7 @@ func TestAClientTimeoutLearnedFromKeyedRetriesAppliesToUnannouncedCalls(t *testi
 	}
 	wg.Wait()
 	eventually(t, 2*time.Second, "the give-ups noted", func() bool {
-		p.l.co.mu.Lock()
-		defer p.l.co.mu.Unlock()
-		n := 0
-		for _, e := range p.l.co.seen.byKey {
-			if e.Value.(*seenEntry).gaveUp > 0 {
-				n++
-			}
-		}
-		return n == 3
+		return p.l.co.GaveUp() == 3
 	})
 	// Their retries tell it was a timeout. (Once learned, a retry is told
 	// to come back just before its client would give up: 503 or a timeout.)

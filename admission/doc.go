@@ -19,8 +19,9 @@
 // reads a request's facts into a core.Request, proxy.go admits it in
 // stages (body.go reads the body, identity.go identifies the call,
 // attempt.go finds its work or acquires a slot and runs it, stream.go
-// streams the answer), coalesce.go runs keyed calls once for all their
-// attempts and keeps keyless orphans for adoption, reject.go answers the
+// streams the answer), package calls (admission/calls) remembers calls:
+// it runs a keyed call once for all its attempts, keeps finished answers
+// for late retries and keyless orphans for adoption; reject.go answers the
 // core's rejections. outage.go, relay.go and continuation.go move the
 // calls of a lost engine; stall.go suspects a stalled one in seconds and
 // suspect.go holds it meanwhile (docs/design.md, the hang window).
@@ -85,8 +86,9 @@
 //
 // The in-flight cap needs no tuning: max_in_flight 0 (the default) derives
 // it from the engine (its waiting gauge, read from its /metrics four times
-// a second while requests are in flight, by this package) and from the
-// clients' own deadlines; package core documents the law. The watchdog
+// a second while requests are in flight, through the watchdog's engine
+// reader, probes.Reader) and from the clients' own deadlines; package core
+// documents the law. The watchdog
 // steers the limiter through SetSaturated, SetRecovering, SlowStart and
 // SetMaxInFlight, which this package passes to the core.
 //

@@ -3,12 +3,12 @@ package admission
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
+	"net/url"
 	"time"
 
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
 )
 
@@ -27,8 +27,6 @@ const (
 	// pollTimeout bounds one read; /metrics answers even when the engine
 	// core is hung.
 	pollTimeout = 2 * time.Second
-	// maxMetricsBytes bounds what is read of one scrape.
-	maxMetricsBytes = 8 << 20
 )
 
 // WithEngineReader is how the limiter reads the engine's /metrics: the
@@ -39,33 +37,15 @@ func WithEngineReader(r *probes.Reader) Option {
 	return func(l *Limiter) { l.reader = r }
 }
 
-// readEngineQueue scrapes the engine's /metrics and reads its load through
-// the engine reader: the queue gauges summed over their label sets
-// (data-parallel engines report one per engine), with the series that
-// tell a prefill backlog from a full engine.
+// readEngineQueue reads the engine's load through the engine reader (the
+// watchdog's scrape of /metrics, over the limiter's own connections): the
+// queue gauges summed over their label sets (data-parallel engines report
+// one per engine), with the series that tell a prefill backlog from a full
+// engine.
 func (l *Limiter) readEngineQueue(ctx context.Context) (core.EngineLoad, error) {
-	u := *l.upstream
-	u.Path = strings.TrimSuffix(u.Path, "/") + probes.EndpointMetrics
-	u.RawQuery = ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return core.EngineLoad{}, fmt.Errorf("admission: engine metrics request: %w", err)
-	}
-	if l.cfg.InjectAPIKey && l.engineKey != "" {
-		req.Header.Set("Authorization", "Bearer "+l.engineKey.Value())
-	}
-	resp, err := l.transport.RoundTrip(req)
+	ld, err := l.reader.Read(ctx, l.metricsTarget)
 	if err != nil {
 		return core.EngineLoad{}, fmt.Errorf("admission: read engine metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return core.EngineLoad{}, fmt.Errorf("admission: read engine metrics: %s answered %d", u.Path, resp.StatusCode)
-	}
-	ld, err := l.reader.Load(io.LimitReader(resp.Body, maxMetricsBytes))
-	if err != nil {
-		return core.EngineLoad{}, fmt.Errorf("admission: engine metrics: %w", err)
 	}
 	return core.EngineLoad{Waiting: ld.Waiting, Running: ld.Running, KVUsage: ld.KVUsage,
 		PromptTokens: ld.PromptTokens, FirstTokens: ld.FirstTokens, CachedTokens: ld.CachedTokens}, nil
@@ -140,4 +120,17 @@ func (l *Limiter) sleepOn(d time.Duration, tick chan struct{}) bool {
 	case <-tick:
 		return true
 	}
+}
+
+// engineMetrics is the engine as the reader scrapes it: the upstream's
+// base URL (its query dropped), over the limiter's transport, with the
+// engine's key when the limiter injects it.
+func engineMetrics(upstream *url.URL, tr http.RoundTripper, injectKey bool, key configs.Secret) probes.Target {
+	u := *upstream
+	u.RawQuery, u.Fragment = "", ""
+	t := probes.Target{URL: u.String(), HTTP: &http.Client{Transport: tr}}
+	if injectKey {
+		t.APIKey = key
+	}
+	return t
 }

@@ -3,6 +3,8 @@ package admission
 import (
 	"net/http"
 	"time"
+
+	"github.com/vigil-dev/vigil/admission/calls"
 )
 
 // identity is what admission knows of the call a request is an attempt of:
@@ -15,7 +17,7 @@ type identity struct {
 	timeout time.Duration // announced by the client; 0: none
 	idem    string        // the client's idempotency key; "" without
 	// k is the call key (keyed) or the fingerprint (keyless).
-	k key
+	k calls.Key
 	// coalesce: keyed with coalescing on, every attempt shares one
 	// execution. adopt: keyless with coalescing and deferred cancellation
 	// on, it may adopt an identical request's orphaned work.
@@ -40,16 +42,16 @@ func (l *Limiter) identify(r *http.Request, tenant string, body []byte, now time
 	c.retry = c.sdkRetry > 0
 	switch {
 	case c.idem != "":
-		c.k = coalesceKey(tenant, c.idem, r.Method, r.URL.RequestURI(), body)
+		c.k = calls.KeyOf(tenant, c.idem, r.Method, r.URL.RequestURI(), body)
 		c.coalesce = l.cfg.Coalesce
-		seen, executed, gaveUp := l.co.markSeen(c.k, now)
+		seen, executed, gaveUp := l.co.MarkSeen(c.k, now)
 		if seen {
 			c.retry, c.neverExecuted, c.gaveUp = true, !executed, gaveUp
 		}
 	case l.cfg.Coalesce && l.cfg.CancelAfter > 0:
-		c.k = fingerprint(tenant, r.Method, r.URL.RequestURI(), body)
+		c.k = calls.Fingerprint(tenant, r.Method, r.URL.RequestURI(), body)
 		c.adopt = true
-		if seen, executed := l.co.unanswered(c.k, now); seen {
+		if seen, executed := l.co.Unanswered(c.k, now); seen {
 			c.retry, c.neverExecuted = true, !executed
 		}
 	}

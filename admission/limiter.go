@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
+	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
@@ -47,12 +48,13 @@ type Limiter struct {
 	log       *logrus.Entry
 	reg       prometheus.Registerer
 	transport *http.Transport
-	co        *coalescer
+	co        *calls.Memory
 
 	// The engine's queue gauges, read for the automatic cap.
 	// reader reads the engine's /metrics by its profile; nil: not read.
-	reader   *probes.Reader
-	pollDone chan struct{}
+	reader        *probes.Reader
+	metricsTarget probes.Target
+	pollDone      chan struct{}
 
 	// base is the parent context of keyed executions: they outlive the
 	// request that created them, never the limiter.
@@ -146,10 +148,12 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 		l.c.rejected[r] = new(atomic.Uint64)
 		l.c.heldRefused[r] = new(atomic.Uint64)
 	}
-	l.co = newCoalescer(cfg, l.clock, func() { l.c.cancelledDeferred.Add(1) },
-		func() { l.c.cancelledImmediate.Add(1) })
+	l.co = calls.New(calls.Config{CancelAfter: cfg.CancelAfter, ResultTTL: cfg.ResultTTL, StoreBytes: cfg.ResultStoreBytes},
+		l.clock, calls.Hooks{Deferred: func() { l.c.cancelledDeferred.Add(1) },
+			Immediate: func() { l.c.cancelledImmediate.Add(1) }})
 	l.base, l.stop = context.WithCancel(context.Background())
 	l.transport = newTransport()
+	l.metricsTarget = engineMetrics(upstream, l.transport, cfg.InjectAPIKey, engineAPIKey)
 	if l.reg != nil {
 		if err := l.reg.Register(&collector{l: l}); err != nil {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
@@ -285,7 +289,7 @@ func (l *Limiter) ListenAndServe(ctx context.Context) error {
 // after. The limiter must not be used afterwards.
 func (l *Limiter) Close() {
 	l.stop()
-	l.co.closeAll()
+	l.co.CloseAll()
 	<-l.pollDone
 	<-l.stallLoopDone
 	l.transport.CloseIdleConnections()

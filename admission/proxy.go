@@ -55,7 +55,7 @@ func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
 	}
 	l.log.WithFields(logrus.Fields{"reason": rj.reason, "status": rj.status,
 		"retry_after_seconds": rj.wait.Seconds()}).Debug("admission: rejected")
-	rj.write(w)
+	rj.Write(w)
 }
 
 // admit is the admission-controlled path, as its stages: read and

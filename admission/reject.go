@@ -46,10 +46,10 @@ type rejection struct {
 	final bool
 }
 
-// write sends the rejection in OpenAI's error shape, with the headers the
+// Write sends the rejection in OpenAI's error shape, with the headers the
 // OpenAI SDKs act on: retry-after-ms first, then Retry-After (both at most
 // 60 s, so they are obeyed rather than ignored), and x-should-retry.
-func (rj rejection) write(w http.ResponseWriter) {
+func (rj *rejection) Write(w http.ResponseWriter) {
 	h := w.Header()
 	wait := min(max(rj.wait, time.Second), maxRetryAfter)
 	// Spread the retries of everyone rejected together by up to 20%, still

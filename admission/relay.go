@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 )
 
@@ -80,8 +81,8 @@ const (
 
 // send sends body to d once and tees the answer into ex. cont: the call's
 // stream had begun, so the answer must be a stream to splice in after it.
-func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool, tk *core.Listener, o *core.Outcome) (res sendResult, complete bool, failure *rejection) {
-	actx, cut := context.WithCancelCause(ex.ctx)
+func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont bool, tk *core.Listener, o *core.Outcome) (res sendResult, complete bool, failure *rejection) {
+	actx, cut := context.WithCancelCause(ex.Context())
 	defer cut(nil)
 	m := meter{sent: l.clock.Now()}
 	answered := false
@@ -96,18 +97,18 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 	// lost: the engine was declared lost under this send (cut, or refusing
 	// while it is recovered), and the execution still has a client.
 	lost := func() bool {
-		return ex.ctx.Err() == nil && d.peer == nil && l.cfg.MaxMoves > 0 &&
+		return ex.Context().Err() == nil && d.peer == nil && l.cfg.MaxMoves > 0 &&
 			(context.Cause(actx) == errEngineLost || l.out.active())
 	}
 	resp, err := l.transport.RoundTrip(l.relayRequest(actx, rl, d, body))
 	switch {
 	case err != nil && lost():
 		return sentCut, false, nil
-	case err != nil && d.peer != nil && ex.ctx.Err() == nil:
+	case err != nil && d.peer != nil && ex.Context().Err() == nil:
 		l.log.WithError(err).WithField("peer", d.peer.Node).Debug("admission: peer could not take a moved call")
 		return sentRefused, false, nil
 	case err != nil:
-		if ex.ctx.Err() == nil {
+		if ex.Context().Err() == nil {
 			o.Dropped = true
 			l.c.upstreamErrors.Add(1)
 			l.log.WithError(err).Debug("admission: upstream call failed")
@@ -136,7 +137,7 @@ func (l *Limiter) send(ex *execution, rl *relay, d dest, body []byte, cont bool,
 		if lost() {
 			return sentCut, false, nil
 		}
-		if ex.ctx.Err() == nil {
+		if ex.Context().Err() == nil {
 			o.Dropped = true
 			l.c.upstreamErrors.Add(1)
 		}
@@ -168,23 +169,23 @@ func (l *Limiter) startCall(tk *core.Listener, cut context.CancelCauseFunc) *ups
 // tee copies the answer from d into ex: a stream whole events at a time
 // (spliced in after what was sent when cont), anything else as it comes.
 // It returns the read error, nil at a clean end.
-func (l *Limiter) tee(ex *execution, resp *http.Response, m *meter, tk *core.Listener, d dest, cont bool) error {
+func (l *Limiter) tee(ex *calls.Execution, resp *http.Response, m *meter, tk *core.Listener, d dest, cont bool) error {
 	if cont || d.peer != nil {
 		tk = nil // the first token of a moved call says nothing of this engine's speed
 	}
 	if !cont {
-		l.co.begin(ex, resp.StatusCode, resp.Header.Clone())
+		l.co.Begin(ex, resp.StatusCode, resp.Header.Clone())
 	}
 	origID := ""
 	var sp spliceState
 	if cont {
-		so := ex.sofar()
+		so := readSofar(ex.Buffered())
 		origID, sp.sent = so.id, so.tokens
 	}
 	var pend eventBuffer
 	_, readErr := l.pump(resp, m, tk, func(p []byte) error {
 		if !m.sse {
-			l.co.append(ex, p)
+			l.co.Append(ex, p)
 			return nil
 		}
 		whole := pend.add(p)
@@ -192,13 +193,13 @@ func (l *Limiter) tee(ex *execution, resp *http.Response, m *meter, tk *core.Lis
 			whole = spliceAll(whole, origID, &sp)
 		}
 		if len(whole) > 0 {
-			l.co.append(ex, whole)
+			l.co.Append(ex, whole)
 		}
 		return nil
 	})
 	if readErr == nil {
 		if rest := pend.rest(); len(rest) > 0 {
-			l.co.append(ex, rest)
+			l.co.Append(ex, rest)
 		}
 	}
 	return readErr
@@ -246,7 +247,7 @@ func spliceAll(whole []byte, origID string, s *spliceState) []byte {
 
 // noteMoved counts a cut call that another send took: moved to a peer;
 // a stream that had sent text, continued.
-func (l *Limiter) noteMoved(ex *execution, rl *relay, d dest, cont bool) {
+func (l *Limiter) noteMoved(ex *calls.Execution, rl *relay, d dest, cont bool) {
 	if rl.moves == 0 {
 		return
 	}
@@ -254,7 +255,7 @@ func (l *Limiter) noteMoved(ex *execution, rl *relay, d dest, cont bool) {
 		l.c.moved.Add(1)
 		l.out.note(func(f *Fate) { f.MovedTo[d.peer.Node]++ })
 	}
-	if cont && ex.sofar().text != "" {
+	if cont && readSofar(ex.Buffered()).text != "" {
 		l.c.continued.Add(1)
 		l.out.note(func(f *Fate) { f.Continued++ })
 	}
@@ -263,12 +264,12 @@ func (l *Limiter) noteMoved(ex *execution, rl *relay, d dest, cont bool) {
 // lose ends a cut call that cannot move with an error that says why: a
 // retryable 503 when none of its answer was sent, else an error event
 // at the end of its stream.
-func (l *Limiter) lose(ex *execution, rl *relay, why string) *rejection {
+func (l *Limiter) lose(ex *calls.Execution, rl *relay, why string) *rejection {
 	l.lostCount(why)
 	msg := "The engine was lost under this request and vigil could not move it: " + lossText[why] + "."
-	if ex.isStarted() {
-		l.co.append(ex, errorEvent("vigil_"+why, msg))
-		l.co.markBroken(ex)
+	if ex.Started() {
+		l.co.Append(ex, errorEvent("vigil_"+why, msg))
+		l.co.MarkBroken(ex)
 		return nil
 	}
 	return &rejection{status: http.StatusServiceUnavailable, reason: ReasonRecovering, typ: "server_error",
@@ -304,19 +305,19 @@ const (
 // moveTo decides where a call cut by a lost engine goes next, and with
 // which body: a peer's limiter when one may take it, else the engine once
 // it is ready again (the call is held until then).
-func (l *Limiter) moveTo(ex *execution, rl *relay) move {
-	if ex.ctx.Err() != nil {
+func (l *Limiter) moveTo(ex *calls.Execution, rl *relay) move {
+	if ex.Context().Err() != nil {
 		return move{kind: moveStop}
 	}
-	mv := move{kind: moveSend, body: rl.body, cont: ex.isStarted()}
+	mv := move{kind: moveSend, body: rl.body, cont: ex.Started()}
 	if mv.cont {
-		if !ex.isSSE() {
+		if !isSSE(ex.Header()) {
 			return move{kind: moveLost, why: lossUnaryBegun}
 		}
-		if !ex.whole() {
+		if !ex.Whole() {
 			return move{kind: moveLost, why: lossTooLong}
 		}
-		s := ex.sofar()
+		s := readSofar(ex.Buffered())
 		if s.finished && s.why == "" {
 			return move{kind: moveEnd}
 		}
@@ -349,7 +350,7 @@ func (l *Limiter) moveTo(ex *execution, rl *relay) move {
 		defer func() { l.out.hold(-1); l.core.HoldBytes(-int64(len(mv.body))) }()
 		select {
 		case <-ch:
-		case <-ex.ctx.Done():
+		case <-ex.Context().Done():
 			return move{kind: moveStop}
 		}
 	}

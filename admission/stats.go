@@ -92,7 +92,7 @@ type Stats struct {
 	EngineWaiting float64 `json:"engine_waiting"`
 	EngineRunning float64 `json:"engine_running"`
 	// Running executions (keyed calls), StoredResults and StoredBytes
-	// describe the coalescer.
+	// describe the call memory (package calls).
 	Running       int `json:"running_executions"`
 	StoredResults int `json:"stored_results"`
 	// Orphans counts executions running on after every client left, kept
@@ -157,7 +157,7 @@ func (l *Limiter) Stats() Stats {
 	for r, c := range l.c.rejected {
 		s.Rejected[r] = c.Load()
 	}
-	s.StoredResults, s.StoredBytes, s.Running, s.Orphans = l.co.stats()
+	s.StoredResults, s.StoredBytes, s.Running, s.Orphans = l.co.Stats()
 	s.Moved, s.Held, s.Continued = l.c.moved.Load(), l.c.held.Load(), l.c.continued.Load()
 	l.lostMu.Lock()
 	s.Lost = maps.Clone(l.lost)

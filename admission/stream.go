@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 )
 
@@ -131,7 +132,7 @@ func promptOf(tk *core.Listener) int {
 func (l *Limiter) upstreamFailed(w http.ResponseWriter, err error) {
 	l.c.upstreamErrors.Add(1)
 	l.log.WithError(err).Debug("admission: upstream call failed")
-	badGateway().write(w)
+	badGateway().Write(w)
 }
 
 // pump copies the engine's answer into sink chunk by chunk, metering each
@@ -172,51 +173,42 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink fu
 // a listener that attaches late gets the stream replayed from its start,
 // then live. It returns when the answer ends or the client leaves, and
 // reports whether the client left before the answer began.
-func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, cur *cursor) (gaveUp bool) {
+func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *calls.Execution, cur *calls.Cursor) (gaveUp bool) {
 	wrote, stream := false, false
-	defer func() { l.co.leave(ex, cur, wrote) }()
+	defer func() { l.co.Leave(ex, cur, wrote) }()
 	rc := http.NewResponseController(w)
 	for {
-		ex.mu.Lock()
-		changed := ex.changed
-		started, done, complete, failure := ex.started, ex.done, ex.complete, ex.failure
-		status, hdr := ex.status, ex.header
-		var chunk []byte
-		if started {
-			chunk = ex.buf[cur.off-ex.base:]
-			cur.off += len(chunk)
-		}
-		ex.mu.Unlock()
-		if !wrote && started {
-			copyResponseHeader(w.Header(), hdr)
-			w.WriteHeader(status)
+		p := ex.Next(cur)
+		if !wrote && p.Started {
+			copyResponseHeader(w.Header(), p.Header)
+			w.WriteHeader(p.Status)
 			wrote = true
-			stream = streaming(hdr)
+			stream = streaming(p.Header)
 			if stream {
 				_ = rc.Flush()
 			}
 		}
-		if len(chunk) > 0 {
-			if _, err := w.Write(chunk); err != nil {
+		if len(p.Chunk) > 0 {
+			if _, err := w.Write(p.Chunk); err != nil {
 				return
 			}
 			if stream {
 				_ = rc.Flush()
 			}
 		}
-		if done {
+		if p.Done {
 			switch {
-			case !wrote && failure != nil:
-				failure.write(w)
+			case !wrote && p.Failure != nil:
+				p.Failure.Write(w)
 			case !wrote:
-				badGateway().write(w)
-			case !complete:
+				badGateway().Write(w)
+			case !p.Complete:
 				panic(http.ErrAbortHandler) // a broken answer must look broken
 			}
 			return
 		}
 		select {
-		case <-changed:
+		case <-p.Changed:
 		case <-r.Context().Done():
 			return !wrote
 		}
@@ -227,7 +219,7 @@ func (l *Limiter) listen(w http.ResponseWriter, r *http.Request, ex *execution, 
 // buffer. When the engine is lost under it (SetRecovering), it moves
 // instead of failing: sent again to a peer or to the restarted engine,
 // its stream continued where it stopped (relay.go).
-func (l *Limiter) execute(ex *execution, rl *relay, tk *core.Listener) {
+func (l *Limiter) execute(ex *calls.Execution, rl *relay, tk *core.Listener) {
 	o := core.Outcome{CompletionTokens: -1, TotalTokens: -1}
 	complete := false
 	var failure *rejection
@@ -237,11 +229,15 @@ func (l *Limiter) execute(ex *execution, rl *relay, tk *core.Listener) {
 			o.Dropped = true
 			failure = badGateway()
 		}
-		if !complete && ex.ctx.Err() != nil {
+		if !complete && ex.Context().Err() != nil {
 			o.Cancelled = true
 		}
 		tk.Release(o)
-		l.co.finish(ex, complete, failure, l.clock.Now())
+		var f calls.Failure
+		if failure != nil { // not a nil *rejection in a non-nil Failure
+			f = failure
+		}
+		l.co.Finish(ex, complete, f, l.clock.Now())
 	}()
 	d, body, cont := dest{}, rl.body, false
 	for {
@@ -258,7 +254,7 @@ func (l *Limiter) execute(ex *execution, rl *relay, tk *core.Listener) {
 		case moveStop:
 			return
 		case moveEnd:
-			l.co.append(ex, []byte("data: [DONE]\n\n"))
+			l.co.Append(ex, []byte("data: [DONE]\n\n"))
 			complete = true
 			return
 		case moveLost:

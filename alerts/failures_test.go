@@ -210,18 +210,9 @@ func TestAHeadDroppedFromTheFullOutboxIsCarriedByTheNextPage(t *testing.T) {
 	inc := &watchdog.Incident{ID: "inc-full", Opened: clk.Now(), State: watchdog.StateHung}
 	p.Observe(hung(clk.Now()), inc)
 	clk.Advance(time.Minute)
-	resolved := *inc
-	resolved.Resolved = clk.Now()
-	p.Observe(healthy(clk.Now()), &resolved)
+	resolveNow(p, inc, clk.Now())
 
-	runPager(t, p)
-	flush(t, p)
-	var resolve Message
-	for _, m := range n.got() {
-		if m.Kind == KindResolve {
-			resolve = m
-		}
-	}
+	resolve := lastOfKind(delivered(t, p, n), KindResolve)
 	if !strings.Contains(resolve.Text, "First page of this incident") || !strings.Contains(resolve.Text, "HUNG on node1") {
 		t.Fatalf("the resolve should carry the dropped head; delivered %+v", n.got())
 	}

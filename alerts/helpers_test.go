@@ -15,6 +15,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/slack-go/slack/slacktest"
+
+	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // Secrets the tests plant and then look for everywhere.
@@ -275,6 +277,33 @@ func runPager(t *testing.T, p *Pager) {
 			t.Errorf("Run: %v", err)
 		}
 	})
+}
+
+// delivered runs p's sender, waits until every page queued is out, and
+// returns the pages n got.
+func delivered(t *testing.T, p *Pager, n *memNotifier) []Message {
+	t.Helper()
+	runPager(t, p)
+	flush(t, p)
+	return n.got()
+}
+
+// resolveNow tells p that inc resolved at now, on a healthy engine.
+func resolveNow(p *Pager, inc *watchdog.Incident, now time.Time) {
+	resolved := *inc
+	resolved.Resolved = now
+	p.Observe(healthy(now), &resolved)
+}
+
+// lastOfKind is the last of pages of kind (the zero Message if none).
+func lastOfKind(pages []Message, kind Kind) Message {
+	var last Message
+	for _, m := range pages {
+		if m.Kind == kind {
+			last = m
+		}
+	}
+	return last
 }
 
 func flush(t *testing.T, p *Pager) {

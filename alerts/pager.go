@@ -43,7 +43,7 @@ type Options struct {
 	// DryRun: vigil only says what it would do.
 	DryRun bool
 	// Outlook, if set, is the guard that would refuse a restart now
-	// (actions.Recovery.Outlook), so a new incident's first page says what
+	// (recoverer.Recovery.Outlook), so a new incident's first page says what
 	// will really happen. It must not block.
 	Outlook func() *recovery.Refusal
 	// Limiter: the admission limiter is in front of the engine.

@@ -377,15 +377,10 @@ func TestFullOutboxDropsUpdatesFirstAndSaysHowMany(t *testing.T) {
 		clk.Advance(time.Minute)
 	}
 	p.RecoveryStep(recovery.Step{Incident: "inc-full", Name: recovery.StepGuardRefused, Detail: "saturated: not a restart case", At: clk.Now()})
-	resolved := *inc
-	resolved.Resolved = clk.Now()
-	p.Observe(healthy(clk.Now()), &resolved)
-
-	runPager(t, p)
-	flush(t, p)
+	resolveNow(p, inc, clk.Now())
 
 	var kinds []string
-	for _, m := range n.got() {
+	for _, m := range delivered(t, p, n) {
 		kinds = append(kinds, string(m.Kind))
 	}
 	want := []string{"dropped", "head", "update", "step", "resolve"}

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -22,15 +24,15 @@ func TestHeadPagesSayOnlyWhatIsTrue(t *testing.T) {
 	// A restarter and a recovery built as the daemon builds them, so the
 	// outlook is the real guards'.
 	outlook := func(t *testing.T, cfg configs.Config, unwritable string) func() *recovery.Refusal {
-		drainer := actions.Drainer(fakeDrainer{})
+		drainer := balancer.Drainer(fakeDrainer{})
 		if cfg.LoadBalancer.Kind == "none" {
-			drainer = actions.NoDrain{}
+			drainer = balancer.NoDrain{}
 		}
-		restarter, err := actions.NewRestarter(cfg.Restart, nil)
+		restarter, err := restarter.New(cfg.Restart, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := actions.NewRecovery(actions.RecoveryOptions{
+		rec, err := recoverer.New(recoverer.Options{
 			LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, Unwritable: unwritable,
 			Drainer: drainer, Restarter: restarter, Ready: func(context.Context) error { return nil },
 			Store: state.Memory(), Now: clk.Now,
@@ -113,9 +115,7 @@ func TestHeadPagesSayOnlyWhatIsTrue(t *testing.T) {
 			}
 			p := newTestPager(t, n, o)
 			p.Observe(tc.v, &watchdog.Incident{ID: "inc-truth", Opened: clk.Now(), State: tc.v.State})
-			runPager(t, p)
-			flush(t, p)
-			got := n.got()
+			got := delivered(t, p, n)
 			if len(got) == 0 {
 				t.Fatal("no page")
 			}
@@ -174,17 +174,8 @@ func TestResolvedCountsTheHangAcrossVigilsOwnRestart(t *testing.T) {
 	step(p2, recovery.StepWaitReady, "engine ready 30s after the restart")
 	step(p2, recovery.StepResolved, "recovery took 1m")
 	clk.Advance(15 * time.Second)
-	resolved := *inc
-	resolved.Resolved = clk.Now()
-	p2.Observe(healthy(clk.Now()), &resolved)
-	runPager(t, p2)
-	flush(t, p2)
-	var resolve string
-	for _, m := range n.got() {
-		if m.Kind == KindResolve {
-			resolve = m.Text
-		}
-	}
+	resolveNow(p2, inc, clk.Now())
+	resolve := lastOfKind(delivered(t, p2, n), KindResolve).Text
 	if !strings.Contains(resolve, "was HUNG for 96s;") {
 		t.Fatalf("resolve = %q, want the hang counted to the restart that ran, 96s", resolve)
 	}

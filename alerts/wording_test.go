@@ -9,9 +9,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -32,10 +34,10 @@ func (c *countingRestarter) Restart(context.Context) error {
 	return nil
 }
 
-func (c *countingRestarter) Status(context.Context) (actions.EngineStatus, error) {
+func (c *countingRestarter) Status(context.Context) (restarter.EngineStatus, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return actions.EngineStatus{Known: true, StartedAt: c.started, StartID: c.started.String(), Running: true}, nil
+	return restarter.EngineStatus{Known: true, StartedAt: c.started, StartID: c.started.String(), Running: true}, nil
 }
 
 func (c *countingRestarter) String() string { return "docker container vllm" }
@@ -73,14 +75,14 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			o := OptionsFromConfig(cfg)
 			p := newTestPager(t, n, o)
 
-			drainer, err := actions.NewDrainer(cfg.LoadBalancer)
+			drainer, err := balancer.NewDrainer(cfg.LoadBalancer)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := drainer.(*actions.HAProxy); ok {
+			if _, ok := drainer.(*balancer.HAProxy); ok {
 				drainer = fakeDrainer{}
 			}
-			ro := actions.RecoveryOptions{
+			ro := recoverer.Options{
 				LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
 				Drainer: drainer, Restarter: &countingRestarter{}, Ready: func(context.Context) error { return nil },
 				Store: state.Memory(), Reporter: p, ReadyPoll: time.Millisecond, DrainPoll: time.Millisecond,
@@ -89,7 +91,7 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			if tc.limiter {
 				ro.Limiter = nopLimiter{}
 			}
-			rec, err := actions.NewRecovery(ro)
+			rec, err := recoverer.New(ro)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,14 +100,10 @@ func TestPagesFollowTheConfiguration(t *testing.T) {
 			p.Observe(hung(now), inc)
 			rec.Recover(context.Background(), *inc, hung(now))
 			rec.Wait()
-			resolved := *inc
-			resolved.Resolved = time.Now()
-			p.Observe(healthy(time.Now()), &resolved)
-			runPager(t, p)
-			flush(t, p)
+			resolveNow(p, inc, time.Now())
 
 			var all []string
-			for _, m := range n.got() {
+			for _, m := range delivered(t, p, n) {
 				all = append(all, m.Text)
 			}
 			text := strings.Join(all, "\n")
@@ -134,8 +132,8 @@ type fakeDrainer struct{}
 func (fakeDrainer) Drain(context.Context) error          { return nil }
 func (fakeDrainer) Ready(context.Context) error          { return nil }
 func (fakeDrainer) SetWeight(context.Context, int) error { return nil }
-func (fakeDrainer) State(context.Context) (actions.LBState, error) {
-	return actions.LBState{}, nil
+func (fakeDrainer) State(context.Context) (balancer.State, error) {
+	return balancer.State{}, nil
 }
 func (fakeDrainer) String() string { return "haproxy vllm/node1" }
 
@@ -173,21 +171,13 @@ func TestResolvedSaysHowLongTheEngineWasHungAndHowLongRecoveryTook(t *testing.T)
 	step(recovery.StepRestore, "haproxy vllm/node1 READY")
 	step(recovery.StepResolved, "recovery took 1m30s")
 	clk.Advance(15 * time.Second)
-	resolved := *inc
-	resolved.Resolved = clk.Now()
-	p.Observe(healthy(clk.Now()), &resolved)
+	resolveNow(p, inc, clk.Now())
 
-	runPager(t, p)
-	flush(t, p)
-	var resolve string
-	for _, m := range n.got() {
-		if m.Kind == KindChange {
-			t.Errorf("vigil's own restart paged as a change: %s", m.Text)
-		}
-		if m.Kind == KindResolve {
-			resolve = m.Text
-		}
+	pages := delivered(t, p, n)
+	if m := lastOfKind(pages, KindChange); m.Kind != "" {
+		t.Errorf("vigil's own restart paged as a change: %s", m.Text)
 	}
+	resolve := lastOfKind(pages, KindResolve).Text
 	// Stall from 11:59:40 to the restart at 12:00:05; recovery from the
 	// drain at 12:00:02 to 12:01:30.
 	if !strings.Contains(resolve, "was HUNG for 25s; recovery took 88s") {
@@ -209,9 +199,7 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 		}
 		p := newTestPager(t, n, o)
 		p.Observe(hung(clk.Now()), &watchdog.Incident{ID: "inc-cd", Opened: clk.Now(), State: watchdog.StateHung})
-		runPager(t, p)
-		flush(t, p)
-		head := n.got()[0].Text
+		head := delivered(t, p, n)[0].Text
 		if strings.Contains(head, "Will drain") || !strings.Contains(head, "Not restarting: vigil restarted the engine recently (restart.cooldown) until 12:20 UTC (in 20m).") ||
 			!strings.Contains(head, "vllm/node1 at HAProxy out of rotation") {
 			t.Errorf("head = %s", head)
@@ -228,9 +216,7 @@ func TestHungPagesSayWhatTheGuardsAllow(t *testing.T) {
 		clk.Advance(time.Minute)
 		down := watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused on every endpoint", At: clk.Now()}
 		p.Observe(down, inc)
-		runPager(t, p)
-		flush(t, p)
-		got := n.got()
+		got := delivered(t, p, n)
 		last := got[len(got)-1]
 		if last.Kind != KindChange || strings.Contains(last.Text, "Will drain") ||
 			!strings.Contains(last.Text, "Not restarting: the restart budget is spent") || !strings.Contains(last.Text, "the host still takes traffic") {
@@ -249,9 +235,7 @@ func TestADownTheWatchdogMarksAsVigilsRestartIsNotPaged(t *testing.T) {
 	p.Observe(hung(clk.Now()), inc)
 	clk.Advance(15 * time.Second)
 	p.Observe(watchdog.Verdict{State: watchdog.StateDown, Reason: "connection refused", At: clk.Now(), Recovering: true}, inc)
-	runPager(t, p)
-	flush(t, p)
-	if got := n.got(); len(got) != 1 || got[0].Kind != KindHead {
+	if got := delivered(t, p, n); len(got) != 1 || got[0].Kind != KindHead {
 		t.Fatalf("pages %+v, want only the head", got)
 	}
 }
@@ -304,18 +288,9 @@ func TestARetriedRestartCountsTheStallOnce(t *testing.T) {
 	step(recovery.StepRestore, true, "haproxy vllm/node1 READY")
 	step(recovery.StepResolved, true, "recovery finished")
 	clk.Advance(15 * time.Second)
-	resolved := *inc
-	resolved.Resolved = clk.Now()
-	p.Observe(healthy(clk.Now()), &resolved)
+	resolveNow(p, inc, clk.Now())
 
-	runPager(t, p)
-	flush(t, p)
-	var resolve string
-	for _, m := range n.got() {
-		if m.Kind == KindResolve {
-			resolve = m.Text
-		}
-	}
+	resolve := lastOfKind(delivered(t, p, n), KindResolve).Text
 	// The counters last moved at 11:57:00; the second restart began at
 	// 12:02:40: one stall of 5m40s, whatever the attempts in between.
 	if !strings.Contains(resolve, "was HUNG for 5m40s;") {
@@ -348,19 +323,19 @@ func TestNoRestarterPagesWhatToDoAndNoRestart(t *testing.T) {
 				cfg := demoConfig()
 				cfg.Restart.Kind, cfg.LoadBalancer.Kind = "none", tc.lb
 				n := &memNotifier{}
-				var drainer actions.Drainer = actions.NoDrain{}
+				var drainer balancer.Drainer = balancer.NoDrain{}
 				if tc.lb == "haproxy" {
 					drainer = fakeDrainer{}
 				}
-				restarter, err := actions.NewRestarter(cfg.Restart, nil)
+				restarter, err := restarter.New(cfg.Restart, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var rec *actions.Recovery
+				var rec *recoverer.Recovery
 				o := OptionsFromConfig(cfg)
 				o.Outlook = func() *recovery.Refusal { return rec.Outlook() }
 				p := newTestPager(t, n, o)
-				rec, err = actions.NewRecovery(actions.RecoveryOptions{
+				rec, err = recoverer.New(recoverer.Options{
 					LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart,
 					Drainer: drainer, Restarter: restarter,
 					Ready: func(context.Context) error { return errors.New("probe timed out after 90s") },

@@ -170,9 +170,7 @@ func (l *LoadBalancer) validate(v *validator) {
 		}
 		prev = w
 	}
-	if l.RampDuration < 0 {
-		v.errorf("load_balancer.ramp_duration", "must be >= 0")
-	}
+	nonNegative(v, "load_balancer.ramp_duration", l.RampDuration, "")
 }
 
 func (r *Restart) validate(v *validator, w Watchdog) {
@@ -192,9 +190,7 @@ func (r *Restart) validate(v *validator, w Watchdog) {
 	default:
 		v.errorf("restart.kind", "must be one of docker, systemd, command, none; got %q", r.Kind)
 	}
-	if r.Cooldown < 0 {
-		v.errorf("restart.cooldown", "must be >= 0")
-	}
+	nonNegative(v, "restart.cooldown", r.Cooldown, "")
 	if r.Budget < 1 {
 		v.errorf("restart.budget", "must be >= 1")
 	}

@@ -25,8 +25,9 @@ type Admission struct {
 	// it is the latency objective, not a capacity figure, and a stream's
 	// queue wait gets what it leaves after the engine's own TTFT (with
 	// auto, what 2 s leaves, or the objective when longer).
-	// auto (the default) = 500 ms, or twice the engine's own
-	// time to first token of the prompts it is sent (one stream at a time)
+	// auto (the default) = over long prompts, twice the engine's own
+	// light-load prefill of the prompts in flight; otherwise 500 ms, or
+	// twice the engine's own time to first token (one stream at a time)
 	// when that is longer: see package admission/core. 0 = none: the
 	// automatic cap then only keeps the engine's own queue empty (its
 	// maximum throughput), with no first-token limit.
@@ -185,28 +186,16 @@ func (a *Admission) validate(v *validator) {
 		v.listenAddr("admission.listen", a.Listen, a.AllowRemote, "admission.allow_remote",
 			"the proxy lets every client that reaches it use the engine (with its API key injected)")
 	}
-	if a.ShutdownGrace < 0 {
-		v.errorf("admission.shutdown_grace", "must be >= 0")
-	}
-	if a.MaxInFlight < 0 {
-		v.errorf("admission.max_in_flight", "must be >= 0 (0 = automatic)")
-	}
-	if a.EngineMaxSeqs < 0 {
-		v.errorf("admission.engine_max_seqs", "must be >= 0 (0 = vLLM's default, 256)")
-	}
+	nonNegative(v, "admission.shutdown_grace", a.ShutdownGrace, "")
+	nonNegative(v, "admission.max_in_flight", a.MaxInFlight, "0 = automatic")
+	nonNegative(v, "admission.engine_max_seqs", a.EngineMaxSeqs, "0 = vLLM's default, 256")
 	if a.TTFTTarget.Duration() < 0 {
 		v.errorf("admission.ttft_target", "must be >= 0 (0 = no latency objective), or auto")
 	}
-	if a.MaxQueue < 0 {
-		v.errorf("admission.max_queue", "must be >= 0")
-	}
-	if a.MaxQueueBytes < 0 {
-		v.errorf("admission.max_queue_bytes", "must be >= 0 (0 = no byte bound)")
-	}
+	nonNegative(v, "admission.max_queue", a.MaxQueue, "")
+	nonNegative(v, "admission.max_queue_bytes", a.MaxQueueBytes, "0 = no byte bound")
 	v.positive("admission.max_queue_wait", a.MaxQueueWait)
-	if a.StreamQueueWait < 0 {
-		v.errorf("admission.stream_queue_wait", "must be >= 0 (0 = ttft_target less the engine's time to first token, or 10s without a target)")
-	}
+	nonNegative(v, "admission.stream_queue_wait", a.StreamQueueWait, "0 = ttft_target less the engine's time to first token, or 10s without a target")
 	seen := map[string]bool{}
 	for i, rt := range a.ClientTimeouts {
 		p := indexPath("admission.client_timeouts", i)
@@ -223,18 +212,10 @@ func (a *Admission) validate(v *validator) {
 		v.errorf("admission.order", "must be fifo or newest_first; got %q", a.Order)
 	}
 	v.nonEmpty("admission.idempotency_header", a.IdempotencyHeader)
-	if a.CancelAfter < 0 {
-		v.errorf("admission.cancel_after", "must be >= 0")
-	}
-	if a.MaxMoves < 0 {
-		v.errorf("admission.max_moves", "must be >= 0")
-	}
-	if a.ResultTTL < 0 {
-		v.errorf("admission.result_ttl", "must be >= 0")
-	}
-	if a.ResultStoreBytes < 0 {
-		v.errorf("admission.result_store_bytes", "must be >= 0")
-	}
+	nonNegative(v, "admission.cancel_after", a.CancelAfter, "")
+	nonNegative(v, "admission.max_moves", a.MaxMoves, "")
+	nonNegative(v, "admission.result_ttl", a.ResultTTL, "")
+	nonNegative(v, "admission.result_store_bytes", a.ResultStoreBytes, "")
 	if a.RetryRatio < 0 || a.RetryRatio > 1 {
 		v.errorf("admission.retry_ratio", "must be between 0 and 1")
 	}
@@ -244,22 +225,12 @@ func (a *Admission) validate(v *validator) {
 	}
 	v.positive("admission.read_header_timeout", a.ReadHeaderTimeout)
 	v.positive("admission.read_timeout", a.ReadTimeout)
-	if a.SlowStart < 0 {
-		v.errorf("admission.slow_start", "must be >= 0")
-	}
+	nonNegative(v, "admission.slow_start", a.SlowStart, "")
 	checkLimits := func(path string, l TenantLimits) {
-		if l.RPM < 0 {
-			v.errorf(path+".rpm", "must be >= 0")
-		}
-		if l.TPM < 0 {
-			v.errorf(path+".tpm", "must be >= 0")
-		}
-		if l.MaxInFlight < 0 {
-			v.errorf(path+".max_in_flight", "must be >= 0")
-		}
-		if l.ClientTimeout < 0 {
-			v.errorf(path+".client_timeout", "must be >= 0 (0 = not set)")
-		}
+		nonNegative(v, path+".rpm", l.RPM, "")
+		nonNegative(v, path+".tpm", l.TPM, "")
+		nonNegative(v, path+".max_in_flight", l.MaxInFlight, "")
+		nonNegative(v, path+".client_timeout", l.ClientTimeout, "0 = not set")
 	}
 	checkLimits("admission.tenants.default", a.Tenants.Default)
 	for i, k := range a.Tenants.Keys {

@@ -75,12 +75,8 @@ func (a *Alerts) validate(v *validator) {
 		v.errorf("alerts.kind", "must be one of slack, webhook, log; got %q", a.Kind)
 	}
 	v.positive("alerts.update_every", a.UpdateEvery)
-	if a.UnknownAfter < 0 {
-		v.errorf("alerts.unknown_after", "must be >= 0")
-	}
-	if a.ResolveAfter < 0 {
-		v.errorf("alerts.resolve_after", "must be >= 0")
-	}
+	nonNegative(v, "alerts.unknown_after", a.UnknownAfter, "")
+	nonNegative(v, "alerts.resolve_after", a.ResolveAfter, "")
 	if a.OutboxSize < 1 {
 		v.errorf("alerts.outbox_size", "must be >= 1")
 	}

@@ -39,9 +39,7 @@ func defaultAgent() Agent {
 
 func (a *Agent) validate(v *validator) {
 	v.hostPort("load_balancer.agent.listen", a.Listen)
-	if a.ExpectPolls < 0 {
-		v.errorf("load_balancer.agent.expect_polls", "must be >= 0 (0: do not wait for the pollers)")
-	}
+	nonNegative(v, "load_balancer.agent.expect_polls", a.ExpectPolls, "0: do not wait for the pollers")
 	if a.ExpectPolls > 0 {
 		v.positive("load_balancer.agent.expect_within", a.ExpectWithin)
 	}

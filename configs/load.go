@@ -181,6 +181,18 @@ func (v *validator) positive(path string, d time.Duration) bool {
 	return true
 }
 
+// nonNegative reports path when n is below zero; zero, when set, says
+// what 0 means there ("0 = automatic").
+func nonNegative[N ~int | ~int64 | ~float64](v *validator, path string, n N, zero string) {
+	switch {
+	case n >= 0:
+	case zero != "":
+		v.errorf(path, "must be >= 0 (%s)", zero)
+	default:
+		v.errorf(path, "must be >= 0")
+	}
+}
+
 func (v *validator) secretSource(path string, s SecretSource) {
 	if s.File != "" && s.Env != "" {
 		v.errorf(path, "set file or env, not both")

@@ -116,9 +116,7 @@ func (w *Watchdog) validate(v *validator) {
 	if w.DownAfter < 1 {
 		v.errorf("watchdog.down_after", "must be >= 1")
 	}
-	if w.StartupGrace < 0 {
-		v.errorf("watchdog.startup_grace", "must be >= 0")
-	}
+	nonNegative(v, "watchdog.startup_grace", w.StartupGrace, "")
 	v.nonEmpty("watchdog.state_file", w.StateFile)
 	if w.RetryStorm.Enabled {
 		if v.positive("watchdog.retry_storm.window", w.RetryStorm.Window) && w.RetryStorm.Window < 2*w.Interval {

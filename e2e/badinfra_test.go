@@ -54,7 +54,7 @@ func TestBadInfrastructureGivesAClearErrorAndNeverRestartsAnUndrainedHost(t *tes
 			cfg := r.vigilConfig(t)
 			mention := tc.breakIt(&cfg)
 			v := startVigil(t, cfg)
-			m := startMonitor(t, r.h, v.statusURL)
+			m := startMonitor(t, r.h, v.StatusURL)
 			startLoad(t, r.h.URL(), 4, 200, 3*time.Second)
 
 			m.waitFor(t, 20*time.Second, "vigil call the loaded engine healthy", time.Time{}, func(o obs) bool { return o.Verdict == "healthy" })
@@ -72,7 +72,7 @@ func TestBadInfrastructureGivesAClearErrorAndNeverRestartsAnUndrainedHost(t *tes
 			if !strings.Contains(doc.Recovery.LastError, mention) {
 				t.Errorf("recovery last_error %q does not name %s", doc.Recovery.LastError, mention)
 			}
-			if !logsError(v.logs.String(), mention) {
+			if !logsError(v.Logs.String(), mention) {
 				t.Errorf("vigil's log has no error line naming %s", mention)
 			}
 			doc = v.mustStatus(t)
@@ -93,7 +93,7 @@ func TestBadInfrastructureGivesAClearErrorAndNeverRestartsAnUndrainedHost(t *tes
 				t.Errorf("vigil counts %d restarts, want 0", doc.Recovery.RestartsInWindow)
 			}
 
-			st, _, err := haproxyServer(r.h.Socket, backend, serverName)
+			st, _, err := haproxyServer(r.h, serverName)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,19 +7,14 @@ package e2e_test
 // state that lasts only a moment (DRAIN, a ramp weight) is still seen.
 
 import (
-	"context"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -94,6 +89,13 @@ func importEngineImage(t *testing.T, d *testinfra.Dockerd) {
 // waitServing waits for /v1/models to answer 200 at api.
 func waitServing(t *testing.T, api string, timeout time.Duration) {
 	t.Helper()
+	if err := serving(api, timeout); err != nil {
+		t.Fatalf("engine at %s: %v", api, err)
+	}
+}
+
+// serving is waitServing returning its error (for goroutines).
+func serving(api string, timeout time.Duration) error {
 	c := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -101,12 +103,12 @@ func waitServing(t *testing.T, api string, timeout time.Duration) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 			err = fmt.Errorf("status %d", resp.StatusCode)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("engine at %s not serving /v1/models after %s: %v", api, timeout, err)
+			return fmt.Errorf("not serving /v1/models after %s: %v", timeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -188,146 +190,36 @@ func newRig(t *testing.T, name string, engineArgs ...string) *rig {
 	return r
 }
 
-// haproxyServer reads "show stat" for backend/server over the admin socket.
-// Unlike testinfra's Stat it returns errors, so it can run off the test
+// haproxyServer reads server's status and weight from h's "show stat";
+// it returns errors (testinfra's Servers), so it can run off the test
 // goroutine.
-func haproxyServer(socket, backend, server string) (status, weight string, err error) {
-	conn, err := net.DialTimeout("unix", socket, time.Second)
+func haproxyServer(h *testinfra.HAProxy, server string) (status, weight string, err error) {
+	stat, err := h.Servers()
 	if err != nil {
 		return "", "", err
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(conn, "show stat\n"); err != nil {
-		return "", "", err
+	row, ok := stat[server]
+	if !ok {
+		return "", "", fmt.Errorf("show stat has no %s/%s", h.Backend, server)
 	}
-	out, err := io.ReadAll(conn)
-	if err != nil {
-		return "", "", err
-	}
-	r := csv.NewReader(strings.NewReader(strings.TrimPrefix(string(out), "# ")))
-	r.FieldsPerRecord = -1
-	recs, err := r.ReadAll()
-	if err != nil || len(recs) == 0 {
-		return "", "", fmt.Errorf("show stat: %v: %q", err, out)
-	}
-	col := map[string]int{}
-	for i, name := range recs[0] {
-		col[name] = i
-	}
-	for _, rec := range recs[1:] {
-		if len(rec) > max(col["status"], col["weight"]) && rec[0] == backend && rec[1] == server {
-			return rec[col["status"]], rec[col["weight"]], nil
-		}
-	}
-	return "", "", fmt.Errorf("show stat has no %s/%s", backend, server)
+	return row["status"], row["weight"], nil
 }
 
 // ---------------------------------------------------------------------------
 // Load through HAProxy.
 
-// result is one request of the load.
-type result struct {
-	start, end time.Time
-	code       int // 0 when the request failed without an answer
-	err        string
-}
-
-// load is closed-loop clients sending completions through HAProxy's
-// frontend: each sends its next request when the last one ended, and
-// pauses a moment after a failure so a drained backend's fast 503s stay
-// bounded.
-type load struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	results []result
-}
-
-func startLoad(t *testing.T, baseURL string, clients, maxTokens int, timeout time.Duration) *load {
+// startLoad starts closed-loop clients sending completions through
+// HAProxy's frontend; each pauses a moment after a failure so a drained
+// backend's fast 503s stay bounded.
+func startLoad(t *testing.T, baseURL string, clients, maxTokens int, timeout time.Duration) *testinfra.Load {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{cancel: cancel}
-	tr := &http.Transport{MaxIdleConnsPerHost: clients}
-	c := &http.Client{Transport: tr, Timeout: timeout}
-	body := fmt.Sprintf(`{"prompt":"the quick brown fox jumps over the lazy dog","max_tokens":%d}`, maxTokens)
-	for range clients {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for ctx.Err() == nil {
-				res := result{start: time.Now()}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/completions", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := c.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					res.code = resp.StatusCode
-				}
-				res.end = time.Now()
-				if ctx.Err() != nil {
-					return // the test stopped the load: not the engine's doing
-				}
-				if err != nil {
-					res.err = err.Error()
-				}
-				l.mu.Lock()
-				l.results = append(l.results, res)
-				l.mu.Unlock()
-				if err != nil || res.code != http.StatusOK {
-					select {
-					case <-ctx.Done():
-					case <-time.After(100 * time.Millisecond):
-					}
-				}
-			}
-		}()
-	}
-	t.Cleanup(func() { l.stop(); tr.CloseIdleConnections() })
-	return l
-}
-
-func (l *load) stop() {
-	l.cancel()
-	l.wg.Wait()
-}
-
-// tally counts the finished requests that started in [from, to): those
-// answered 200, and the others.
-func (l *load) tally(from, to time.Time) (ok int, failed []result) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range l.results {
-		if r.start.Before(from) || !r.start.Before(to) {
-			continue
-		}
-		if r.code == http.StatusOK && r.err == "" {
-			ok++
-		} else {
-			failed = append(failed, r)
-		}
-	}
-	return ok, failed
-}
-
-func (r result) String() string {
-	if r.err != "" {
-		return fmt.Sprintf("started %s: %s", r.start.Format("15:04:05.000"), r.err)
-	}
-	return fmt.Sprintf("started %s: HTTP %d after %s", r.start.Format("15:04:05.000"), r.code, r.end.Sub(r.start).Round(time.Millisecond))
+	return testinfra.StartLoad(t, testinfra.LoadSpec{URL: baseURL + "/v1/completions",
+		Body:    fmt.Sprintf(`{"prompt":"the quick brown fox jumps over the lazy dog","max_tokens":%d}`, maxTokens),
+		Clients: clients, Timeout: timeout, PauseAfterFailure: 100 * time.Millisecond})
 }
 
 // ---------------------------------------------------------------------------
 // vigil as a subprocess.
-
-// vigilBinary builds ./cmd/vigil once per test binary (testinfra caches
-// the build and deletes it at the end).
-func vigilBinary(t *testing.T) string {
-	t.Helper()
-	return testinfra.BuildStatic(t, "./cmd/vigil")
-}
 
 // vigilConfig is the config file a test runs vigil with: every timing
 // short, HAProxy and Docker real, a long cooldown so that a second restart
@@ -402,19 +294,11 @@ status:
 		c.DockerHost, c.Container, c.AdmissionListen, c.StatusListen)
 }
 
-// vigil is `vigil run --config F`, possibly started more than once on the
-// same config and state file.
+// vigil is `vigil run` on a test's config (testinfra.Vigil), possibly
+// started more than once on the same config and state file.
 type vigil struct {
-	bin       string
-	cfgPath   string
-	cfg       vigilConfig
-	statusURL string
-	logs      *testinfra.Buffer
-	runs      int
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	*testinfra.Vigil
+	cfg vigilConfig
 }
 
 // startVigil writes cfg and starts vigil on it; it stops vigil when the
@@ -428,89 +312,7 @@ func startVigil(t *testing.T, cfg vigilConfig) *vigil {
 // more sections).
 func startVigilYAML(t *testing.T, cfg vigilConfig, yml string) *vigil {
 	t.Helper()
-	v := &vigil{bin: vigilBinary(t), cfgPath: filepath.Join(t.TempDir(), "vigil.yaml"), cfg: cfg,
-		statusURL: "http://" + cfg.StatusListen, logs: &testinfra.Buffer{}}
-	if err := os.WriteFile(v.cfgPath, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		v.stop()
-		if t.Failed() {
-			t.Logf("%s's vigil output (config %s):\n%s", cfg.Node, v.cfgPath, v.logs.String())
-		}
-	})
-	v.start(t)
-	return v
-}
-
-// start runs a new vigil process and waits until its /status answers.
-func (v *vigil) start(t *testing.T) {
-	t.Helper()
-	v.mu.Lock()
-	v.runs++
-	fmt.Fprintf(v.logs, "===== vigil run %d at %s\n", v.runs, time.Now().Format("15:04:05.000"))
-	cmd := exec.Command(v.bin, "run", "--config", v.cfgPath, "--log-level", "info")
-	cmd.Stdout, cmd.Stderr = v.logs, v.logs
-	// If the test binary dies, vigil dies with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		v.mu.Unlock()
-		t.Fatalf("start vigil: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	v.cmd, v.exited = cmd, exited
-	v.mu.Unlock()
-
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if _, err := v.status(); err == nil {
-			return
-		}
-		select {
-		case <-exited:
-			t.Fatalf("vigil exited at start (%v):\n%s", cmd.ProcessState, v.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("vigil's /status at %s not answering after 15s", v.statusURL)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// kill sends SIGKILL, as a crash or the OOM killer would, and waits for
-// the process to be gone.
-func (v *vigil) kill(t *testing.T) {
-	t.Helper()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if err := v.cmd.Process.Kill(); err != nil {
-		t.Fatalf("kill -9 vigil: %v", err)
-	}
-	<-v.exited
-	fmt.Fprintf(v.logs, "===== vigil run %d killed with SIGKILL at %s\n", v.runs, time.Now().Format("15:04:05.000"))
-}
-
-// stop sends SIGTERM and waits; SIGKILL if vigil does not stop in time.
-func (v *vigil) stop() {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.cmd == nil {
-		return
-	}
-	select {
-	case <-v.exited:
-		return
-	default:
-	}
-	_ = v.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-v.exited:
-	case <-time.After(15 * time.Second):
-		_ = v.cmd.Process.Kill()
-		<-v.exited
-	}
+	return &vigil{Vigil: testinfra.StartVigil(t, yml, "http://"+cfg.StatusListen), cfg: cfg}
 }
 
 // statusDoc is the part of vigil's GET /status the tests read.
@@ -544,20 +346,13 @@ type statusDoc struct {
 var statusClient = &http.Client{Timeout: time.Second}
 
 func (v *vigil) status() (statusDoc, error) {
-	return fetchStatus(v.statusURL)
+	return fetchStatus(v.StatusURL)
 }
 
 func fetchStatus(base string) (statusDoc, error) {
 	var doc statusDoc
-	resp, err := statusClient.Get(base + "/status")
-	if err != nil {
-		return doc, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return doc, fmt.Errorf("GET /status: %d", resp.StatusCode)
-	}
-	return doc, json.NewDecoder(resp.Body).Decode(&doc)
+	err := testinfra.GetJSON(statusClient, base+"/status", &doc)
+	return doc, err
 }
 
 // mustStatus reads /status, failing the test if vigil does not answer.
@@ -628,108 +423,34 @@ func (o obs) drain() bool { return strings.HasPrefix(o.HAStatus, "DRAIN") }
 // upFull: back in rotation at 100% of its configured weight.
 func (o obs) upFull() bool { return o.HAStatus == "UP" && o.HAWeight == "100" }
 
+func (o obs) when() time.Time { return o.At }
+
 // monitor polls HAProxy and vigil's /status every 50 ms and keeps every
 // change, with its time.
-type monitor struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu   sync.Mutex
-	hist []obs
-}
+type monitor struct{ *recorder[obs] }
 
 func startMonitor(t *testing.T, h *testinfra.HAProxy, statusURL string) *monitor {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &monitor{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			o := obs{At: time.Now()}
-			o.HAStatus, o.HAWeight, _ = haproxyServer(h.Socket, backend, serverName)
-			if doc, err := fetchStatus(statusURL); err == nil {
-				o.Verdict, o.Step, o.Drained, o.RecoveryActive = doc.Verdict.State, doc.Recovery.Step, doc.Recovery.Drained, doc.Recovery.Active
-				o.Reason = doc.Verdict.Reason
-				o.IncidentOpen = doc.Incident != nil && doc.Incident.Resolved.IsZero()
-			}
-			m.mu.Lock()
-			if n := len(m.hist); n == 0 || m.hist[n-1].key() != o.key() {
-				m.hist = append(m.hist, o)
-			}
-			m.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	return &monitor{record(t, 50*time.Millisecond, "what HAProxy and vigil said", func() (obs, bool) {
+		o := obs{At: time.Now()}
+		o.HAStatus, o.HAWeight, _ = haproxyServer(h, serverName)
+		if doc, err := fetchStatus(statusURL); err == nil {
+			o.Verdict, o.Step, o.Drained, o.RecoveryActive = doc.Verdict.State, doc.Recovery.Step, doc.Recovery.Drained, doc.Recovery.Active
+			o.Reason = doc.Verdict.Reason
+			o.IncidentOpen = doc.Incident != nil && doc.Incident.Resolved.IsZero()
 		}
-	}()
-	t.Cleanup(func() {
-		m.stop()
-		if t.Failed() {
-			t.Logf("what HAProxy and vigil said, change by change:\n%s", m.timeline())
-		}
-	})
-	return m
-}
-
-func (m *monitor) stop() {
-	m.cancel()
-	<-m.done
-}
-
-// first returns the first observation at or after since that f accepts.
-func (m *monitor) first(since time.Time, f func(obs) bool) (obs, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, o := range m.hist {
-		if !o.At.Before(since) && f(o) {
-			return o, true
-		}
-	}
-	return obs{}, false
-}
-
-// all returns the observations at or after since that f accepts.
-func (m *monitor) all(since time.Time, f func(obs) bool) []obs {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var res []obs
-	for _, o := range m.hist {
-		if !o.At.Before(since) && f(o) {
-			res = append(res, o)
-		}
-	}
-	return res
-}
-
-// waitFor waits up to timeout for an observation at or after since that f
-// accepts, and returns it.
-func (m *monitor) waitFor(t *testing.T, timeout time.Duration, what string, since time.Time, f func(obs) bool) obs {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if o, ok := m.first(since, f); ok {
-			return o
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never saw %s within %s", what, timeout)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return o, true
+	})}
 }
 
 // share is the fraction of [from, to) during which f held.
 func (m *monitor) share(from, to time.Time, f func(obs) bool) float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	hist := m.changes()
 	var held time.Duration
-	for i, o := range m.hist {
+	for i, o := range hist {
 		end := to
-		if i+1 < len(m.hist) && m.hist[i+1].At.Before(to) {
-			end = m.hist[i+1].At
+		if i+1 < len(hist) && hist[i+1].At.Before(to) {
+			end = hist[i+1].At
 		}
 		start := o.At
 		if start.Before(from) {
@@ -740,17 +461,6 @@ func (m *monitor) share(from, to time.Time, f func(obs) bool) float64 {
 		}
 	}
 	return held.Seconds() / to.Sub(from).Seconds()
-}
-
-func (m *monitor) timeline() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var b strings.Builder
-	for _, o := range m.hist {
-		b.WriteString(o.String())
-		b.WriteByte('\n')
-	}
-	return b.String()
 }
 
 // waitStatus polls vigil's /status until f accepts it.

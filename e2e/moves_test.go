@@ -14,7 +14,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -231,13 +230,8 @@ type limiterFate struct {
 
 func (v *vigil) limiterFate(t *testing.T) limiterFate {
 	t.Helper()
-	resp, err := statusClient.Get(v.statusURL + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var f limiterFate
-	if err := json.NewDecoder(resp.Body).Decode(&f); err != nil {
+	if err := testinfra.GetJSON(statusClient, v.StatusURL+"/status", &f); err != nil {
 		t.Fatal(err)
 	}
 	return f

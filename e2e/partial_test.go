@@ -16,7 +16,7 @@ func TestOneHungDataParallelRankIsDrainedAndRestartedOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "e2e-rank", "-data-parallel", "2")
 	v := startVigil(t, r.vigilConfig(t))
-	m := startMonitor(t, r.h, v.statusURL)
+	m := startMonitor(t, r.h, v.StatusURL)
 	startLoad(t, r.h.URL(), 8, 200, 3*time.Second)
 
 	m.waitFor(t, 20*time.Second, "vigil call the loaded engine healthy", time.Time{}, func(o obs) bool { return o.Verdict == "healthy" })
@@ -49,7 +49,7 @@ func TestModels503OnAServingEngineIsNeverDrainedNorRestarted(t *testing.T) {
 	r := newRig(t, "e2e-models503")
 	testStart := time.Now()
 	v := startVigil(t, r.vigilConfig(t))
-	m := startMonitor(t, r.h, v.statusURL)
+	m := startMonitor(t, r.h, v.StatusURL)
 	l := startLoad(t, r.h.URL(), 4, 100, 3*time.Second)
 	m.waitFor(t, 20*time.Second, "vigil call the loaded engine healthy", time.Time{}, func(o obs) bool { return o.Verdict == "healthy" })
 	r.eng.waitPastGrace(t)
@@ -63,7 +63,7 @@ func TestModels503OnAServingEngineIsNeverDrainedNorRestarted(t *testing.T) {
 	}); len(bad) > 0 {
 		t.Errorf("a serving engine with /v1/models 503 was drained or judged down, first: %s", bad[0])
 	}
-	if ok, _ := l.tally(faultAt, time.Now()); ok == 0 {
+	if ok, _ := l.Tally(faultAt, time.Now()); ok == 0 {
 		t.Errorf("no request through HAProxy completed while /v1/models answered 503")
 	}
 	if after := r.eng.startedAt(t); after != before {

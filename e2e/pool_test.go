@@ -87,26 +87,6 @@ func newPoolRig(t *testing.T, name string, nodes ...string) *poolRig {
 	return r
 }
 
-// serving is waitServing returning its error (for goroutines).
-func serving(api string, timeout time.Duration) error {
-	c := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(timeout)
-	for {
-		resp, err := c.Get("http://" + api + "/v1/models")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not serving /v1/models after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // poolVigilConfig is node's vigil: its own server of the shared backend,
 // its own container, and pool coordination through the rig's etcd with
 // no static peers (the members find each other by registering).
@@ -145,15 +125,10 @@ type peer struct {
 
 // poolView reads vigil's /status pool view: "node2 healthy, node3 hung".
 func (v *vigil) poolView() (string, error) {
-	resp, err := statusClient.Get(v.statusURL + "/status")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
 	var doc struct {
 		Pool []peer `json:"pool"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+	if err := testinfra.GetJSON(statusClient, v.StatusURL+"/status", &doc); err != nil {
 		return "", err
 	}
 	var parts []string
@@ -215,97 +190,26 @@ func (o poolObs) out() []string {
 	return res
 }
 
+func (o poolObs) when() time.Time { return o.At }
+
+func (o poolObs) String() string { return o.At.Format("15:04:05.000") + " " + o.key() }
+
 // poolMonitor samples HAProxy every 25 ms and keeps each change.
-type poolMonitor struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	hist   []poolObs
-	errs   int
-}
+type poolMonitor struct{ *recorder[poolObs] }
 
 func startPoolMonitor(t *testing.T, h *testinfra.HAProxy) *poolMonitor {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &poolMonitor{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		tick := time.NewTicker(25 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			o := poolObs{At: time.Now(), Status: map[string]string{}, Weight: map[string]string{}}
-			stat, err := h.Servers()
-			m.mu.Lock()
-			if err != nil {
-				m.errs++
-			} else {
-				for n, row := range stat {
-					o.Status[n], o.Weight[n] = row["status"], row["weight"]
-				}
-				if k := len(m.hist); k == 0 || m.hist[k-1].key() != o.key() {
-					m.hist = append(m.hist, o)
-				}
-			}
-			m.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	return &poolMonitor{record(t, 25*time.Millisecond, "HAProxy", func() (poolObs, bool) {
+		o := poolObs{At: time.Now(), Status: map[string]string{}, Weight: map[string]string{}}
+		stat, err := h.Servers()
+		if err != nil {
+			return o, false
 		}
-	}()
-	t.Cleanup(func() {
-		m.stop()
-		if t.Failed() {
-			t.Logf("HAProxy, change by change:\n%s", m.timeline())
+		for n, row := range stat {
+			o.Status[n], o.Weight[n] = row["status"], row["weight"]
 		}
-	})
-	return m
-}
-
-func (m *poolMonitor) stop() { m.cancel(); <-m.done }
-
-func (m *poolMonitor) timeline() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var b strings.Builder
-	for _, o := range m.hist {
-		fmt.Fprintf(&b, "%s %s\n", o.At.Format("15:04:05.000"), o.key())
-	}
-	return b.String()
-}
-
-// waitFor waits for a sample at or after since that f accepts.
-func (m *poolMonitor) waitFor(t *testing.T, within time.Duration, what string, since time.Time, f func(poolObs) bool) poolObs {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		m.mu.Lock()
-		for _, o := range m.hist {
-			if !o.At.Before(since) && f(o) {
-				m.mu.Unlock()
-				return o
-			}
-		}
-		m.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("never saw %s within %s", what, within)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
-// all returns the samples at or after since that f accepts.
-func (m *poolMonitor) all(since time.Time, f func(poolObs) bool) []poolObs {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var res []poolObs
-	for _, o := range m.hist {
-		if !o.At.Before(since) && f(o) {
-			res = append(res, o)
-		}
-	}
-	return res
+		return o, true
+	})}
 }
 
 func drained(node string) func(poolObs) bool {
@@ -428,7 +332,7 @@ func TestPoolTwoHangsRecoverOneAtATime(t *testing.T) {
 	if back := m.all(first.At, allUpFull(holder)); len(back) == 0 || back[0].At.After(second.At) {
 		t.Errorf("%s drained before %s was back in rotation", waiter, holder)
 	}
-	if !strings.Contains(vw.logs.String(), "waiting for the pool's turn to recover: "+holder) {
+	if !strings.Contains(vw.Logs.String(), "waiting for the pool's turn to recover: "+holder) {
 		t.Errorf("%s's vigil never said it waited for %s's turn", waiter, holder)
 	}
 	for _, n := range r.nodes {
@@ -477,7 +381,7 @@ func TestPoolHolderKilledMidRecoveryLetsTheOtherProceed(t *testing.T) {
 		other = "node2"
 	}
 	vh, vo := vs[holder], vs[other]
-	vh.kill(t)
+	vh.Kill(t)
 	killedAt := time.Now()
 	if step, isDrained := vh.journal(t); (step != "drain" && step != "drain_wait") || !isDrained {
 		t.Fatalf("%s's journal when killed: step %q, drained %t; want drain or drain_wait, drained (the kill came too late)", holder, step, isDrained)
@@ -500,10 +404,10 @@ func TestPoolHolderKilledMidRecoveryLetsTheOtherProceed(t *testing.T) {
 	}
 
 	// The killed vigil comes back while the other recovers.
-	vh.start(t)
+	vh.Start(t)
 	end := m.waitFor(t, 40*time.Second, "both servers UP at 100%", next.At, allUpFull("node1", "node2"))
 	t.Logf("both back %s after the hang", end.At.Sub(hangAt).Round(time.Millisecond))
-	logs := vh.logs.String()
+	logs := vh.Logs.String()
 	if !strings.Contains(logs, "resuming an unfinished recovery from the journal") {
 		t.Errorf("the restarted %s vigil did not resume its journal", holder)
 	}
@@ -543,7 +447,7 @@ func TestPoolEtcdStoppedNoDrainAndAPageSayingWhy(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		members, _, err := dir.Members(context.Background())
-		if err == nil && len(members) == 1 && members[0].Node == "node1" && members[0].URL == v.statusURL+"/status" {
+		if err == nil && len(members) == 1 && members[0].Node == "node1" && members[0].URL == v.StatusURL+"/status" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -557,7 +461,7 @@ func TestPoolEtcdStoppedNoDrainAndAPageSayingWhy(t *testing.T) {
 	hangAt := r.hangAll(t)
 	v.waitStatus(t, 15*time.Second, "a guard refusal", func(d statusDoc) bool { return d.Recovery.Step == "guard_refused" })
 	time.Sleep(2 * time.Second) // nothing may change while it keeps watching
-	logs := v.logs.String()
+	logs := v.Logs.String()
 	if want := "cannot take the pool's turn (etcd unavailable at " + r.etcd.Endpoint; !strings.Contains(logs, want) {
 		t.Errorf("no page saying %q", want)
 	}
@@ -629,7 +533,7 @@ func TestPoolMinServingRefusesWithTwoOfThreeUnhealthy(t *testing.T) {
 	v.waitStatus(t, 15*time.Second, "a guard refusal", func(d statusDoc) bool { return d.Recovery.Step == "guard_refused" })
 	time.Sleep(2 * time.Second) // it waits: nothing may change
 	want := "not draining: below the capacity floor: only 0 other member(s) would keep serving, min_serving is 1 (not serving: node2 hung, node3 drained)"
-	if !strings.Contains(v.logs.String(), want) {
+	if !strings.Contains(v.Logs.String(), want) {
 		t.Errorf("no page saying %q", want)
 	}
 	if out := m.all(hangAt, func(o poolObs) bool { return len(o.out()) > 0 }); len(out) > 0 {

@@ -20,7 +20,7 @@ func TestHungEngineUnderLoadIsDrainedRestartedOnceAndRestoredGradually(t *testin
 	t.Parallel()
 	r := newRig(t, "e2e-hang")
 	v := startVigil(t, r.vigilConfig(t))
-	m := startMonitor(t, r.h, v.statusURL)
+	m := startMonitor(t, r.h, v.StatusURL)
 	l := startLoad(t, r.h.URL(), 4, 200, 3*time.Second)
 
 	m.waitFor(t, 20*time.Second, "vigil call the loaded engine healthy", time.Time{}, func(o obs) bool { return o.Verdict == "healthy" })
@@ -28,7 +28,7 @@ func TestHungEngineUnderLoadIsDrainedRestartedOnceAndRestoredGradually(t *testin
 	before := r.eng.startedAt(t)
 	warm := time.Now()
 	time.Sleep(time.Second)
-	if ok, failed := l.tally(warm, time.Now()); ok == 0 || len(failed) > 0 {
+	if ok, failed := l.Tally(warm, time.Now()); ok == 0 || len(failed) > 0 {
 		t.Fatalf("load through HAProxy before the hang: %d ok, %d failed %v", ok, len(failed), failed)
 	}
 
@@ -64,7 +64,7 @@ func TestHungEngineUnderLoadIsDrainedRestartedOnceAndRestoredGradually(t *testin
 
 	// The same load succeeds again, and the engine is not restarted again.
 	time.Sleep(3 * time.Second)
-	ok, failed := l.tally(restored.At, time.Now())
+	ok, failed := l.Tally(restored.At, time.Now())
 	if ok < 10 || len(failed) > 0 {
 		t.Errorf("load through HAProxy after the restore: %d ok, %d failed %v; want every request answered 200", ok, len(failed), failed)
 	}
@@ -99,7 +99,7 @@ func TestSaturatedEngineIsNeverDrainedNorRestarted(t *testing.T) {
 	r := newRig(t, "e2e-saturated", "-max-num-seqs", "2")
 	testStart := time.Now()
 	v := startVigil(t, r.vigilConfig(t))
-	m := startMonitor(t, r.h, v.statusURL)
+	m := startMonitor(t, r.h, v.StatusURL)
 	before := r.eng.startedAt(t)
 	l := startLoad(t, r.h.URL(), 24, 100, 20*time.Second)
 
@@ -116,7 +116,7 @@ func TestSaturatedEngineIsNeverDrainedNorRestarted(t *testing.T) {
 	}); len(bad) > 0 {
 		t.Errorf("saturation led to a drain, a weight change or a recovery, first: %s", bad[0])
 	}
-	if ok, _ := l.tally(sat.At, end); ok == 0 {
+	if ok, _ := l.Tally(sat.At, end); ok == 0 {
 		t.Errorf("no request through HAProxy completed during the overload")
 	}
 	if after := r.eng.startedAt(t); after != before {
@@ -149,7 +149,7 @@ func TestVigilKilledAfterTheDrainResumesAndRestartsOnce(t *testing.T) {
 	// A longer drain wait keeps the kill well inside the drain.
 	cfg.DrainTimeoutHung = 3 * time.Second
 	v := startVigil(t, cfg)
-	m := startMonitor(t, r.h, v.statusURL)
+	m := startMonitor(t, r.h, v.StatusURL)
 	l := startLoad(t, r.h.URL(), 4, 200, 3*time.Second)
 
 	m.waitFor(t, 20*time.Second, "vigil call the loaded engine healthy", time.Time{}, func(o obs) bool { return o.Verdict == "healthy" })
@@ -159,7 +159,7 @@ func TestVigilKilledAfterTheDrainResumesAndRestartsOnce(t *testing.T) {
 	hangAt := time.Now()
 	r.eng.hang(t)
 	drain := m.waitFor(t, 15*time.Second, "HAProxy report the server DRAIN", hangAt, obs.drain)
-	v.kill(t)
+	v.Kill(t)
 	killedAt := time.Now()
 	t.Logf("DRAIN seen %s after the hang; vigil killed %s after that", drain.At.Sub(hangAt).Round(time.Millisecond), killedAt.Sub(drain.At).Round(time.Millisecond))
 
@@ -167,23 +167,23 @@ func TestVigilKilledAfterTheDrainResumesAndRestartsOnce(t *testing.T) {
 	if (step != "drain" && step != "drain_wait") || !drained {
 		t.Fatalf("journal when vigil was killed: step %q, drained %t; want drain or drain_wait, drained", step, drained)
 	}
-	if st, _, err := haproxyServer(r.h.Socket, backend, serverName); err != nil || !strings.HasPrefix(st, "DRAIN") {
+	if st, _, err := haproxyServer(r.h, serverName); err != nil || !strings.HasPrefix(st, "DRAIN") {
 		t.Fatalf("HAProxy with vigil dead: %q, %v; want the server still DRAIN", st, err)
 	}
 	if now := r.eng.startedAt(t); now != before {
 		t.Fatalf("container restarted (StartedAt %s, was %s) before vigil was killed; the kill came too late", now, before)
 	}
 
-	v.start(t)
+	v.Start(t)
 	restored := m.waitFor(t, restoreBudget, "HAProxy report the server UP at weight 100% after vigil's restart", killedAt, obs.upFull)
 	t.Logf("traffic restored %s after the hang, %s after vigil was killed", restored.At.Sub(hangAt).Round(time.Millisecond),
 		restored.At.Sub(killedAt).Round(time.Millisecond))
-	if !strings.Contains(v.logs.String(), "resuming an unfinished recovery from the journal") {
+	if !strings.Contains(v.Logs.String(), "resuming an unfinished recovery from the journal") {
 		t.Errorf("the second vigil did not say it resumed the journal's recovery")
 	}
 
 	time.Sleep(3 * time.Second)
-	if ok, failed := l.tally(restored.At, time.Now()); ok < 10 || len(failed) > 0 {
+	if ok, failed := l.Tally(restored.At, time.Now()); ok < 10 || len(failed) > 0 {
 		t.Errorf("load through HAProxy after the restore: %d ok, %d failed %v; want every request answered 200", ok, len(failed), failed)
 	}
 	after := r.eng.startedAt(t)
@@ -197,7 +197,7 @@ func TestVigilKilledAfterTheDrainResumesAndRestartsOnce(t *testing.T) {
 	if n := r.eng.starts(t, hangAt, time.Now()); n != 1 {
 		t.Errorf("container started %d times since the hang across both vigils, want exactly 1", n)
 	}
-	if st, w, err := haproxyServer(r.h.Socket, backend, serverName); err != nil || st != "UP" || w != "100" {
+	if st, w, err := haproxyServer(r.h, serverName); err != nil || st != "UP" || w != "100" {
 		t.Errorf("HAProxy at the end: %q weight %s (%v), want UP at 100", st, w, err)
 	}
 	doc := v.mustStatus(t)

@@ -30,16 +30,33 @@ type Config struct {
 	// KVCacheTokens is the KV-cache capacity in tokens. A request reserves its
 	// uncached prompt plus its output at admission; when that does not fit, it
 	// and everything behind it wait (FCFS), so the engine never preempts.
+	// Unless Preempt is set.
 	KVCacheTokens int
+	// Preempt allocates KV cache as vLLM's v1 scheduler does: a request
+	// takes its uncached prompt at admission and one token per token it
+	// generates; when a step's decodes do not fit, the newest running
+	// requests are preempted (their KV freed, counted in
+	// vllm:num_preemptions_total) and go back to the head of the waiting
+	// queue, to recompute their prompt and what they had generated. The
+	// engine then admits far more than its cache holds to the end, and past
+	// that batch every added request is prefill paid twice.
+	Preempt bool
 	// PrefixCacheSize bounds the number of shared prefixes (by prefix id) the
 	// prefix cache remembers, least recently used first out.
 	PrefixCacheSize int
 
 	// Cost model: step = StepOverhead + prefill tokens*PrefillTokenCost +
-	// sequences in the step*SeqCost.
+	// sequences in the step*SeqCost + context tokens the step's decodes
+	// attend to*ContextTokenCost.
 	StepOverhead     time.Duration
 	PrefillTokenCost time.Duration
 	SeqCost          time.Duration
+	// ContextTokenCost prices a decode's reading of its own KV cache
+	// (prompt and answer so far): on a real engine decoding long contexts
+	// is bound by that memory traffic, so every long stream added to the
+	// batch slows every step. 0 (the default): a decode costs SeqCost
+	// whatever its context.
+	ContextTokenCost time.Duration
 
 	// Scale is how much faster engine time runs than wall time (10: a 50 ms
 	// step sleeps 5 ms). Metrics and histograms stay in engine time.
@@ -94,7 +111,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("enginesim: KVCacheTokens %d < 2", c.KVCacheTokens)
 	case c.PrefixCacheSize < 0:
 		return fmt.Errorf("enginesim: PrefixCacheSize %d < 0", c.PrefixCacheSize)
-	case c.StepOverhead < 0 || c.PrefillTokenCost < 0 || c.SeqCost < 0:
+	case c.StepOverhead < 0 || c.PrefillTokenCost < 0 || c.SeqCost < 0 || c.ContextTokenCost < 0:
 		return errors.New("enginesim: negative cost model value")
 	case c.StepOverhead+c.PrefillTokenCost+c.SeqCost <= 0:
 		// A zero-cost step would make the core spin without ever sleeping.

@@ -55,6 +55,14 @@ func CostModels() []CostModel {
 				c.KVCacheTokens = 96 * (paperCalls.PromptTokens - paperCalls.PrefixTokens + 2*paperCalls.OutputTokens)
 			},
 			Workload: paperCalls, Speed: 1},
+		{Name: "kv-preempt", About: "#28's emulator: KV for about 96 of the paper's calls, preempting past it below 256 seats, decode bound by context, twenty times faster steps",
+			Apply: func(c *Config) {
+				c.KVCacheTokens = 96 * (paperCalls.PromptTokens - paperCalls.PrefixTokens + 2*paperCalls.OutputTokens)
+				c.Preempt = true
+				scaleCost(20)(c)
+				c.ContextTokenCost = 3 * time.Nanosecond // 60 ns at the default's pace
+			},
+			Workload: paperCalls, Speed: 20},
 		{Name: "big-prefix", About: "a 10,000-token shared prefix of 12,000 in the prefix cache: little prefill per call",
 			Apply:    func(*Config) {},
 			Workload: Workload{PromptTokens: 12000, PrefixTokens: 10000, OutputTokens: 324}, Speed: 1},

@@ -11,7 +11,9 @@
 // (LRU by prefix id: tokens of a prefix seen before need no prefill) and a
 // KV-cache capacity in tokens (a request reserves its uncached prompt and
 // its output at admission; when that does not fit, it and everything behind
-// it wait, so the engine never preempts).
+// it wait, so the engine never preempts; with Preempt it takes the cache as
+// vLLM's v1 scheduler does and preempts the newest when decodes do not
+// fit).
 //
 // With DataParallel N > 1 there are N such cores (ranks), each with its own
 // scheduler, KV cache, step loop and series, as vLLM data parallel: every

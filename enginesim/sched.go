@@ -28,10 +28,13 @@ type request struct {
 	arrival      time.Duration
 	rank         int // the data-parallel rank it was dispatched to
 
-	state      reqState
-	computed   int // prompt tokens in the KV cache (cached + prefilled)
-	generated  int
-	reserved   int // KV tokens reserved at admission
+	state     reqState
+	computed  int // prompt tokens in the KV cache (cached + prefilled)
+	generated int
+	reserved  int // KV tokens reserved at admission (Preempt: held)
+	// resumed is what it had generated when last preempted (Preempt): its
+	// recompute prefills prompt+resumed tokens and emits no first token.
+	resumed    int
 	admittedAt time.Duration
 	aborted    bool // client left: paid for one more step, then removed
 	steps      int  // steps that included it (tests)
@@ -80,6 +83,7 @@ type batch struct {
 	entries        []batchEntry
 	prefillTokens  int
 	decodeSeqs     int
+	contextTokens  int // KV tokens the decodes attend to
 	scheduledTotal int
 }
 
@@ -89,6 +93,7 @@ type counters struct {
 	steps                        uint64
 	promptTokens, genTokens      uint64
 	prefillTokens                uint64
+	preemptions                  uint64
 	maxRunning                   int
 	busy                         time.Duration // engine time spent stepping
 }
@@ -153,25 +158,31 @@ func (s *sched) schedule(now time.Duration) batch {
 	if s.stallDecode {
 		s.dropStalledAborts(now)
 	}
+	preempted := false
+	if s.cfg.Preempt {
+		preempted = s.preempt()
+	}
 	for _, r := range s.running {
 		if budget == 0 {
 			break
 		}
-		if s.stallDecode && r.computed >= r.prompt {
+		if s.stallDecode && r.computed >= r.fill() {
 			continue
 		}
-		if r.computed < r.prompt {
-			n := min(r.prompt-r.computed, budget)
+		if r.computed < r.fill() {
+			n := min(r.fill()-r.computed, budget)
 			b.entries = append(b.entries, batchEntry{r: r, n: n, prefill: true})
 			b.prefillTokens += n
 			budget -= n
 		} else {
 			b.entries = append(b.entries, batchEntry{r: r, n: 1})
 			b.decodeSeqs++
+			b.contextTokens += r.prompt + r.generated
 			budget--
 		}
 	}
-	for len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs && budget > 0 {
+	// As vLLM's scheduler, no admission in a step that preempted.
+	for !preempted && len(s.waiting) > 0 && len(s.running) < s.cfg.MaxNumSeqs && budget > 0 {
 		r := s.waiting[0]
 		hit := 0
 		if r.prefixID != "" && r.prefixTokens > 0 && s.prefix.touch(r.prefixID, false) {
@@ -181,22 +192,27 @@ func (s *sched) schedule(now time.Duration) batch {
 		// step has logits to sample from.
 		hit = min(hit, r.prompt-1)
 		need := r.prompt - hit + r.target
+		if s.cfg.Preempt {
+			need = r.fill() - hit
+		}
 		if len(s.running) > 0 && s.kvUsed+need > s.cfg.KVCacheTokens {
 			break // FCFS: nobody overtakes the head
 		}
 		s.waiting = s.waiting[1:]
 		// vLLM records prefix-cache queries and hits when a request is
 		// scheduled from waiting, long before any prompt token is counted.
-		s.m.prefixQueries.Add(float64(r.prompt))
+		s.m.prefixQueries.Add(float64(r.fill()))
 		s.m.prefixHits.Add(float64(hit))
 		r.state = stateRunning
 		r.computed = hit
 		r.reserved = need
-		r.admittedAt = now
+		if r.resumed == 0 {
+			r.admittedAt = now
+		}
 		s.kvUsed += need
 		s.running = append(s.running, r)
 		s.c.admitted++
-		n := min(r.prompt-r.computed, budget)
+		n := min(r.fill()-r.computed, budget)
 		b.entries = append(b.entries, batchEntry{r: r, n: n, prefill: true})
 		b.prefillTokens += n
 		budget -= n
@@ -211,13 +227,49 @@ func (s *sched) schedule(now time.Duration) batch {
 	return b
 }
 
+// fill is the tokens a request prefills before it decodes: its prompt, and
+// after a preemption what it had generated too.
+func (r *request) fill() int { return r.prompt + r.resumed }
+
+// preempt frees the KV cache of the newest running requests, as vLLM's
+// scheduler does when a step's decodes find no free block, until every
+// running request past its prefill has room for its next token. A
+// preempted request goes back to the head of the waiting queue and, when
+// admitted again, recomputes its prompt and what it had generated. It
+// reports whether it preempted any.
+func (s *sched) preempt() bool {
+	n := s.c.preemptions
+	decoding := 0
+	for _, r := range s.running {
+		if r.computed >= r.fill() && !s.stallDecode {
+			decoding++
+		}
+	}
+	for len(s.running) > 1 && s.kvUsed+decoding > s.cfg.KVCacheTokens {
+		r := s.running[len(s.running)-1]
+		s.running[len(s.running)-1] = nil
+		s.running = s.running[:len(s.running)-1]
+		if r.computed >= r.fill() && !s.stallDecode {
+			decoding--
+		}
+		s.kvUsed -= r.reserved
+		r.reserved, r.computed = 0, 0
+		r.resumed = r.generated
+		r.state = stateWaiting
+		s.waiting = append([]*request{r}, s.waiting...)
+		s.m.preemptions.Inc()
+		s.c.preemptions++
+	}
+	return s.c.preemptions > n
+}
+
 // dropStalledAborts finishes the aborted requests that wait on a stalled
 // decode. Without a step to ride in, vLLM's scheduler frees them when it
 // processes the abort; so does this.
 func (s *sched) dropStalledAborts(now time.Duration) {
 	kept := s.running[:0]
 	for _, r := range s.running {
-		if r.aborted && r.computed >= r.prompt {
+		if r.aborted && r.computed >= r.fill() {
 			s.finish(r, reasonAbort, now)
 			continue
 		}
@@ -234,7 +286,7 @@ func (s *sched) dropStalledAborts(now time.Duration) {
 // cost prices a step in engine time.
 func (s *sched) cost(b batch) time.Duration {
 	return s.cfg.StepOverhead + time.Duration(b.prefillTokens)*s.cfg.PrefillTokenCost +
-		time.Duration(len(b.entries))*s.cfg.SeqCost
+		time.Duration(len(b.entries))*s.cfg.SeqCost + time.Duration(b.contextTokens)*s.cfg.ContextTokenCost
 }
 
 // complete applies a step that ended at engine time now, with vLLM's
@@ -255,9 +307,15 @@ func (s *sched) complete(b batch, now time.Duration) {
 		if e.prefill {
 			r.computed += e.n
 			s.c.prefillTokens += uint64(e.n)
-			if r.computed >= r.prompt {
+			if r.computed >= r.fill() && r.resumed > 0 {
+				// A recomputed request: its next token, no first token.
 				r.generated++
 				produced = true
+				s.kvGrow(r)
+			} else if r.computed >= r.prompt {
+				r.generated++
+				produced = true
+				s.kvGrow(r)
 				if !r.aborted {
 					s.m.promptTokens.Add(float64(r.prompt))
 					s.c.promptTokens += uint64(r.prompt)
@@ -272,6 +330,7 @@ func (s *sched) complete(b batch, now time.Duration) {
 		} else {
 			r.generated++
 			produced = true
+			s.kvGrow(r)
 		}
 		if r.aborted {
 			continue
@@ -301,6 +360,14 @@ func (s *sched) complete(b batch, now time.Duration) {
 	clear(s.running[len(kept):])
 	s.running = kept
 	s.setGauges()
+}
+
+// kvGrow holds one more KV token for a token r generated (Preempt).
+func (s *sched) kvGrow(r *request) {
+	if s.cfg.Preempt {
+		r.reserved++
+		s.kvUsed++
+	}
 }
 
 func (s *sched) finish(r *request, reason string, now time.Duration) {

@@ -368,3 +368,69 @@ func TestSchedulerKVCapacityMakesNewerWait(t *testing.T) {
 		t.Fatal("second request never admitted after KV freed")
 	}
 }
+
+// With Preempt, KV cache is taken as tokens are computed: both prompts
+// fit at admission, their answers do not, so the newest is preempted,
+// waits at the head of the queue, and recomputes its prompt and what it
+// had generated once the oldest is done. Each answer still gets every
+// token once, and one first token.
+func TestSchedulerPreemptsTheNewestWhenAnswersOutgrowTheCache(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.KVCacheTokens = 1100; c.Preempt = true })
+	a := h.add(500, 0, "", 60)
+	b := h.add(500, 0, "", 60)
+	c := h.add(500, 0, "", 5)
+	h.step()
+	if a.state != stateRunning || b.state != stateRunning || c.state != stateWaiting {
+		t.Fatalf("states %v %v %v: two prompts fit the cache at admission, the third waits", a.state, b.state, c.state)
+	}
+	for b.state == stateRunning {
+		h.step()
+	}
+	if got := h.metric("vllm:num_preemptions_total"); got != 1 {
+		t.Fatalf("preemptions %v, want 1", got)
+	}
+	if h.s.waiting[0] != b || b.resumed == 0 || b.computed != 0 {
+		t.Fatalf("the preempted request must wait at the head with its KV freed (resumed %d, computed %d)", b.resumed, b.computed)
+	}
+	if h.s.kvUsed != a.reserved || a.reserved != a.prompt+a.generated {
+		t.Fatalf("KV used %d, the running request holds %d (prompt %d + %d generated)", h.s.kvUsed, a.reserved, a.prompt, a.generated)
+	}
+	for i := 0; i < 1000 && !(a.state == stateDone && b.state == stateDone && c.state == stateDone); i++ {
+		h.step()
+	}
+	for _, r := range []*request{a, b, c} {
+		if r.state != stateDone || r.generated != r.target {
+			t.Errorf("%s: state %v, %d of %d tokens", r.id, r.state, r.generated, r.target)
+		}
+	}
+	if got := h.metric("vllm:time_to_first_token_seconds"); got != 3 {
+		t.Errorf("%v first tokens observed, want 3: a recompute is no first token", got)
+	}
+	if h.s.kvUsed != 0 {
+		t.Errorf("KV used %d after every request finished", h.s.kvUsed)
+	}
+}
+
+// ContextTokenCost prices each decode by the context it reads: a step of
+// long streams costs more than one of short ones with the same sequences.
+func TestSchedulerContextTokenCostPricesDecodesByTheirContext(t *testing.T) {
+	cost := func(prompt int) time.Duration {
+		h := newHarness(t, func(c *Config) { c.ContextTokenCost = 10 * time.Nanosecond })
+		var last *request
+		for range 4 {
+			last = h.add(prompt, 0, "", 10)
+		}
+		for last.generated == 0 {
+			h.step()
+		}
+		b := h.s.schedule(h.now)
+		if b.decodeSeqs != 4 || b.prefillTokens != 0 {
+			t.Fatalf("%d-token prompts: step of %d decodes and %d prefill tokens, want 4 and 0", prompt, b.decodeSeqs, b.prefillTokens)
+		}
+		return h.s.cost(b)
+	}
+	short, long := cost(100), cost(1100)
+	if want := 4 * 1000 * 10 * time.Nanosecond; long-short != want {
+		t.Errorf("four decodes of 1,000 more context tokens cost %v more, want %v", long-short, want)
+	}
+}

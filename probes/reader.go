@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -49,6 +50,21 @@ type Load struct {
 	PromptTokens, FirstTokens, CachedTokens float64
 }
 
+// Read scrapes t's /metrics as the watchdog's probe does (the same
+// request, limits and checks) and reads the limiter's figures from it.
+// The error names the endpoint and never holds t's API key.
+func (r *Reader) Read(ctx context.Context, t Target) (Load, error) {
+	obs, fams := fetchFamilies(ctx, t)
+	if !obs.OK() {
+		return Load{}, fmt.Errorf("%s: %s", EndpointMetrics, obs.Error)
+	}
+	ld, err := r.load(fams)
+	if err != nil {
+		return Load{}, fmt.Errorf("%s: %w", EndpointMetrics, err)
+	}
+	return ld, nil
+}
+
 // Load parses one scrape into the limiter's figures. Only the waiting
 // gauge is required: without it there is no queue to read.
 func (r *Reader) Load(body io.Reader) (Load, error) {
@@ -56,6 +72,11 @@ func (r *Reader) Load(body io.Reader) (Load, error) {
 	if err != nil {
 		return Load{}, err
 	}
+	return r.load(fams)
+}
+
+func (r *Reader) load(fams map[string]*dto.MetricFamily) (Load, error) {
+	var err error
 	names, _ := r.pick(fams)
 	out := Load{KVUsage: -1, PromptTokens: -1, FirstTokens: -1, CachedTokens: -1}
 	var ok bool

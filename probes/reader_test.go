@@ -1,7 +1,11 @@
 package probes
 
 import (
+	"context"
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -96,5 +100,50 @@ func TestReaderLoadNeedsTheWaitingGauge(t *testing.T) {
 	_, err := r.Load(strings.NewReader("# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 3\n"))
 	if err == nil || !strings.Contains(err.Error(), "llamacpp:requests_deferred") {
 		t.Fatalf("err %v, want one naming llamacpp:requests_deferred", err)
+	}
+}
+
+// The limiter's read goes over HTTP as the watchdog's scrape does: the
+// engine's key sent and never told, every failure naming the endpoint.
+func TestReaderReadsOverHTTP(t *testing.T) {
+	const key = "sk-engine-secret"
+	vllm, _ := configs.ProfileFor(configs.KindVLLM)
+	for _, tc := range []struct {
+		name    string
+		status  int
+		ctype   string
+		body    string
+		want    float64
+		wantErr string
+	}{
+		{"a scrape", 200, "text/plain; version=0.0.4", "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 7\n", 7, ""},
+		{"an engine error", 500, "text/plain", "boom", 0, "/metrics: 500"},
+		{"not a text scrape", 200, "application/json", `{"x":1}`, 0, "/metrics: metrics: unexpected content type"},
+		{"no waiting gauge", 200, "text/plain", "# TYPE other gauge\nother 1\n", 0, "/metrics: metrics: missing vllm:num_requests_waiting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != EndpointMetrics || r.Header.Get("Authorization") != "Bearer "+key {
+					http.Error(w, "wrong request "+r.URL.Path, http.StatusBadRequest)
+					return
+				}
+				w.Header().Set("Content-Type", tc.ctype)
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			r := NewReader(vllm.Metrics, configs.KindVLLM, nil)
+			ld, err := r.Read(context.Background(), Target{URL: srv.URL + "/", APIKey: key})
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatal(err)
+			case tc.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want %q...", err, tc.wantErr)
+			case err != nil && strings.Contains(err.Error(), key):
+				t.Fatalf("the error tells the key: %v", err)
+			case err == nil && ld.Waiting != tc.want:
+				t.Errorf("waiting %v, want %v", ld.Waiting, tc.want)
+			}
+		})
 	}
 }

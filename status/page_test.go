@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -42,7 +42,7 @@ func hungSnapshot() Snapshot {
 		},
 		Incident: &watchdog.Incident{ID: "gpu-node-07-20250601T115657Z-3", Opened: at.Add(-3 * time.Minute),
 			State: watchdog.StateHung, Peak: watchdog.StateHung, Changed: at.Add(-3 * time.Minute)},
-		Recovery: actions.Snapshot{Active: true, Step: "drain", StepAt: at.Add(-10 * time.Second), Drained: true,
+		Recovery: recoverer.Snapshot{Active: true, Step: "drain", StepAt: at.Add(-10 * time.Second), Drained: true,
 			RestartsInWindow: 1, Budget: 3, BudgetWindow: "6h0m0s", LastError: "haproxy: show stat: 3 sessions still open"},
 		Limiter: admission.Stats{Calls: 41200, Executions: 40100, Admitted: 39800, InFlight: 6, Cap: 24,
 			FirstTokenLimit: 2, AwaitingFirstToken: 1, TTFTObjective: 668 * time.Millisecond, QueueDepth: 9, OldestQueued: 14 * time.Second, Recovering: true,
@@ -66,7 +66,7 @@ func noRestarterSnapshot() Snapshot {
 		Node: "gpu-node-03", At: at, Engine: "http://127.0.0.1:8000", Started: at.Add(-time.Hour),
 		Verdict:  watchdog.Verdict{State: watchdog.StateHung, At: at, Reason: "HUNG: no progress for 3m05s with 12 waiting, 6 running"},
 		Incident: &watchdog.Incident{ID: "inc-none", Opened: at.Add(-time.Minute), State: watchdog.StateHung, Peak: watchdog.StateHung},
-		Recovery: actions.Snapshot{Incident: "inc-none", Step: recovery.StepGuardRefused, StepAt: at.Add(-4 * time.Second),
+		Recovery: recoverer.Snapshot{Incident: "inc-none", Step: recovery.StepGuardRefused, StepAt: at.Add(-4 * time.Second),
 			Budget: 3, BudgetWindow: "1h0m0s", NextAttempt: at.Add(19 * time.Second)},
 		Plan: &Plan{Restart: "none", LoadBalancer: "none",
 			Summary: "No restarter is configured (restart.kind none): vigil leaves the engine as it is. No load balancer is configured either, so the host still takes traffic. To recover, restart the engine by hand (or set restart.kind); this incident resolves once it serves again."},
@@ -80,7 +80,7 @@ func recoveredSnapshot() Snapshot {
 	return Snapshot{
 		Node: "gpu-node-04", At: at,
 		Verdict: watchdog.Verdict{State: watchdog.StateHealthy, At: at, Reason: "HEALTHY: 2,340 tok/s"},
-		Recovery: actions.Snapshot{Incident: "inc-old", Step: recovery.StepFailed, StepAt: at.Add(-10 * time.Minute),
+		Recovery: recoverer.Snapshot{Incident: "inc-old", Step: recovery.StepFailed, StepAt: at.Add(-10 * time.Minute),
 			Budget: 3, BudgetWindow: "1h0m0s", RestartsInWindow: 1, LastRestart: at.Add(-12 * time.Minute),
 			NextAttempt: at.Add(-5 * time.Minute), LastError: "engine not ready 20m after the restart"},
 		LastIncident: &watchdog.Incident{ID: "inc-old", Opened: at.Add(-15 * time.Minute), Peak: watchdog.StateHung,
@@ -136,7 +136,7 @@ func TestRenderPage(t *testing.T) {
 		}, []string{"restarts", "of 3", "next attempt", "in 19s", "restarting", "Will restart", "runbook"}},
 		{"a next attempt whose time has passed is due, not hours ago", func() Snapshot {
 			s := hungSnapshot()
-			r := s.Recovery.(actions.Snapshot)
+			r := s.Recovery.(recoverer.Snapshot)
 			r.NextAttempt = t0.Add(-4700 * time.Millisecond)
 			s.Recovery = r
 			return s

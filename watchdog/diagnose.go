@@ -5,15 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
-	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // Report is the outcome of Diagnose: the verdict, its evidence, and the
@@ -112,18 +108,52 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		p, kind = c, c.Kind
 	}
 	n := max(int(window/interval)+1, 2)
-	history := make([]Sample, n)
-	// Samples are taken on schedule, each in its own goroutine: a server
-	// that answers nothing must not stretch a 30 s window into minutes of
-	// timeouts. Each sample's requests are bounded by the interval too, so
-	// the whole run takes about window + interval.
+	// Each sample's requests are bounded by the interval, so the whole run
+	// takes about window + interval.
 	timeout := opts.Engine.RequestTimeout
 	if timeout <= 0 || timeout > interval {
 		timeout = interval
 	}
+	history, model, err := sampleWindow(ctx, p, opts.Engine.Model, now, n, interval, timeout)
+	if err != nil {
+		return Report{}, err
+	}
+	params := diagnoseParams(opts, history)
+	last := history[len(history)-1]
+	v := Classify(history, params, last.At)
+
+	r := Report{
+		State: v.State, Reason: v.Reason, At: v.At, Evidence: v.Evidence,
+		Engine: opts.Engine.URL, Model: model,
+		Window: last.At.Sub(history[0].At), Interval: interval, Samples: n,
+		HangAfter: params.HangAfter, SaturatedWaiting: params.SaturatedWaiting,
+		MaxInFlight: opts.MaxInFlight,
+		RetryStorm:  CheckRetryStorm(history, opts.Watchdog.RetryStorm),
+		Action:      actionFor(v.State, true, opts.Watchdog.DryRun),
+	}
+	if l, ok := LoadOver(history, r.Window); ok {
+		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
+	}
+	r.Lacks = lacking(history)
+	if kind() == configs.KindLlamaCpp {
+		r.Slots, r.SlotsError = readSlots(ctx, pc.Target, timeout)
+	}
+	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
+		r.Notes = append(r.Notes, "the port refuses connections: the engine may still be loading its model (vLLM opens its port only once loaded, and diagnose cannot know when it started); run again in a few minutes or read the engine's log before restarting it")
+	}
+	r.Missing = lastMissing(history)
+	return r, nil
+}
+
+// sampleWindow takes n samples an interval apart and returns them with
+// the model the last probe that knew one asked for. Samples are taken on
+// schedule, each in its own goroutine: a server that answers nothing must
+// not stretch a 30 s window into minutes of timeouts.
+func sampleWindow(ctx context.Context, p Probes, model string, now func() time.Time, n int, interval, timeout time.Duration) ([]Sample, string, error) {
+	history := make([]Sample, n)
+	models := make([]string, n)
 	begin := time.Now()
 	done := make(chan int, n)
-	models := make([]string, n)
 	for i := range n {
 		if i > 0 {
 			wait := time.Until(begin.Add(time.Duration(i) * interval))
@@ -131,14 +161,14 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return Report{}, fmt.Errorf("diagnose: interrupted after %d of %d samples: %w", i, n, ctx.Err())
+				return nil, "", fmt.Errorf("diagnose: interrupted after %d of %d samples: %w", i, n, ctx.Err())
 			case <-t.C:
 			}
 		}
 		at := now()
 		go func() {
 			s := sampleOnce(ctx, p, at, timeout)
-			m := opts.Engine.Model
+			m := model
 			if m == "" {
 				m = s.Models.First()
 			}
@@ -151,23 +181,28 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return Report{}, fmt.Errorf("diagnose: interrupted while the last samples ran: %w", ctx.Err())
+			return nil, "", fmt.Errorf("diagnose: interrupted while the last samples ran: %w", ctx.Err())
 		}
 	}
-	var model string
+	var asked string
 	for _, m := range models {
 		if m != "" {
-			model = m
+			asked = m
 		}
 	}
-	last := history[len(history)-1]
+	return history, asked, nil
+}
+
+// diagnoseParams are the configured thresholds fitted to one short window
+// of samples: no more consecutive failures asked for than were taken, and
+// hang_after: auto learned from these samples and the engine's own figures
+// (its prefill rate, its context length) from the first scrape.
+func diagnoseParams(opts Options, history []Sample) Params {
 	params := ParamsFrom(opts.Watchdog)
-	params.DownAfter = min(max(params.DownAfter, 1), n)
+	params.DownAfter = min(max(params.DownAfter, 1), len(history))
 	params.LastStart = opts.EngineStarted
-	params.RateWindow = last.At.Sub(history[0].At)
+	params.RateWindow = history[len(history)-1].At.Sub(history[0].At)
 	if params.HangAfter == 0 {
-		// auto: what these samples teach, and the engine's own figures
-		// (its prefill rate, its context length) from the first scrape.
 		var l workLog
 		whole := wholeScrapes(history)
 		for i := 2; i <= len(whole); i++ {
@@ -176,178 +211,18 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 		win := autoWindow(whole, &l, params.HangAfterMin, params.HangAfterMax)
 		params.HangAfter, params.WindowWhy, params.WindowFrom = win.D, win.Why, win.From
 	}
-	v := Classify(history, params, last.At)
-
-	r := Report{
-		State: v.State, Reason: v.Reason, At: v.At, Evidence: v.Evidence,
-		Engine: opts.Engine.URL, Model: model,
-		Window: last.At.Sub(history[0].At), Interval: interval, Samples: n,
-		HangAfter: params.HangAfter, SaturatedWaiting: params.SaturatedWaiting,
-		MaxInFlight: opts.MaxInFlight,
-		RetryStorm:  CheckRetryStorm(history, opts.Watchdog.RetryStorm),
-	}
-	if l, ok := LoadOver(history, r.Window); ok {
-		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
-	}
-	r.Lacks = lacking(history)
-	if kind() == configs.KindLlamaCpp {
-		r.Slots, r.SlotsError = readSlots(ctx, pc.Target, timeout)
-	}
-	r.Action = actionFor(v.State, true, opts.Watchdog.DryRun)
-	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
-		r.Notes = append(r.Notes, "the port refuses connections: the engine may still be loading its model (vLLM opens its port only once loaded, and diagnose cannot know when it started); run again in a few minutes or read the engine's log before restarting it")
-	}
-	for i := len(history) - 1; i >= 0; i-- {
-		if m := history[i].Metrics; m.Readable() || len(m.Missing) > 0 {
-			r.Missing = m.Missing
-			break
-		}
-	}
-	return r, nil
+	return params
 }
 
-// WriteText prints the report for a person: the verdict first, then what
-// vigil saw, grouped the way one reasons about an engine at 3 a.m.
-func (r Report) WriteText(w io.Writer) error {
-	ev := r.Evidence
-	var b strings.Builder
-	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
-	row := func(label, format string, a ...any) { line("  %-18s %s", label, fmt.Sprintf(format, a...)) }
-
-	model := ""
-	if r.Model != "" {
-		model = ", model " + r.Model
-	}
-	line("vigil diagnose: %s%s; %d samples over %s, %s", r.Engine, model, r.Samples, humanize.Duration(r.Window), r.At.UTC().Format("2006-01-02 15:04:05 MST"))
-	line("")
-	line("%s (exit %d)", strings.ToUpper(string(r.State)), ExitCode(r.State))
-	line("  %s", r.Reason)
-	line("  vigil run would: %s", r.Action)
-	for _, n := range r.Notes {
-		line("  note: %s", n)
-	}
-	if r.State == StateUnknown && ev.Stalled > 0 && ev.Stalled < r.HangAfter {
-		line("  counters were frozen for %s of the %s hang_after: run again with --window longer than %s to tell hung from slow",
-			humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter), humanize.Duration(r.HangAfter))
-	}
-	line("")
-	line("Engine")
-	row("/v1/models", "%s", ev.Models)
-	row("/health", "%s", ev.Health)
-	row("completion probe", "%s", ev.Probe)
-	if ev.MetricsError != "" {
-		row("/metrics", "unreadable: %s", ev.MetricsError)
-	}
-	if ev.Unanswered > 0 {
-		row("no answer", "for %s from any endpoint (hung as a wedged API server at %s)", humanize.Duration(ev.Unanswered), humanize.Duration(r.HangAfter))
-	}
-	if ev.ProbeFailing != "" {
-		row("probe failing", "%s (not load: check engine.model)", ev.ProbeFailing)
-	}
-	for _, o := range ev.Odd {
-		row("odd", "%s", o)
-	}
-	line("")
-	line("Queue")
-	row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
-	row("running", "%s", humanize.Count(ev.Running))
-	lacks := func(name string) bool { return slices.Contains(r.Lacks, name) }
-	switch {
-	case ev.CompletionsKnown:
-		row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
-	case lacks(probes.MetricRequestSuccess):
-		row("completions/s", "unknown (the engine counts no finished requests; its token rate is under Progress)")
-	default:
-		row("completions/s", "unknown (too few readable scrapes in the window)")
-	}
-	if ev.DrainEstimate > 0 {
-		row("est. drain", "%s", humanize.Estimate(ev.DrainEstimate))
-	}
-	line("")
-	line("Progress over %s", humanize.Duration(ev.Window))
-	row("tokens", "+%s (%s tok/s)", humanize.Count(ev.ProgressDelta), humanize.Count(ev.TokensPerSec))
-	for _, name := range sortedNames(ev.HeartbeatDeltas) {
-		row("heartbeat", "+%s %s", humanize.Count(ev.HeartbeatDeltas[name]), name)
-	}
-	row("since progress", "%s", humanize.Duration(ev.SinceProgress))
-	if ev.HangAfterWhy != "" {
-		row("hang_after", "%s", ev.HangAfterWhy)
-		if ev.HangAfterFrom != "" {
-			row("learned from", "%s", ev.HangAfterFrom)
-		}
-	} else {
-		row("hang_after", "%s (fixed)", humanize.Duration(r.HangAfter))
-	}
-	if ev.Stalled > 0 {
-		row("stalled", "%s with work pending (hung at %s)", humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter))
-	}
-	row("longest gap", "%s between counter moves while work was pending; hang_after (%s) must exceed the longest legitimate one",
-		humanize.Duration(ev.LongestGap), humanize.Duration(r.HangAfter))
-	if ev.CounterReset {
-		row("counters", "reset during the window (engine restarted); re-baselined")
-	}
-	if ev.DecodeStalled > 0 {
-		row("decode", "no decode token for %s while requests got first tokens (hung at %s)", humanize.Duration(ev.DecodeStalled), humanize.Duration(r.HangAfter))
-	}
-	if len(ev.Ranks) > 1 {
-		line("")
-		line("Data-parallel ranks (%d)", len(ev.Ranks))
-		for _, rk := range ev.Ranks {
-			st := "moving"
-			switch {
-			case rk.Hung:
-				st = fmt.Sprintf("HUNG: no progress for %s with work pending", humanize.Duration(rk.Stalled))
-			case rk.Waiting+rk.Running == 0:
-				st = "idle"
-			case rk.Stalled > 0:
-				st = fmt.Sprintf("frozen for %s with work pending (hung at %s)", humanize.Duration(rk.Stalled), humanize.Duration(r.HangAfter))
-			}
-			row("rank "+rk.Rank, "%s waiting, %s running; %s", humanize.Count(rk.Waiting), humanize.Count(rk.Running), st)
+// lastMissing is the configured metrics the last scrape that said anything
+// (readable, or unreadable for want of them) lacked.
+func lastMissing(history []Sample) []string {
+	for i := len(history) - 1; i >= 0; i-- {
+		if m := history[i].Metrics; m.Readable() || len(m.Missing) > 0 {
+			return m.Missing
 		}
 	}
-	line("")
-	line("Capacity")
-	switch {
-	case r.Slots != nil:
-		row("slots", "%d, %d processing (llama.cpp's /slots: the most it runs at once)", r.Slots.Total, r.Slots.Processing)
-	case r.SlotsError != "":
-		row("slots", "unknown (%s)", r.SlotsError)
-	}
-	if l := r.Load; l != nil {
-		row("in flight", "%s (Little's law: %s completions/s x %s mean latency)", humanize.Count(l.InFlight), humanize.Count(l.CompletionsPerSec), humanize.Duration(l.MeanLatency))
-		row("executing", "%s at once (latency less %s of queue time in the engine)", humanize.Count(l.Executing), humanize.Duration(l.MeanQueue))
-		cap := capWords(r.MaxInFlight)
-		if l.Saturated {
-			row("recommended cap", "max_in_flight %d: more only queues inside the engine (configured: %s)", l.RecommendedCap, cap)
-		} else {
-			row("recommended cap", "not judged: the engine did not queue in the window, so this is demand, not capacity (configured: %s)", cap)
-		}
-	} else if lacks(probes.MetricE2ELatencyCount) {
-		row("in flight", "unknown (the engine exports no request latency histogram for Little's law)")
-		if s := r.Slots; s != nil {
-			row("recommended cap", "max_in_flight %d: the engine's slots; more only queues inside it (configured: %s)", s.Total, capWords(r.MaxInFlight))
-		}
-	} else {
-		row("in flight", "unknown (no request completed in the window)")
-	}
-	switch rs := r.RetryStorm; {
-	case rs.Alarm:
-		row("retry storm", "ALARM: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f): the engine prefills for clients that left",
-			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
-	case rs.Judged:
-		row("retry storm", "no: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f)",
-			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
-	case lacks(probes.MetricPrefixCacheQueries) || lacks(probes.MetricPromptTokens):
-		row("retry storm", "not judged (the engine exports no prompt-token or prefix-cache query counter)")
-	default:
-		row("retry storm", "not judged (too little traffic in the window)")
-	}
-	if len(r.Missing) > 0 {
-		line("")
-		line("Metrics the engine does not export (check engine.metrics): %s", strings.Join(r.Missing, ", "))
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return nil
 }
 
 func sortedNames(m map[string]float64) []string {

@@ -294,21 +294,7 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	w.cycleMu.Lock()
 	defer w.cycleMu.Unlock()
 	now := w.now()
-	var before LimiterLoad
-	if w.opts.LimiterLoad != nil {
-		before = w.opts.LimiterLoad()
-	}
-	s := sampleOnce(ctx, w.probes, now, w.opts.Engine.RequestTimeout)
-	if w.opts.LimiterLoad != nil {
-		// Read on both sides of the scrape: calls that finish or start
-		// while it runs are in the engine's gauges and in one of the two
-		// readings, so work the limiter sent is never taken for work sent
-		// around it.
-		l := w.opts.LimiterLoad()
-		l.InFlight = max(l.InFlight, before.InFlight)
-		l.LongestPrompt = max(l.LongestPrompt, before.LongestPrompt)
-		s.Limiter = &l
-	}
+	s := w.sample(ctx, now)
 	if ctx.Err() != nil {
 		// Shutting down mid-sample: the probes saw our own cancellation,
 		// not the engine. Record nothing.
@@ -316,8 +302,59 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 		return v
 	}
 	w.observeSample(&s)
+	o := w.judge(s, now)
 
+	// The next completion probe runs while we wait for the next cycle.
+	model := w.opts.Engine.Model
+	if model == "" {
+		model = s.Models.First()
+	}
+	w.probes.StartCompletion(model)
+
+	if o.save {
+		w.persist(o.snapshot)
+		w.savedAt = now
+	}
+	w.tell(ctx, now, o)
+	return o.v
+}
+
+// sample takes the cycle's sample, with the limiter's counts read on both
+// sides of the scrape: calls that finish or start while it runs are in
+// the engine's gauges and in one of the two readings, so work the limiter
+// sent is never taken for work sent around it.
+func (w *Watchdog) sample(ctx context.Context, now time.Time) Sample {
+	if w.opts.LimiterLoad == nil {
+		return sampleOnce(ctx, w.probes, now, w.opts.Engine.RequestTimeout)
+	}
+	before := w.opts.LimiterLoad()
+	s := sampleOnce(ctx, w.probes, now, w.opts.Engine.RequestTimeout)
+	l := w.opts.LimiterLoad()
+	l.InFlight = max(l.InFlight, before.InFlight)
+	l.LongestPrompt = max(l.LongestPrompt, before.LongestPrompt)
+	s.Limiter = &l
+	return s
+}
+
+// cycleOutcome is what one cycle's judgement leaves for the rest of the cycle
+// to tell and keep.
+type cycleOutcome struct {
+	v, prev                 Verdict
+	inc                     *Incident
+	first, opened, resolved bool
+	// busy: a recovery is under way.
+	busy bool
+	// snapshot is the state to persist, when save.
+	snapshot persisted
+	save     bool
+}
+
+// judge adds s to the history, classifies it, and moves the incident on,
+// all under mu: the history, the pace learned, the window held, the
+// cycle's speed and the verdict change together.
+func (w *Watchdog) judge(s Sample, now time.Time) cycleOutcome {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.history = append(w.history, s)
 	if s.Models.OK() {
 		w.lastReady = now
@@ -346,38 +383,33 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	// samples that would push its "frozen since" out).
 	w.fast = sc.last == sc.lastReadable && sc.last.Metrics.Metrics.Waiting+sc.last.Metrics.Metrics.Running > 0 && v.State != StateHung
 	w.history = trim(w.history, &sc, now, w.retention())
-	busy := w.opts.Recoverer != nil && w.opts.Recoverer.Busy()
-	v.Recovering = busy
-	if busy {
+	o := cycleOutcome{busy: w.opts.Recoverer != nil && w.opts.Recoverer.Busy()}
+	v.Recovering = o.busy
+	if o.busy {
 		// An endpoint that misbehaves while vigil drains or restarts the
 		// engine is vigil's doing (the old process it stopped): no oddity
 		// of the engine's, on a page, /status or in the log.
 		v.Evidence.Odd = nil
 	}
-	inc, opened, resolved := w.tracker.observe(v, busy, w.opts.UnknownAfter, w.opts.CalmFor, w.opts.Node)
-	prev, first := w.current, !w.cycled
+	o.inc, o.opened, o.resolved = w.tracker.observe(v, o.busy, w.opts.UnknownAfter, w.opts.CalmFor, w.opts.Node)
+	o.v, o.prev, o.first = v, w.current, !w.cycled
 	w.current, w.cycled = v, true
-	snapshot := persisted{tracker: w.tracker, LastReady: w.lastReady, History: w.history, Work: w.work, Held: w.held}
+	o.snapshot = persisted{tracker: w.tracker, LastReady: w.lastReady, History: w.history, Work: w.work, Held: w.held}
 	// Fast cycles persist at most once an interval: the state file is
 	// what a restart of vigil resumes from, and an interval's samples
 	// more or less change nothing of it; an incident opening or resolving
 	// is saved at once.
-	save := !wasFast || first || opened || resolved || !now.Before(w.savedAt.Add(w.interval))
-	w.mu.Unlock()
+	o.save = !wasFast || o.first || o.opened || o.resolved || !now.Before(w.savedAt.Add(w.interval))
+	return o
+}
 
-	// The next completion probe runs while we wait for the next cycle.
-	model := w.opts.Engine.Model
-	if model == "" {
-		model = s.Models.First()
-	}
-	w.probes.StartCompletion(model)
-
-	if save {
-		w.persist(snapshot)
-		w.savedAt = now
-	}
-	w.metrics.verdict(v, opened)
-	w.logVerdict(prev, v, inc, first, opened, resolved)
+// tell passes the cycle's verdict on: metrics, the log, the retry-storm
+// alarm, the pager, the conditions, the limiter, the recovery, and last
+// the loop's heartbeat.
+func (w *Watchdog) tell(ctx context.Context, now time.Time, o cycleOutcome) {
+	v, inc := o.v, o.inc
+	w.metrics.verdict(v, o.opened)
+	w.logVerdict(o.prev, v, inc, o.first, o.opened, o.resolved)
 	if w.opts.Watchdog.RetryStorm.Enabled {
 		w.checkStorm()
 	}
@@ -389,18 +421,17 @@ func (w *Watchdog) Cycle(ctx context.Context) Verdict {
 	if w.opts.Conditions != nil {
 		// After Observe: a condition that pages goes to the incident's
 		// thread the verdict just opened or kept.
-		w.opts.Conditions.Conditions(now, conds, busy)
+		w.opts.Conditions.Conditions(now, conds, o.busy)
 	}
 	if w.opts.Limiter != nil {
 		w.opts.Limiter.SetSaturated(saturatedForLimiter(v, inc))
 	}
-	if v.State.NeedsRecovery() && inc.Open() && w.opts.Recoverer != nil && !busy {
+	if v.State.NeedsRecovery() && inc.Open() && w.opts.Recoverer != nil && !o.busy {
 		w.recover(ctx, *inc, v)
 	}
 	if w.opts.OnCycle != nil {
 		w.opts.OnCycle(v)
 	}
-	return v
 }
 
 // Thresholds returns the thresholds in force.

@@ -274,6 +274,7 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 	// floor in the first second of a fast engine, before two readings had
 	// come, and the limit then took most of a run to come back down.
 	a.gate.long = !a.prefill.short()
+	a.gate.prefilled = a.prefill.prefilled()
 	a.streams = true
 	gated := a.gate.observe(admitted, ttft, now, a.cap())
 	if admitted.Before(a.lastChange) {
@@ -443,135 +444,22 @@ func (a *autoLimit) observeLoad(g EngineLoad, now time.Time) bool {
 }
 
 // maybeUpdate closes the window when it holds enough evidence and applies
-// the control law; it reports whether the cap changed.
+// the control law; it reports whether the cap changed. The steps are in
+// law.go.
 func (a *autoLimit) maybeUpdate(now time.Time) bool {
-	age := now.Sub(a.winStart)
-	enough := a.samples >= windowMinSamples || a.gauges >= windowMinGauges
-	if !(enough && age >= windowMin) && !(age >= windowMax && a.samples+a.gauges > 0) {
+	if !a.windowDone(now) {
 		return false
 	}
-	p90 := a.ttfts.p90()
-	target := a.gate.objective()
-	var w, r float64
-	if a.gauges > 0 {
-		w, r = a.waiting/float64(a.gauges), a.running/float64(a.gauges)
-	}
-	tolerance := queueTolerance
-	if len(a.ttfts) == 0 {
-		tolerance = max(tolerance, queueShare*r)
-	}
-	kv := -1.0
-	if a.kvN > 0 {
-		kv = a.kvSum / float64(a.kvN)
-	}
-	backlog := a.prefill.backlog(w, r, kv)
-	a.backlog = backlog > 0 && w <= backlog
-	tolerance = max(tolerance, backlog)
-	queued := w > tolerance
-	// TTFT is the first-token limit's to keep while it can (at its floor
-	// it cannot: the engine is slow to first token even one prefill at a
-	// time, and only fewer answers in flight beside it help).
-	ttftRules := a.gate.atFloor()
-	slow := ttftRules && target > 0 && len(a.ttfts) >= ttftMin && p90 > target
-	knee := max((1+kneeSlack)*a.svcMin, a.svcMin+kneeFloor.Seconds())
-	kneeJudges := a.kneeJudges()
-	pastKnee := kneeJudges && a.svcFresh && a.svc > knee
-	a.svcFresh = false
-	ceiling, near := a.deadlineCeiling()
-	late := near && a.limit > ceiling
-	if queued || (len(a.ttfts) > 0 && w > 0 && !a.prefill.measuredShort()) {
-		// The engine has started to queue: near its capacity, probe gently.
-		// Streamed answers' first tokens wait out any queue, so for them
-		// the first request waiting ends the probing, a prefill backlog
-		// too: probing on through one (x1.25 a window, before the TTFT of
-		// each step shows) runs the cap far past what the engine
-		// prefills in time, where growing a turnover at a time does not
-		// (docs/design.md, the law's measurements). Unless the counters
-		// say the prompts are short: those are admitted several a step,
-		// and one waiting is a request between two steps, not a backlog;
-		// ended there, the cap crept up a turnover at a time from 68 to
-		// 100 over 5 min of 50 s answers (decode-bound) where 128 served
-		// best at a time scale the benchmark's machine could not carry;
-		// measured right the best is 256, which the cap reaches. Their
-		// first tokens near the objective stop it instead.
-		a.probing = false
-	}
+	ev := a.evidence()
+	a.endProbing(ev)
 	old := a.limit
-	switch {
-	case queued || slow || pastKnee || late || a.drops > 0:
-		next := a.limit
-		if slow || pastKnee || late || a.drops > 0 {
-			f := 0.9
-			if pastKnee {
-				f = min(f, knee/a.svc)
-			}
-			if late {
-				f = min(f, ceiling/a.limit)
-			}
-			if slow {
-				f = min(f, target/p90)
-			}
-			next = a.limit * max(0.5, f)
-		}
-		if queued {
-			// To what the engine runs, not by a ratio: the queue lasts
-			// until answers free the seats, so the same evidence comes
-			// back window after window, and a ratio would compound.
-			next = min(next, max(0.5*a.limit, r+backlog))
-		}
-		a.limit = max(autoMin, next)
-		a.probing = false
-	case (a.hold && !a.backlog) || !a.demand:
-		// Held while the watchdog says saturated, unless what it saw is a
-		// prefill backlog on an engine with room (see tighten).
-	case a.samples == 0 && a.finished == 0:
-		// Nothing started or finished: no sign the engine is moving (it
-		// may be hung), so no reason to send it more. Any answer counts
-		// here, whenever admitted: answers as long as a minute would
-		// otherwise allow one step per minute.
-	case target > 0 && p90 > growBand*target:
-		// First tokens near the objective: more in flight only makes each
-		// engine step longer, whichever limit cuts when they pass it. Only
-		// at the first-token limit's floor did this hold the cap: above it
-		// the cap grew while the limit shrank, on an engine whose first
-		// tokens wait on its steps, not on each other's prefill
-		// (decode-bound: the cap ran to 233, the p99 first token to 1.5 s,
-		// though much of that lateness was the benchmark's machine).
-	case kneeJudges && a.svc > growBand*knee:
-		// Near the knee: more in flight would only slow every answer.
-	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
-		// The engine's queue is readable but was not read this window.
-	case a.probing && a.streams && len(a.ttfts) == 0:
-		// Probing over streams: no first token yet of those admitted
-		// since the last growth, so no evidence of what it did. Growth
-		// waits for it, at the engine's pace: a window is a fraction of
-		// a second, and on an engine whose prefill takes seconds x1.25 a
-		// window ran the cap to many times what the engine prefills in
-		// time before its first token showed.
-	case a.probing || ceiling > 0:
-		// Start-up, or a known ceiling (the clients' deadlines) that
-		// already bounds the step: no need to creep up a turnover at a time.
-		a.limit = min(autoMax, max(a.limit+1, a.limit*probeGain))
-	default:
-		a.limit = min(autoMax, a.limit+turnoverGain*float64(a.finished))
+	if ev.congested() {
+		a.cut(ev)
+	} else {
+		a.grow(ev, now)
 	}
-	if bound := ceiling; bound > 0 && a.limit > old {
-		if !near && a.gauges > 0 && w == 0 {
-			bound *= roomyStretch
-		}
-		a.limit = max(old, min(a.limit, bound))
-	}
-	changed := a.cap() != int(math.Round(old))
-	if a.limit != old {
-		a.lastChange = now
-		a.demand = false
-		a.ttfts = a.ttfts[:0]
-	}
-	a.winStart = now
-	a.samples, a.finished, a.drops, a.gauges = 0, 0, 0, 0
-	a.waiting, a.running = 0, 0
-	a.kvSum, a.kvN = 0, 0
-	return changed
+	a.boundGrowth(ev, old)
+	return a.closeWindow(old, now)
 }
 
 // tighten is the watchdog's "saturated" verdict: the engine's own queue is

@@ -900,3 +900,31 @@ func TestStreamsJudgedByTheirFirstTokensPassTheKnee(t *testing.T) {
 		})
 	}
 }
+
+// The automatic cap hands the first-token limit what the engine's
+// counters say the prompts prefill (12,000-token prompts, 2,000 of them a
+// cached prefix: 10,000), so over long prompts ttft_target: auto is twice
+// the light-load prefill of them: lone first tokens of 334 ms, then 500 ms
+// as a batch grows beside them, make 668 ms (issue #43).
+func TestTheAutomaticCapTellsTheObjectiveThePromptsLength(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newAutoLimit(autoObjective, 0, t0)
+	at := t0
+	var prompt, first, cached float64
+	feed := func(n int, ttft time.Duration) {
+		for range n {
+			at = at.Add(ttft)
+			prompt, first, cached = prompt+12000, first+1, cached+2000
+			a.observeLoad(EngineLoad{Running: 1, KVUsage: 0.1, PromptTokens: prompt, FirstTokens: first, CachedTokens: cached}, at)
+			a.observeTTFT(at.Add(-ttft), ttft, at)
+		}
+	}
+	feed(4*ttftMin, 334*time.Millisecond)
+	feed(4*ttftMin, 500*time.Millisecond)
+	if got := a.gate.prefilled; math.Abs(got-10000) > 1e-6 {
+		t.Fatalf("the first-token limit was told %v tokens prefilled a prompt, want 10000", got)
+	}
+	if got := time.Duration(a.gate.objective() * float64(time.Second)).Round(time.Millisecond); got != 668*time.Millisecond {
+		t.Errorf("objective %v, want 668ms: twice the light-load prefill of 10,000 tokens", got)
+	}
+}

@@ -71,19 +71,27 @@ const (
 	turnRelax = 0.05
 
 	// autoObjectiveFloor and autoObjectiveTurns make the objective of
-	// ttft_target: auto (see objective): a first token within
-	// autoObjectiveTurns of the engine's own prefill time (turn), at least
-	// autoObjectiveFloor. Twice the prefill: a stream may wait for one
-	// prefill ahead of it and no more, which is what any queue in front
-	// of a busy engine costs; a tighter objective is one the engine only
-	// meets idle. The floor is the one figure here about people, not
-	// engines: an interactive first token (MLPerf's interactive scenario
-	// asks 450 ms of a 70B model; the paper bench/goodput follows, 689
-	// ms). Below it, twice a short prompt's prefill (a step or two) would
-	// hold the batch far under what the engine runs well within any
-	// first-token objective people set; far above it, the cap trades
-	// first tokens for answers (docs/design.md, the objective). Figures:
-	// bench/README.md, "Figures once kept in code comments", the floor.
+	// ttft_target: auto (see objective). Over long prompts (longPrompt
+	// tokens or more to prefill each, the engine's counters say), what
+	// people wait for their first token is the engine's own prefill of
+	// them, which grows with the prompt: autoObjectiveTurns of it, as the
+	// engine prefills them at light load (leanTurn), so a stream may wait
+	// for one prefill ahead of it and no more. At light load, not at the
+	// batch the cap makes: a lone prefill beside a batch of long streams
+	// takes longer as the batch grows, and an objective that followed it
+	// let the cap grow the batch that slowed it. Without a floor in wall
+	// time: on an engine twenty times faster 500 ms is twenty such
+	// objectives, and the cap ran to the engine's KV limit with first
+	// tokens far past them (#43; docs/design.md, the objective).
+	// Otherwise the larger of autoObjectiveFloor and autoObjectiveTurns of
+	// the engine's prefill time (turn; the floor until it is known). The
+	// floor is the one figure here about people, not engines: an
+	// interactive first token (MLPerf's interactive scenario asks 450 ms
+	// of a 70B model; the paper bench/goodput follows, 689 ms). Below it,
+	// twice a short prompt's prefill (a step or two) would hold the batch
+	// far under what the engine runs well within any first-token objective
+	// people set. Figures: bench/README.md, "Figures once kept in code
+	// comments", the floor, and "Goodput past the knee".
 	autoObjectiveFloor = 500 * time.Millisecond
 	autoObjectiveTurns = 2.0
 )
@@ -129,6 +137,13 @@ type firstTokenGate struct {
 	// turnRelax per first token. It sets the pace of the law's hold and
 	// floor (see hold, floor).
 	turn float64
+	// prefilled: the mean prompt tokens the streams' prompts prefill, their
+	// cached prefix aside (0: unknown); the autoLimit sets it from the
+	// engine's counters. leanTurn is the least prefill time a prefilled
+	// token seen at one stream (seconds; 0: unknown): the engine's
+	// prefill at light load, for prompts of any length.
+	prefilled float64
+	leanTurn  float64
 }
 
 func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
@@ -143,12 +158,17 @@ func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
 }
 
 // objective is the TTFT objective in force (seconds; 0: none): the
-// configured ttft_target, or with auto the larger of autoObjectiveFloor
-// and autoObjectiveTurns of the engine's prefill time (turn; the floor
-// until it is known).
+// configured ttft_target, or with auto autoObjectiveTurns of the engine's
+// light-load prefill of the long prompts in flight (see
+// autoObjectiveFloor), else the larger of autoObjectiveFloor and
+// autoObjectiveTurns of the engine's prefill time (turn; the floor until
+// it is known).
 func (g *firstTokenGate) objective() float64 {
 	if !g.auto {
 		return g.target
+	}
+	if g.prefilled >= longPrompt && g.leanTurn > 0 {
+		return autoObjectiveTurns * g.leanTurn * g.prefilled
 	}
 	return AutoObjective(time.Duration(g.turn * float64(time.Second))).Seconds()
 }
@@ -198,6 +218,9 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 			g.turn = mean
 		} else {
 			g.turn += turnRelax * (mean - g.turn)
+		}
+		if g.prefilled > 0 && (g.leanTurn == 0 || mean/g.prefilled < g.leanTurn) {
+			g.leanTurn = mean / g.prefilled
 		}
 	}
 	old := g.bound()

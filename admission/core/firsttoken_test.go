@@ -430,3 +430,47 @@ func TestTheFirstTokenLimitJudgesByTheAutomaticObjective(t *testing.T) {
 		t.Errorf("ttft_target 0: limit %d, objective %vs; want none", none.bound(), none.objective())
 	}
 }
+
+// Over long prompts (the engine's counters tell their prefill), ttft_target:
+// auto is twice the engine's light-load prefill of the prompts in flight,
+// whatever a lone prefill does as the batch beside it grows, and on any
+// engine's pace: the issue #43 engine, twenty times faster, read the 500
+// ms floor, twenty of its prefills, and its first tokens ran far past
+// what its users wait. Short prompts keep the floor.
+func TestTheAutomaticObjectiveFollowsThePromptsNotTheBatch(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	feed := func(g *firstTokenGate, n int, ttft time.Duration, from time.Time) time.Time {
+		at := from
+		for range n {
+			at = at.Add(ttft)
+			g.observe(at.Add(-ttft), ttft, at, 64)
+		}
+		return at
+	}
+	for _, tc := range []struct {
+		name      string
+		prefilled float64
+		lone      []time.Duration // mean lone first tokens as the batch grows
+		want      time.Duration
+	}{
+		{"the paper's call beside a growing batch", 10000,
+			[]time.Duration{334 * time.Millisecond, 400 * time.Millisecond, 450 * time.Millisecond, 500 * time.Millisecond}, 668 * time.Millisecond},
+		{"the same on an engine twenty times faster", 10000,
+			[]time.Duration{17 * time.Millisecond, 25 * time.Millisecond, 40 * time.Millisecond}, 34 * time.Millisecond},
+		{"a prefill-bound engine", 10000, []time.Duration{962 * time.Millisecond, 1200 * time.Millisecond}, 1924 * time.Millisecond},
+		{"a chat prompt: the floor", 2000, []time.Duration{60 * time.Millisecond, 90 * time.Millisecond}, autoObjectiveFloor},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newFirstTokenGate(autoObjective, t0)
+			g.prefilled = tc.prefilled
+			at := t0
+			for _, d := range tc.lone {
+				at = feed(&g, 4*ttftMin, d, at)
+			}
+			got := time.Duration(g.objective() * float64(time.Second)).Round(100 * time.Microsecond)
+			if got != tc.want {
+				t.Errorf("objective %v after lone first tokens of %v, want %v", got, tc.lone, tc.want)
+			}
+		})
+	}
+}

@@ -100,6 +100,15 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 	m.readings++
 }
 
+// prefilled is the mean prompt tokens prefilled lately a prompt, its
+// cached prefix aside; 0 while the counters have not told.
+func (m *prefillMeter) prefilled() float64 {
+	if m.dFirst <= 0 {
+		return 0
+	}
+	return m.dPrompt / m.dFirst
+}
+
 // long reports whether the prompts prefilled lately are long (longPrompt
 // tokens or more prefilled on average, their cached prefix aside): each
 // needs a step's token budget of its own, so two never share a step.

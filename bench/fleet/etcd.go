@@ -3,117 +3,17 @@ package main
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// etcdServer is the one etcd of the fleet: its client URL and a way to
-// restart it on the same address and data.
-type etcdServer interface {
-	Endpoint() string
-	// Restart kills etcd and starts it again after down.
-	Restart(down time.Duration) error
-}
-
-// localEtcd is etcd run by this bench on loopback (as internal/testinfra
-// runs it for the tests: short heartbeat and election, so leases of a few
-// seconds expire on time).
-type localEtcd struct {
-	bin, dir, client, peer string
-	cmd                    *exec.Cmd
-	exited                 chan error
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func startEtcd(dir string) (*localEtcd, error) {
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		return nil, fmt.Errorf("etcd: %w (install etcd-server or pass -etcd)", err)
-	}
-	c, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	p, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	e := &localEtcd{bin: bin, dir: dir, client: "http://" + c, peer: "http://" + p}
-	return e, e.start()
-}
-
-func (e *localEtcd) start() error {
-	e.cmd = exec.Command(e.bin, "--name", "fleet", "--data-dir", filepath.Join(e.dir, "data"),
-		"--listen-client-urls", e.client, "--advertise-client-urls", e.client,
-		"--listen-peer-urls", e.peer, "--initial-advertise-peer-urls", e.peer,
-		"--initial-cluster", "fleet="+e.peer, "--heartbeat-interval", "50", "--election-timeout", "250",
-		"--log-level", "warn")
-	logf, err := os.OpenFile(filepath.Join(e.dir, "etcd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := e.cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("etcd: %w", err)
-	}
-	e.exited = make(chan error, 1)
-	go func() { e.exited <- e.cmd.Wait(); logf.Close() }()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(e.client + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case err := <-e.exited:
-			e.exited <- err
-			return fmt.Errorf("etcd exited (%v); see %s", err, filepath.Join(e.dir, "etcd.log"))
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd not ready after 15s; see %s", filepath.Join(e.dir, "etcd.log"))
-		}
-	}
-}
-
-func (e *localEtcd) Endpoint() string { return e.client }
-
-func (e *localEtcd) Stop() {
-	_ = e.cmd.Process.Kill()
-	e.exited <- <-e.exited
-}
-
-func (e *localEtcd) Restart(down time.Duration) error {
-	e.Stop()
-	time.Sleep(down)
-	return e.start()
-}
 
 // cutProxy is one member's own way to etcd: a loopback TCP proxy that can
 // be cut (every connection closed, new ones refused) and healed, so a

@@ -10,11 +10,13 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -293,9 +295,9 @@ func (b lb) Drain(context.Context) error          { b.setOut(true); return nil }
 func (b lb) Ready(context.Context) error          { b.setOut(false); return nil }
 func (b lb) SetWeight(context.Context, int) error { return nil }
 func (b lb) String() string                       { return fmt.Sprintf("in-memory balancer node%d", b.i) }
-func (b lb) State(context.Context) (actions.LBState, error) {
+func (b lb) State(context.Context) (balancer.State, error) {
 	out := b.f.isOut(b.i)
-	return actions.LBState{Known: true, Self: actions.ServerStatus{Backend: "fleet", Server: fmt.Sprintf("node%d", b.i),
+	return balancer.State{Known: true, Self: balancer.ServerStatus{Backend: "fleet", Server: fmt.Sprintf("node%d", b.i),
 		Status: map[bool]string{true: "DRAIN", false: "UP"}[out], Drained: out, Weight: 100, InitialWeight: 100}}, nil
 }
 
@@ -318,11 +320,11 @@ func (e engine) Restart(context.Context) error {
 	return nil
 }
 
-func (e engine) Status(context.Context) (actions.EngineStatus, error) {
+func (e engine) Status(context.Context) (restarter.EngineStatus, error) {
 	e.f.mu.Lock()
 	defer e.f.mu.Unlock()
 	n := e.f.nodes[e.i]
-	return actions.EngineStatus{Known: true, StartedAt: n.startedAt, StartID: fmt.Sprint(n.startID)}, nil
+	return restarter.EngineStatus{Known: true, StartedAt: n.startedAt, StartID: fmt.Sprint(n.startID)}, nil
 }
 
 func (e engine) String() string { return fmt.Sprintf("stand-in engine node%d", e.i) }
@@ -330,7 +332,7 @@ func (e engine) String() string { return fmt.Sprintf("stand-in engine node%d", e
 func (e engine) ready(context.Context) error {
 	switch e.f.engineOf(e.i) {
 	case hung:
-		return actions.Stuck(errors.New("probe outstanding"))
+		return recoverer.Stuck(errors.New("probe outstanding"))
 	case loading:
 		return errors.New("loading")
 	}
@@ -347,7 +349,7 @@ type member struct {
 	// The current vigil run; a restarted vigil replaces them.
 	mu      sync.Mutex
 	sem     *coord.Semaphore
-	rec     *actions.Recovery
+	rec     *recoverer.Recovery
 	cancel  context.CancelFunc
 	runCtx  context.Context
 	done    sync.WaitGroup
@@ -374,7 +376,7 @@ func (m *member) start(endpoint string) error {
 	lbCfg := configs.LoadBalancer{Kind: "haproxy", DrainTimeoutHung: 200 * time.Millisecond, RampWeights: []int{100}}
 	rsCfg := configs.Restart{Kind: "docker", Budget: 1000, BudgetWindow: time.Hour, ReadyTimeout: time.Minute}
 	eng := engine{m.f, m.i}
-	rec, err := actions.NewRecovery(actions.RecoveryOptions{
+	rec, err := recoverer.New(recoverer.Options{
 		LoadBalancer: lbCfg, Restart: rsCfg,
 		Drainer: lb{m.f, m.i}, Restarter: eng, Ready: eng.ready, Store: m.store,
 		Coordinator: m.f.coordinator(sem, m), TurnWait: time.Minute,

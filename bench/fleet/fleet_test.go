@@ -8,19 +8,6 @@ import (
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
-// testEtcd is the tests' etcd (internal/testinfra) as the fleet's.
-type testEtcd struct {
-	t *testing.T
-	e *testinfra.Etcd
-}
-
-func (x testEtcd) Endpoint() string { return x.e.Endpoint }
-
-func (x testEtcd) Restart(down time.Duration) error {
-	x.e.Restart(x.t, down)
-	return nil
-}
-
 func scenarioNamed(t *testing.T, name string) scenario {
 	for _, s := range scenarios {
 		if s.name == name {
@@ -75,7 +62,7 @@ func runFleet(t *testing.T, name string, tweak func(*params)) result {
 	if tweak != nil {
 		tweak(&p)
 	}
-	res, err := runScenario(t.Context(), p, scenarioNamed(t, name), testEtcd{t, e}, 1, 2*time.Minute, t.Output())
+	res, err := runScenario(t.Context(), p, scenarioNamed(t, name), e, 1, 2*time.Minute, t.Output())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // against one real etcd: each member has the real pool coordinator
 // (pool/coord: the turns, the member directory, the min_serving floor
 // over the peers it finds there) and the real recovery sequence
-// (actions.Recovery), over a stand-in engine (hangs, restarts, loads) and
+// (recoverer.Recovery), over a stand-in engine (hangs, restarts, loads) and
 // one in-memory load balancer that sees every member. An observer checks,
 // at every change of the balancer, the members serving against
 // min_serving and the members out of rotation against
@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/bench/harness"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/util/humanize"
 )
 
@@ -82,14 +83,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	etcd, err := startEtcd(dir)
+	etcd, err := testinfra.LaunchEtcd(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "fleet: %v\n", err)
 		return 1
 	}
 	defer etcd.Stop()
 	fmt.Fprintf(stdout, "etcd %s; lease TTL %s; engine load after restart %s; a scenario minute is %s; max_concurrent_recoveries N/10, min_serving N/2\n\n",
-		etcd.Endpoint(), *lease, *restartFor, minute)
+		etcd.Endpoint, *lease, *restartFor, minute)
 	var all []result
 	failed := false
 	for r := range *runs {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/state"
 )
@@ -68,7 +69,7 @@ var scenarios = []scenario{
 			wg.Go(func() {
 				m.stop()
 				time.Sleep(300 * time.Millisecond)
-				if err := m.start(r.etcd.Endpoint()); err != nil {
+				if err := m.start(r.etcd.Endpoint); err != nil {
 					r.errf("restart %s: %v", m.name(), err)
 				}
 			})
@@ -91,7 +92,7 @@ type runner struct {
 	p       params
 	f       *fleet
 	members []*member
-	etcd    etcdServer
+	etcd    *testinfra.Etcd
 	rng     *rand.Rand
 	// stderr, if set, is told every 5 s of a slow return who holds and
 	// who waits, and where the members out of rotation are.
@@ -175,7 +176,7 @@ type result struct {
 
 // runScenario starts the fleet's vigils against etcd, runs sc, and waits
 // until every member serves again (or within).
-func runScenario(ctx context.Context, p params, sc scenario, etcd etcdServer, seed uint64, within time.Duration, stderr io.Writer) (result, error) {
+func runScenario(ctx context.Context, p params, sc scenario, etcd *testinfra.Etcd, seed uint64, within time.Duration, stderr io.Writer) (result, error) {
 	p.proxied = sc.proxied
 	p.prefix = fmt.Sprintf("/vigil/fleet-%s-%d-%d/", sc.name, p.n, time.Now().UnixNano())
 	f := newFleet(p)
@@ -195,14 +196,14 @@ func runScenario(ctx context.Context, p params, sc scenario, etcd etcdServer, se
 	for i := range p.n {
 		m := &member{i: i, f: f, store: state.Memory()}
 		if p.proxied {
-			px, err := newCutProxy(etcd.Endpoint())
+			px, err := newCutProxy(etcd.Endpoint)
 			if err != nil {
 				return result{}, err
 			}
 			m.proxy = px
 		}
 		r.members = append(r.members, m)
-		if err := m.start(etcd.Endpoint()); err != nil {
+		if err := m.start(etcd.Endpoint); err != nil {
 			return result{}, fmt.Errorf("start %s: %w", m.name(), err)
 		}
 	}
@@ -221,7 +222,7 @@ func runScenario(ctx context.Context, p params, sc scenario, etcd etcdServer, se
 		}
 	}
 	converged := time.Since(started)
-	load, err := newEtcdLoad(etcd.Endpoint())
+	load, err := newEtcdLoad(etcd.Endpoint)
 	if err != nil {
 		return result{}, err
 	}

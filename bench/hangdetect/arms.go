@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/simclient"
-	"github.com/vigil-dev/vigil/util/humanize"
-	"github.com/vigil-dev/vigil/watchdog"
 )
 
 // arm is a situation a hang is injected in (issue 37): how the load
@@ -208,15 +206,10 @@ var batteries = []battery{
 
 // batteryResult is one false-hang case's outcome.
 type batteryResult struct {
-	name       string
-	verdicts   int
-	hung       int
-	recoveries int
-	states     map[watchdog.State]int
+	name string
+	verdictTally
 	// longest is the longest window in force, engine time, and why.
 	longest windowSeen
-	// hungWhy are the first HUNG verdicts' reasons (engine time).
-	hungWhy []string
 }
 
 // runBattery runs one false-hang case on a fresh rig with the defaults.
@@ -233,17 +226,8 @@ func runBattery(ctx context.Context, o options, wl workload, c float64, b batter
 	if err := b.run(ctx, r, wl); err != nil {
 		return batteryResult{}, err
 	}
-	res := batteryResult{name: b.name, recoveries: r.rec.recoveries(), states: map[watchdog.State]int{}}
+	res := batteryResult{name: b.name, verdictTally: r.tally(o.scale)}
 	for _, v := range r.rec.all() {
-		res.verdicts++
-		res.states[v.State]++
-		if v.State == watchdog.StateHung {
-			res.hung++
-			if len(res.hungWhy) < 3 {
-				res.hungWhy = append(res.hungWhy, fmt.Sprintf("at %s: %s; %s", humanize.Duration(r.engine(v.At.Sub(r.started))),
-					engineWhy(v.Reason, o.scale), engineWhy(v.Evidence.HangAfterWhy, o.scale)))
-			}
-		}
 		if d := r.engine(v.Evidence.HangAfter); d > res.longest.d {
 			res.longest = windowSeen{d, engineWhy(v.Evidence.HangAfterWhy, o.scale)}
 		}

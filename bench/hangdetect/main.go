@@ -289,11 +289,8 @@ func detect(ctx context.Context, o options, wl workload, c float64, hangAfter ti
 
 // longResult is the false-hang run of one workload.
 type longResult struct {
-	duration   time.Duration
-	verdicts   int
-	hung       int
-	recoveries int
-	states     map[watchdog.State]int
+	duration time.Duration
+	verdictTally
 	// windows are Evidence.HangAfter of the verdicts after the warm-up
 	// (engine time), with their why strings.
 	windows []windowSeen
@@ -302,9 +299,7 @@ type longResult struct {
 	// seen serving for 8 cycles.
 	atCeiling, warmupVerdicts int
 	// ceilingAfter counts the verdicts after the warm-up at the ceiling.
-	ceilingAfter int
-	// hungWhy are the reasons of the HUNG verdicts (engine time), the first few.
-	hungWhy        []string
+	ceilingAfter   int
 	served         float64 // completions per engine second, over C
 	sent, answered int64
 	limiter        string // the limiter's counters at the end
@@ -335,7 +330,7 @@ func longRun(ctx context.Context, o options, wl workload, c float64, seed uint64
 	}
 	after := r.eng.Stats()
 	st := r.lim.Stats()
-	l := longResult{duration: o.duration, recoveries: r.rec.recoveries(), states: map[watchdog.State]int{},
+	l := longResult{duration: o.duration, verdictTally: r.tally(o.scale),
 		sent: r.sent.Load(), answered: r.answered.Load(), limiter: limiterBrief(st)}
 	if dt := after.EngineTime - before.EngineTime; dt > 0 {
 		l.served = float64(after.Completed-before.Completed) / dt.Seconds() / c
@@ -343,15 +338,6 @@ func longRun(ctx context.Context, o options, wl workload, c float64, seed uint64
 	warm := r.started.Add(r.clock.Wall(warmFor))
 	ceiling := r.watch.HangAfterMax
 	for _, v := range r.rec.all() {
-		l.verdicts++
-		l.states[v.State]++
-		if v.State == watchdog.StateHung {
-			l.hung++
-			if len(l.hungWhy) < 3 {
-				l.hungWhy = append(l.hungWhy, fmt.Sprintf("at %s: %s; %s", humanize.Duration(r.engine(v.At.Sub(r.started))),
-					engineWhy(v.Reason, o.scale), engineWhy(v.Evidence.HangAfterWhy, o.scale)))
-			}
-		}
 		if v.At.Before(warm) {
 			l.warmupVerdicts++
 			if v.Evidence.HangAfter >= ceiling {

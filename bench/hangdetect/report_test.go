@@ -59,13 +59,13 @@ func TestReportPrintsBothTablesAndTheRatio(t *testing.T) {
 	h := func(took, win time.Duration) hangResult {
 		return hangResult{detected: true, took: took * time.Second, window: win * time.Second, why: "hang_after 15s (auto, the floor): x"}
 	}
-	l := &longResult{duration: 20 * time.Minute, verdicts: 80, windows: []windowSeen{
+	l := &longResult{duration: 20 * time.Minute, verdictTally: verdictTally{verdicts: 80}, windows: []windowSeen{
 		{15 * time.Second, "a"}, {15 * time.Second, "b"}, {18 * time.Second, "c"}}}
 	r := &report{scale: 25, workloads: []workloadResult{{name: "chat", arms: []armResult{{
 		arm:   arm{name: "light", target: 30 * time.Second},
 		auto:  []hangResult{h(20, 15), h(25, 15), {}},
 		fixed: []hangResult{h(190, 180), h(185, 180), h(181, 180)}}}, long: l}},
-		battery: []batteryResult{{name: "sleep", verdicts: 40, hung: 1, longest: windowSeen{3 * time.Minute, "why"}}}, batteryWorkload: "chat"}
+		battery: []batteryResult{{name: "sleep", verdictTally: verdictTally{verdicts: 40, hung: 1}, longest: windowSeen{3 * time.Minute, "why"}}}, batteryWorkload: "chat"}
 	var buf bytes.Buffer
 	r.print(&buf)
 	out := buf.String()

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http/httptest"
 	"net/url"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
 	"github.com/vigil-dev/vigil/internal/simclient"
+	"github.com/vigil-dev/vigil/util/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -230,6 +230,33 @@ func (r *rig) closeServers() {
 }
 
 // engine converts a wall duration into engine time.
+// verdictTally counts what a run's watchdog said: its verdicts, by
+// state, the HUNG ones with the first few reasons (engine time), and the
+// recoveries it asked for.
+type verdictTally struct {
+	verdicts, hung, recoveries int
+	states                     map[watchdog.State]int
+	hungWhy                    []string
+}
+
+// tally counts the verdicts r's watchdog gave so far.
+func (r *rig) tally(scale float64) verdictTally {
+	t := verdictTally{recoveries: r.rec.recoveries(), states: map[watchdog.State]int{}}
+	for _, v := range r.rec.all() {
+		t.verdicts++
+		t.states[v.State]++
+		if v.State != watchdog.StateHung {
+			continue
+		}
+		t.hung++
+		if len(t.hungWhy) < 3 {
+			t.hungWhy = append(t.hungWhy, fmt.Sprintf("at %s: %s; %s", humanize.Duration(r.engine(v.At.Sub(r.started))),
+				engineWhy(v.Reason, scale), engineWhy(v.Evidence.HangAfterWhy, scale)))
+		}
+	}
+	return t
+}
+
 func (r *rig) engine(d time.Duration) time.Duration { return r.clock.Engine(d) }
 
 // scaled divides every duration vigil's watchdog reads by scale: the
@@ -239,7 +266,7 @@ func (r *rig) engine(d time.Duration) time.Duration { return r.clock.Engine(d) }
 // structs, so a duration added to them later is scaled too.
 func scaled(c configs.Config, scale float64) configs.Config {
 	c.Engine.RequestTimeout = divide(c.Engine.RequestTimeout, scale)
-	divideAll(reflect.ValueOf(&c.Watchdog).Elem(), scale)
+	c.Watchdog = simclient.Scaled(c.Watchdog, scale)
 	c.Alerts.UnknownAfter = divide(c.Alerts.UnknownAfter, scale)
 	c.Alerts.ResolveAfter = divide(c.Alerts.ResolveAfter, scale)
 	return c
@@ -247,26 +274,6 @@ func scaled(c configs.Config, scale float64) configs.Config {
 
 func divide(d time.Duration, scale float64) time.Duration {
 	return time.Duration(float64(d) / scale)
-}
-
-var (
-	durationType     = reflect.TypeFor[time.Duration]()
-	autoDurationType = reflect.TypeFor[configs.AutoDuration]()
-)
-
-func divideAll(v reflect.Value, scale float64) {
-	switch {
-	case v.Type() == durationType:
-		v.SetInt(int64(divide(time.Duration(v.Int()), scale)))
-	case v.Type() == autoDurationType:
-		v.Set(reflect.ValueOf(v.Interface().(configs.AutoDuration).Divided(scale)))
-	case v.Kind() == reflect.Struct:
-		for i := range v.NumField() {
-			if v.Type().Field(i).IsExported() {
-				divideAll(v.Field(i), scale)
-			}
-		}
-	}
 }
 
 // promptText is filler the limiter sizes prompts by: it estimates about

@@ -451,13 +451,7 @@ func serveUpstream(ctx context.Context, listen string, events int, stdout io.Wri
 		}
 		_, _ = w.Write(last)
 	})
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	fmt.Fprintln(stdout, "ready")
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := serveChild(ctx, ln, h, stdout); err != nil {
 		return fmt.Errorf("upstream: %w", err)
 	}
 	return nil

@@ -95,6 +95,15 @@ func serveReverseProxy(ctx context.Context, listen, upstream string, stdout io.W
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		rp.ServeHTTP(w, r)
 	})
+	if err := serveChild(ctx, ln, h, stdout); err != nil {
+		return fmt.Errorf("reverseproxy: %w", err)
+	}
+	return nil
+}
+
+// serveChild serves h on ln until ctx is done, once it has told the
+// parent on stdout that it is ready.
+func serveChild(ctx context.Context, ln net.Listener, h http.Handler, stdout io.Writer) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -102,7 +111,7 @@ func serveReverseProxy(ctx context.Context, listen, upstream string, stdout io.W
 	}()
 	fmt.Fprintln(stdout, "ready")
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("reverseproxy: %w", err)
+		return err
 	}
 	return nil
 }

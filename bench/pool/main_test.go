@@ -138,7 +138,7 @@ func TestMeasureSumsThePool(t *testing.T) {
 // configuration (a one-minute hold at scale 200: the figures mean little,
 // so this checks the plumbing, not them; configs/haproxy tests the key
 // placement itself): every node serves, HAProxy keeps every server up,
-// calls are delivered and keyed retries reach their coalescer.
+// calls are delivered and keyed retries reach their call memory.
 func TestSmokeKeyAffine(t *testing.T) {
 	testinfra.Alone(t)
 	testinfra.Long(t, "an end-to-end run of three nodes behind HAProxy")

@@ -21,13 +21,14 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
 	"github.com/vigil-dev/vigil/internal/daemon"
 	"github.com/vigil-dev/vigil/internal/simclient"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/util/humanize"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -391,10 +392,10 @@ func (r demoRestarter) Restart(ctx context.Context) error {
 	return r.d.startEngine(ctx)
 }
 
-func (r demoRestarter) Status(context.Context) (actions.EngineStatus, error) {
+func (r demoRestarter) Status(context.Context) (restarter.EngineStatus, error) {
 	r.d.engineMu.Lock()
 	defer r.d.engineMu.Unlock()
-	return actions.EngineStatus{Known: true, StartedAt: r.d.started, RestartCount: r.d.restarts, Running: true}, nil
+	return restarter.EngineStatus{Known: true, StartedAt: r.d.started, RestartCount: r.d.restarts, Running: true}, nil
 }
 
 func (r demoRestarter) String() string {
@@ -434,14 +435,14 @@ func (l *demoLB) SetWeight(_ context.Context, pct int) error {
 	return nil
 }
 
-func (l *demoLB) State(context.Context) (actions.LBState, error) {
+func (l *demoLB) State(context.Context) (balancer.State, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	status := "UP"
 	if l.drained {
 		status = "DRAIN"
 	}
-	return actions.LBState{Known: true, Self: actions.ServerStatus{
+	return balancer.State{Known: true, Self: balancer.ServerStatus{
 		Backend: "vllm", Server: "node1", Status: status, Drained: l.drained, Weight: l.weight, InitialWeight: 100,
 	}}, nil
 }

@@ -47,7 +47,7 @@ func TestAContainerisedEngineIsRestartedByDocker(t *testing.T) {
 	resolvedAt := v.waitLog(t, "incident resolved", 45*time.Second)
 	t.Logf("HUNG %s after SIGSTOP; the container restarted and serving %s later",
 		hungAt.Sub(stopped).Round(time.Millisecond), resolvedAt.Sub(hungAt).Round(time.Millisecond))
-	l2.stop()
+	l2.Stop()
 	if again := d.StartedAt(t, name); again == started {
 		t.Fatalf("healthy again, but the container was not restarted (started %s)", started)
 	}

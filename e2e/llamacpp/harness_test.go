@@ -8,17 +8,14 @@ package llamacpp_test
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,11 +47,10 @@ type config struct {
 	dockerHost, container string
 }
 
+// vigil is `vigil run` (testinfra.Vigil) and its admission limiter's URL.
 type vigil struct {
-	statusURL, admissionURL string
-	cmd                     *exec.Cmd
-	exited                  chan struct{}
-	logs                    *testinfra.Buffer
+	*testinfra.Vigil
+	admissionURL string
 }
 
 // startVigil runs `vigil run` on a config with every timing short: a 250 ms
@@ -67,9 +63,7 @@ type vigil struct {
 // needs no quick hang, runs with a longer hang_after, as auto would.
 func startVigil(t *testing.T, c config) *vigil {
 	t.Helper()
-	dir := t.TempDir()
-	v := &vigil{statusURL: "http://" + testinfra.FreeAddr(t), admissionURL: "http://" + testinfra.FreeAddr(t),
-		logs: &testinfra.Buffer{}, exited: make(chan struct{})}
+	statusURL, admissionURL := "http://"+testinfra.FreeAddr(t), "http://"+testinfra.FreeAddr(t)
 	restart := "restart:\n  kind: none\n"
 	if c.container != "" {
 		restart = fmt.Sprintf("restart:\n  kind: docker\n  docker:\n    host: %s\n    container: %s\n    stop_timeout: 2s\n  cooldown: 1h\n  ready_timeout: 30s\n",
@@ -99,41 +93,9 @@ admission:
   shutdown_grace: 1s
 status:
   listen: %s
-`, c.engine, cmp.Or(c.hangAfter, 3*time.Second), max(c.grace, time.Second), filepath.Join(dir, "state.json"), restart, c.admission,
-		strings.TrimPrefix(v.admissionURL, "http://"), strings.TrimPrefix(v.statusURL, "http://"))
-	cfg := filepath.Join(dir, "vigil.yaml")
-	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	v.cmd = exec.Command(testinfra.BuildStatic(t, "./cmd/vigil"), "run", "--config", cfg, "--log-level", "info")
-	v.cmd.Stdout, v.cmd.Stderr = v.logs, v.logs
-	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := v.cmd.Start(); err != nil {
-		t.Fatalf("start vigil: %v", err)
-	}
-	go func() { _ = v.cmd.Wait(); close(v.exited) }()
-	t.Cleanup(func() {
-		_ = v.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-v.exited:
-		case <-time.After(10 * time.Second):
-			_ = v.cmd.Process.Kill()
-			<-v.exited
-		}
-		if t.Failed() {
-			t.Logf("vigil's output (config %s):\n%s\n%s", cfg, yml, v.logs.String())
-		}
-	})
-	testinfra.WaitFor(t, 15*time.Second, "vigil's /status", func() bool {
-		select {
-		case <-v.exited:
-			t.Fatalf("vigil exited at start:\n%s", v.logs.String())
-		default:
-		}
-		_, err := v.status()
-		return err == nil
-	})
-	return v
+`, c.engine, cmp.Or(c.hangAfter, 3*time.Second), max(c.grace, time.Second), filepath.Join(t.TempDir(), "state.json"), restart, c.admission,
+		strings.TrimPrefix(admissionURL, "http://"), strings.TrimPrefix(statusURL, "http://"))
+	return &vigil{testinfra.StartVigil(t, yml, statusURL), admissionURL}
 }
 
 // waitLog waits until vigil's output has a line containing want and
@@ -142,7 +104,7 @@ func (v *vigil) waitLog(t *testing.T, want string, within time.Duration) time.Ti
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		if strings.Contains(v.logs.String(), want) {
+		if strings.Contains(v.Logs.String(), want) {
 			return time.Now()
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -173,15 +135,8 @@ var statusClient = &http.Client{Timeout: time.Second}
 
 func (v *vigil) status() (status, error) {
 	var s status
-	resp, err := statusClient.Get(v.statusURL + "/status")
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("GET /status: %d", resp.StatusCode)
-	}
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	err := testinfra.GetJSON(statusClient, v.StatusURL+"/status", &s)
+	return s, err
 }
 
 // monitor records every verdict vigil's /status shows, every 100 ms.
@@ -269,69 +224,18 @@ func (m *monitor) states(from time.Time) string {
 	return strings.Join(out, " > ")
 }
 
-// load is closed-loop clients posting completions to base: each sends its
-// next request when the last one ended.
-type load struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	ok     int
-	failed []string
-}
-
 // completion is the body every client sends: a short prompt and a fixed
 // number of tokens (ignore_eos: the random model may end early otherwise).
 func completion(maxTokens int) string {
 	return fmt.Sprintf(`{"prompt":"the engine serves requests from a queue","max_tokens":%d,"ignore_eos":true}`, maxTokens)
 }
 
-func startLoad(t *testing.T, base string, clients, maxTokens int) *load {
+// startLoad starts closed-loop clients posting completions to base: each
+// sends its next request when the last one ended.
+func startLoad(t *testing.T, base string, clients, maxTokens int) *testinfra.Load {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{cancel: cancel}
-	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 60 * time.Second}
-	for range clients {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(completion(maxTokens)))
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := c.Do(req)
-				var body []byte
-				if err == nil {
-					body, err = io.ReadAll(resp.Body)
-					resp.Body.Close()
-				}
-				if ctx.Err() != nil {
-					return // the test stopped the load: not the engine's doing
-				}
-				l.mu.Lock()
-				switch {
-				case err != nil:
-					l.failed = append(l.failed, err.Error())
-				case resp.StatusCode != http.StatusOK:
-					l.failed = append(l.failed, fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body)))
-				default:
-					l.ok++
-				}
-				l.mu.Unlock()
-			}
-		}()
-	}
-	t.Cleanup(l.stop)
-	return l
-}
-
-func (l *load) stop() {
-	l.cancel()
-	l.wg.Wait()
-}
-
-func (l *load) counts() (ok int, failed []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ok, append([]string(nil), l.failed...)
+	return testinfra.StartLoad(t, testinfra.LoadSpec{URL: base + "/v1/completions", Body: completion(maxTokens),
+		Clients: clients, Timeout: 60 * time.Second})
 }
 
 // scrapeClient waits longer than vigil's request timeout: llama-server

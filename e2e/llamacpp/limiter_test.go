@@ -43,11 +43,11 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	l.stop()
+	l.Stop()
 	if len(deferred) < len(caps)/2 {
 		t.Fatalf("read the engine's queue %d times of %d", len(deferred), len(caps))
 	}
-	ok, failed := l.counts()
+	ok, failed := l.Counts()
 	medCap, meanDeferred := median(caps), mean(deferred)
 	t.Logf("cap %v (median %.0f); engine queue %.1f on average; %d calls, %d failed", caps, medCap, meanDeferred, ok, len(failed))
 	// The cap probes above the slots (a step up, the engine's queue shows,

@@ -38,8 +38,8 @@ func TestIdleHealthyAndTheKindDetected(t *testing.T) {
 	v := startVigil(t, config{engine: eng.URL()})
 	m := v.watch(t)
 	_, s := m.waitState(t, "healthy", 10*time.Second)
-	if !strings.Contains(v.logs.String(), "engine kind: llamacpp") {
-		t.Errorf("vigil run did not log the engine kind as llamacpp:\n%s", v.logs.String())
+	if !strings.Contains(v.Logs.String(), "engine kind: llamacpp") {
+		t.Errorf("vigil run did not log the engine kind as llamacpp:\n%s", v.Logs.String())
 	}
 	if _, has := s.Verdict.Evidence["completions_per_second"]; has {
 		t.Errorf("/status gives a completion rate llama.cpp does not count: %v", s.Verdict.Evidence)
@@ -68,12 +68,12 @@ func TestOverloadPastTheSlotsIsSaturatedNeverHung(t *testing.T) {
 	}
 
 	// diagnose under the same load.
-	okBefore, _ := l.counts()
+	okBefore, _ := l.Counts()
 	dstart := time.Now()
 	out, code := diagnose(t, eng.URL())
-	okAfter, failed := l.counts()
+	okAfter, failed := l.Counts()
 	rate := float64(okAfter-okBefore) / time.Since(dstart).Seconds()
-	l.stop()
+	l.Stop()
 	if code != 1 || !strings.Contains(out, "SATURATED (exit 1)") {
 		t.Fatalf("diagnose under load: exit %d, want 1 (saturated):\n%s", code, out)
 	}
@@ -132,7 +132,7 @@ func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
 
 	l := startLoad(t, v.admissionURL, 6, 16)
 	time.Sleep(1500 * time.Millisecond) // past the startup grace, with work in the engine
-	if ok, _ := l.counts(); ok == 0 {
+	if ok, _ := l.Counts(); ok == 0 {
 		t.Fatal("no call completed through the limiter before the fault")
 	}
 	stopped := time.Now()
@@ -151,8 +151,8 @@ func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
 		t.Fatalf("healthy again without a restart (last %s, recovery error %q)", s.Recovery.LastRestart, s.Recovery.LastError)
 	}
 	time.Sleep(time.Second) // calls held through the hang finish
-	l.stop()
-	ok, failed := l.counts()
+	l.Stop()
+	ok, failed := l.Counts()
 	if len(failed) > 0 {
 		t.Fatalf("%d of %d calls through the limiter lost across the hang and restart: %v", len(failed), ok+len(failed), failed[:min(len(failed), 5)])
 	}

@@ -21,14 +21,16 @@ import (
 	"github.com/robfig/cron/v3"
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/overrides"
 	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/routing"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
@@ -151,8 +153,8 @@ type Options struct {
 	// Drainer and Restarter replace the ones load_balancer.kind and
 	// restart.kind build: the demo's in-memory load balancer, and its
 	// restart of the in-process simulated engine.
-	Drainer   actions.Drainer
-	Restarter actions.Restarter
+	Drainer   balancer.Drainer
+	Restarter restarter.Restarter
 	// RecoveryPoll, when set, is how often recovery reads the drain and
 	// the engine's readiness (the demo's engine runs ten times the wall
 	// clock, so the default poll would be most of a recovery).
@@ -176,8 +178,8 @@ type daemon struct {
 	pager     *alerts.Pager
 	digest    *alerts.Digest
 	limiter   *admission.Limiter // nil when admission is off
-	recovery  *actions.Recovery
-	restarter actions.Restarter
+	recovery  *recoverer.Recovery
+	restarter restarter.Restarter
 	watchdog  *watchdog.Watchdog
 	overrides *overrides.Manager
 	status    *status.Server
@@ -200,7 +202,7 @@ type daemon struct {
 	statusLn    net.Listener
 	// lbServer is the drainer when the balancer polls vigil (healthcheck,
 	// agent): its listener is bound in newDaemon too.
-	lbServer actions.Server
+	lbServer balancer.Server
 	// soft lowers this node's weight while the limiter suspects a stall
 	// (set after the limiter is built: suspicionHook reads it).
 	soft atomic.Pointer[softDrain]
@@ -352,18 +354,18 @@ func (d *daemon) buildRecovery(cfg *configs.Config, o Options) error {
 	var err error
 	drainer := o.Drainer
 	if drainer == nil {
-		if drainer, err = actions.NewDrainer(cfg.LoadBalancer); err != nil {
+		if drainer, err = balancer.NewDrainer(cfg.LoadBalancer); err != nil {
 			return err
 		}
 	}
-	d.lbServer, _ = drainer.(actions.Server)
+	d.lbServer, _ = drainer.(balancer.Server)
 	d.soft.Store(&softDrain{drainer: drainer, dryRun: cfg.Watchdog.DryRun, log: d.log.WithField("part", "admission")})
 	if d.restarter = o.Restarter; d.restarter == nil {
-		if d.restarter, err = actions.NewRestarter(cfg.Restart, nil); err != nil {
+		if d.restarter, err = restarter.New(cfg.Restart, nil); err != nil {
 			return err
 		}
 	}
-	ro := actions.RecoveryOptions{
+	ro := recoverer.Options{
 		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, StartupGrace: cfg.Watchdog.StartupGrace, Unwritable: d.stateFault,
 		Drainer: drainer, Restarter: d.restarter, Ready: readyCheck(cfg),
 		Store: d.store, Reporter: d.fanout(), DryRun: cfg.Watchdog.DryRun, PeerDrained: d.peerDrained,
@@ -377,7 +379,7 @@ func (d *daemon) buildRecovery(cfg *configs.Config, o Options) error {
 	if err := d.wirePool(cfg, &ro); err != nil {
 		return err
 	}
-	d.recovery, err = actions.NewRecovery(ro)
+	d.recovery, err = recoverer.New(ro)
 	return err
 }
 
@@ -684,13 +686,13 @@ func readyCheck(cfg *configs.Config) func(ctx context.Context) error {
 				return nil
 			case probes.ProbeTimedOut:
 				// /v1/models answered: the engine is up and not completing.
-				return actions.Stuck(fmt.Errorf("completion probe: %s", s))
+				return recoverer.Stuck(fmt.Errorf("completion probe: %s", s))
 			case probes.ProbeFailed:
 				return fmt.Errorf("completion probe: %s", s)
 			}
 			select {
 			case <-ctx.Done():
-				return actions.Stuck(fmt.Errorf("completion probe still outstanding: %w", ctx.Err()))
+				return recoverer.Stuck(fmt.Errorf("completion probe still outstanding: %w", ctx.Err()))
 			case <-t.C:
 			}
 		}

@@ -5,10 +5,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/alerts"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -54,7 +54,7 @@ func (d *Daemon) Limiter() *admission.Limiter { return d.d.limiter }
 func (d *Daemon) Watchdog() *watchdog.Watchdog { return d.d.watchdog }
 
 // Recovery is the recovery sequence.
-func (d *Daemon) Recovery() *actions.Recovery { return d.d.recovery }
+func (d *Daemon) Recovery() *recoverer.Recovery { return d.d.recovery }
 
 // Pager is the pager.
 func (d *Daemon) Pager() *alerts.Pager { return d.d.pager }

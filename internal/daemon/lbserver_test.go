@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
@@ -66,8 +66,8 @@ func TestRunAnswersDrainFromTheStartWhenTheJournalSaysDrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := actions.Journal{Incident: "inc-held", Verdict: watchdog.StateHung, Step: recovery.StepHeld, Drained: true, Hold: true}
-	if err := st.Save(actions.JournalSection, j); err != nil {
+	j := recoverer.Journal{Incident: "inc-held", Verdict: watchdog.StateHung, Step: recovery.StepHeld, Drained: true, Hold: true}
+	if err := st.Save(recoverer.JournalSection, j); err != nil {
 		t.Fatal(err)
 	}
 	startDaemon(t, yml)

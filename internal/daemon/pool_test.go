@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/balancer"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
+	"github.com/vigil-dev/vigil/restarter"
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/watchdog"
 )
@@ -20,7 +22,7 @@ import (
 // whose restart takes a moment, and the pool notes how many members are
 // between restart and ready at once.
 type poolMember struct {
-	rec   *actions.Recovery
+	rec   *recoverer.Recovery
 	steps *stepLog
 }
 
@@ -59,8 +61,8 @@ func (e *poolEngine) Restart(context.Context) error {
 	e.up.Store(true)
 	return nil
 }
-func (e *poolEngine) Status(context.Context) (actions.EngineStatus, error) {
-	return actions.EngineStatus{}, nil
+func (e *poolEngine) Status(context.Context) (restarter.EngineStatus, error) {
+	return restarter.EngineStatus{}, nil
 }
 func (e *poolEngine) String() string { return "fake engine" }
 func (e *poolEngine) ready(context.Context) error {
@@ -81,8 +83,8 @@ func startMember(t *testing.T, node, endpoint string, recovering, peak *atomic.I
 	cfg.Pool.Etcd.KeyPrefix = "/vigil/test-pool/"
 	eng := &poolEngine{recovering: recovering, peak: peak}
 	m := &poolMember{steps: &stepLog{}}
-	ro := actions.RecoveryOptions{
-		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, Drainer: actions.NoDrain{}, Restarter: eng,
+	ro := recoverer.Options{
+		LoadBalancer: cfg.LoadBalancer, Restart: cfg.Restart, Drainer: balancer.NoDrain{}, Restarter: eng,
 		Ready: eng.ready, Store: state.Memory(), Reporter: m.steps, ReadyPoll: 50 * time.Millisecond,
 	}
 	d := &daemon{}
@@ -90,7 +92,7 @@ func startMember(t *testing.T, node, endpoint string, recovering, peak *atomic.I
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.turns.Close() })
-	rec, err := actions.NewRecovery(ro)
+	rec, err := recoverer.New(ro)
 	if err != nil {
 		t.Fatal(err)
 	}

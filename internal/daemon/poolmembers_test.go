@@ -16,10 +16,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 	"github.com/vigil-dev/vigil/pool/coord"
+	"github.com/vigil-dev/vigil/recoverer"
 )
 
 // fakePeer is another member's /status: a real HTTP server whose verdict
@@ -81,7 +81,7 @@ func poolDaemon(t *testing.T, endpoint string, minServing int) (*daemon, func(co
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	d := &daemon{log: logrus.NewEntry(l), cfg: &cfg}
-	var ro actions.RecoveryOptions
+	var ro recoverer.Options
 	if err := d.wirePool(&cfg, &ro); err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vigil-dev/vigil/actions"
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/pool"
 	"github.com/vigil-dev/vigil/pool/coord"
+	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -125,7 +125,7 @@ func (d *daemon) watchAffinity(ctx context.Context) {
 // wirePool gives the recovery the pool's coordination: turns through etcd
 // (pool.coordination: etcd) and the min_serving floor over the peers'
 // /status (listed and registered), fetched fresh for each decision.
-func (d *daemon) wirePool(cfg *configs.Config, ro *actions.RecoveryOptions) error {
+func (d *daemon) wirePool(cfg *configs.Config, ro *recoverer.Options) error {
 	p := cfg.Pool
 	if p.MinServing > 0 {
 		minServing := p.MinServing

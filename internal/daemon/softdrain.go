@@ -7,7 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/balancer"
 )
 
 // softDrainWeight is the share of its configured weight (percent) this
@@ -27,7 +27,7 @@ const softDrainTimeout = 5 * time.Second
 // node itself. Calls apply in the order the limiter made them, off its
 // goroutine.
 type softDrain struct {
-	drainer actions.Drainer
+	drainer balancer.Drainer
 	dryRun  bool
 	log     *logrus.Entry
 

@@ -10,12 +10,12 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/vigil-dev/vigil/actions"
+	"github.com/vigil-dev/vigil/balancer"
 )
 
 // weights records the weights a drainer was set to.
 type weights struct {
-	actions.NoDrain
+	balancer.NoDrain
 	mu  sync.Mutex
 	got []int
 }

@@ -33,3 +33,30 @@ func TestScaleAdmissionDividesEveryDuration(t *testing.T) {
 		t.Errorf("queue wait %v, cancel after %v", s.MaxQueueWait, s.CancelAfter)
 	}
 }
+
+// A scaled config is a copy: the caller's slices (the admission section's
+// client timeouts) keep their durations.
+func TestScaledLeavesTheCallersSlicesAlone(t *testing.T) {
+	a := configs.Default().Admission
+	a.ClientTimeouts = []configs.RouteTimeout{{Path: "/v1/completions", Timeout: 100 * time.Second}}
+	s := ScaleAdmission(a, 25)
+	if got := s.ClientTimeouts[0].Timeout; got != 4*time.Second {
+		t.Errorf("scaled client timeout %v, want 4s", got)
+	}
+	if got := a.ClientTimeouts[0].Timeout; got != 100*time.Second {
+		t.Errorf("the caller's client timeout became %v, want 100s", got)
+	}
+}
+
+// The watchdog section scales as the admission section does, nested
+// structs (the retry-storm window) included.
+func TestScaledWatchdogSection(t *testing.T) {
+	w := configs.Default().Watchdog
+	s := Scaled(w, 10)
+	if s.Interval != w.Interval/10 || s.RetryStorm.Window != w.RetryStorm.Window/10 {
+		t.Errorf("interval %v -> %v, retry-storm window %v -> %v", w.Interval, s.Interval, w.RetryStorm.Window, s.RetryStorm.Window)
+	}
+	if s.SaturatedWaiting != w.SaturatedWaiting {
+		t.Errorf("saturated_waiting %d -> %d: not a duration", w.SaturatedWaiting, s.SaturatedWaiting)
+	}
+}

@@ -69,13 +69,7 @@ func Shutdown() {
 			_, _ = d.cli(ctx, append([]string{"rm", "-f"}, strings.Fields(ids)...)...)
 		}
 		cancel()
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.exited:
-		case <-time.After(20 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-d.exited
-		}
+		terminate(d.cmd, d.exited, 20*time.Second)
 		unmountUnder(d.Dir)
 		_ = os.RemoveAll(d.Dir)
 		d.cmd = nil

@@ -76,12 +76,21 @@ func Long(t testing.TB, what string) {
 // FreeAddr returns a loopback "127.0.0.1:port" that was free a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	addr, err := freeAddr()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return addr
+}
+
+// freeAddr is FreeAddr for a caller with no test.
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("testinfra: find a free port: %v", err)
+		return "", fmt.Errorf("%w: find a free port: %v", errSetup, err)
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 // shortTempDir makes a temp directory with a short path: unix socket paths
