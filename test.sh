@@ -98,7 +98,7 @@ fi
 # once, and most of these wait on timers: the longest first, so that none
 # of them starts last and runs alone at the end. The rest follow as
 # go list gives them (a package named here that is gone is left out).
-slowest="./e2e ./watchdog ./scenario ./admission ./bench/fleet ./internal/cli ./enginesim ./actions ./pool/coord ./status"
+slowest="./e2e ./watchdog ./scenario ./admission ./bench/fleet ./recoverer ./internal/cli ./enginesim ./pool/coord ./internal/daemon ./status"
 race_pkgs=$({ go list -e -f '{{if not .Error}}{{.ImportPath}}{{end}}' $slowest; go list ./...; } | awk 'NF && !seen[$0]++')
 # -vet=off here and below: go vet ./... above ran every analyzer go test
 # would, over the same files, test files included.
