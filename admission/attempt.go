@@ -84,11 +84,6 @@ func (a *attempt) found() {
 	}
 }
 
-// movedInWait bounds the queue wait of a call another vigil moved here:
-// refused after it (503), the call is held at home for its restarted
-// engine instead of waiting behind this engine's own calls.
-const movedInWait = 2 * time.Second
-
 // acquire asks the core for a slot. When none is granted the client has
 // been answered (or has left) and ok is false. While the engine is held
 // (suspected stalled or recovered) a call goes to a pool peer first, and
@@ -104,7 +99,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body)),
 		Undivertible: l.peerFor(a.r) == nil}
 	if a.r.Header.Get(movedFromHeader) != "" {
-		req.MaxWait = movedInWait
+		req.Moved, req.MaxWait = true, movedWait(a.r)
 	}
 	for {
 		queuedAt, held := l.clock.Now(), l.holdsEngine() || l.core.Holding()
@@ -127,7 +122,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 			return nil, false
 		}
 		if d := l.clock.Now().Sub(queuedAt); d >= time.Millisecond && (held || tk.HeldWait() || l.holdsEngine() || l.core.Holding()) {
-			l.out.queued(d)
+			l.out.Queued(d)
 		}
 		return tk, true
 	}

@@ -22,9 +22,10 @@
 // streams the answer), package calls (admission/calls) remembers calls:
 // it runs a keyed call once for all its attempts, keeps finished answers
 // for late retries and keyless orphans for adoption; reject.go answers the
-// core's rejections. outage.go, relay.go and continuation.go move the
-// calls of a lost engine; stall.go suspects a stalled one in seconds and
-// suspect.go holds it meanwhile (docs/design.md, the hang window).
+// core's rejections. outage.go and relay.go move the calls of a lost
+// engine, suspect.go acts on a stalled one meanwhile; their pure parts
+// (the stall watch, a stream's continuation, the outage's accounting) are
+// package engineloss (docs/design.md, the hang window).
 //
 // # What a request goes through
 //

@@ -89,6 +89,7 @@ func (l *Limiter) pollEngine() {
 			failures = 0
 		}
 		l.core.ObserveEngine(g)
+		l.readSeats()
 	}
 }
 

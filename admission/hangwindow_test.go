@@ -156,64 +156,85 @@ func TestNoSuspicionOnABusyEngine(t *testing.T) {
 	}
 }
 
-// A stall that passes before any verdict: the suspicion holds the calls
-// meanwhile (none refused, none sent to the stalled engine), tells the
-// hook (the load balancer's soft drain) on and off, is counted false at
-// the engine's first byte, and restarts nothing: every call is answered
-// by the same engine.
+// A stall that passes before any verdict: the suspicion refuses no call,
+// tells the hook (the load balancer's soft drain) on and off, is counted
+// false at the engine's first byte, and restarts nothing. With a peer it
+// costs a move: the calls meanwhile go to the peer. With none it holds
+// nothing either: they go to the engine as without a suspicion (the cap
+// alone queues one), and the engine answers them once it steps again.
 func TestAFalseSuspicionIsReversedAndCounted(t *testing.T) {
 	t.Parallel()
-	re := newRestartableEngine(t, 0)
-	cfg := testConfig()
-	cfg.MaxInFlight = 4
-	var mu sync.Mutex
-	var hook []bool
-	p := startProxy(t, cfg, re.url, WithSuspicionHook(func(on bool) {
-		mu.Lock()
-		hook = append(hook, on)
-		mu.Unlock()
-	}))
-	c := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	long := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":600`, 1)
-	var wg sync.WaitGroup
-	var bad sync.Map
-	run := func(i int, body string) {
-		defer wg.Done()
-		if s := readCall(ctx, c, p.url, pathCompletions, body); s.status != http.StatusOK || !s.Whole() {
-			bad.Store(i, s)
+	for _, withPeer := range []bool{false, true} {
+		name := "no peer: nothing held"
+		if withPeer {
+			name = "a peer: the calls meanwhile moved"
 		}
-	}
-	for i := range 2 { // two slots of four
-		wg.Add(1)
-		go run(i, long)
-	}
-	eventually(t, 5*time.Second, "the streams under way", func() bool { return re.cur.Load().Stats().GenerationTokens > 20 })
-	e := re.cur.Load()
-	e.Hang()
-	eventually(t, 3*time.Second, "the stall suspected", p.l.Suspected)
-	for i := range 3 {
-		wg.Add(1)
-		go run(10+i, moveStream)
-	}
-	time.Sleep(300 * time.Millisecond)
-	if st := p.l.Stats(); st.InFlight != 2 || st.QueueDepth != 3 {
-		t.Errorf("in flight %d, queued %d beside two free slots; want nothing more sent to the suspected engine", st.InFlight, st.QueueDepth)
-	}
-	e.Clear() // the stall passes before any verdict
-	eventually(t, 3*time.Second, "the suspicion cleared", func() bool { return !p.l.Suspected() })
-	wg.Wait()
-	bad.Range(func(k, v any) bool { t.Errorf("call %v: %+v", k, v); return true })
-	s := p.l.Stats()
-	if s.Suspicions != 1 || s.FalseSuspicions != 1 || len(s.HeldRefused) != 0 || s.Recovering {
-		t.Errorf("suspicions %d, false %d, refused while held %v; want one false suspicion, nothing refused",
-			s.Suspicions, s.FalseSuspicions, s.HeldRefused)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(hook) != 2 || !hook[0] || hook[1] {
-		t.Errorf("hook told %v, want on then off", hook)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			re := newRestartableEngine(t, 0)
+			cfg := testConfig()
+			cfg.MaxInFlight = 4
+			var mu sync.Mutex
+			var hook []bool
+			opts := []Option{WithSuspicionHook(func(on bool) {
+				mu.Lock()
+				hook = append(hook, on)
+				mu.Unlock()
+			})}
+			if withPeer {
+				peer := startProxy(t, testConfig(), newRestartableEngine(t, 0).url)
+				opts = append(opts, WithNode("node1"), WithPeers(func() []Peer { return []Peer{{Node: "node2", URL: peer.url}} }))
+			}
+			p := startProxy(t, cfg, re.url, opts...)
+			c := newClient(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			long := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":600`, 1)
+			var wg sync.WaitGroup
+			var bad sync.Map
+			run := func(i int, body string) {
+				defer wg.Done()
+				if s := readCall(ctx, c, p.url, pathCompletions, body); s.status != http.StatusOK || !s.Whole() {
+					bad.Store(i, s)
+				}
+			}
+			for i := range 2 { // two slots of four
+				wg.Add(1)
+				go run(i, long)
+			}
+			eventually(t, 5*time.Second, "the streams under way", func() bool { return re.cur.Load().Stats().GenerationTokens > 20 })
+			e := re.cur.Load()
+			e.Hang()
+			eventually(t, 3*time.Second, "the stall suspected", p.l.Suspected)
+			for i := range 3 {
+				wg.Add(1)
+				go run(10+i, moveStream)
+			}
+			time.Sleep(300 * time.Millisecond)
+			st := p.l.Stats()
+			switch {
+			case withPeer && (st.InFlight != 2 || st.QueueDepth != 0 || st.Diverted != 3):
+				t.Errorf("in flight %d, queued %d, diverted %d; want the 3 new calls at the peer, none sent to the suspected engine",
+					st.InFlight, st.QueueDepth, st.Diverted)
+			case !withPeer && (st.InFlight != 4 || st.QueueDepth != 1):
+				t.Errorf("in flight %d, queued %d; want the cap's two free slots taken and one call queued, as without a suspicion",
+					st.InFlight, st.QueueDepth)
+			}
+			e.Clear() // the stall passes before any verdict
+			eventually(t, 3*time.Second, "the suspicion cleared", func() bool { return !p.l.Suspected() })
+			wg.Wait()
+			bad.Range(func(k, v any) bool { t.Errorf("call %v: %+v", k, v); return true })
+			s := p.l.Stats()
+			if s.Suspicions != 1 || s.FalseSuspicions != 1 || len(s.HeldRefused) != 0 || s.Recovering {
+				t.Errorf("suspicions %d, false %d, refused while held %v; want one false suspicion, nothing refused",
+					s.Suspicions, s.FalseSuspicions, s.HeldRefused)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(hook) != 2 || !hook[0] || hook[1] {
+				t.Errorf("hook told %v, want on then off", hook)
+			}
+		})
 	}
 }
 
@@ -270,5 +291,67 @@ func TestACutCallTriesEachPeer(t *testing.T) {
 	}
 	if fate, _ := p.l.RequestFate(); fate.MovedTo["node3"] != 1 || fate.LostTotal() != 0 {
 		t.Fatalf("fate %+v, want the stream moved to node3, none lost", fate)
+	}
+}
+
+// A peer at its own cap, none of its own calls waiting, takes the calls
+// cut at the verdict into its queue and answers them after its own: none
+// waits for the restart (the hung engine is never restarted here), and the
+// peer's own calls are all answered. Before, a moved call waited at most
+// 2 s at the peer, was refused back and held at home for the restart.
+func TestAPeerAtItsCapQueuesTheCallsCutAtTheVerdict(t *testing.T) {
+	t.Parallel()
+	re := newRestartableEngine(t, 0)
+	pe := newRestartableEngine(t, 0)
+	pcfg := testConfig()
+	pcfg.MaxInFlight = 2
+	pcfg.MaxQueueWait = 20 * time.Second
+	peer := startProxy(t, pcfg, pe.url)
+	p := startProxy(t, testConfig(), re.url, WithNode("node1"), WithPeers(func() []Peer {
+		return []Peer{{Node: "node2", URL: peer.url}}
+	}))
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var home, own []streamed
+	run := func(url, body string, into *[]streamed) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := readCall(ctx, c, url, pathCompletions, body)
+			mu.Lock()
+			*into = append(*into, s)
+			mu.Unlock()
+		}()
+	}
+	// The peer's cap full of its own long streams (about 3 s each).
+	long := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":1200`, 1)
+	for range pcfg.MaxInFlight {
+		run(peer.url, long, &own)
+	}
+	// Home's cap full of streams under way, then the engine hangs and the
+	// verdict comes at once.
+	for range 4 {
+		run(p.url, moveStream, &home)
+	}
+	eventually(t, 5*time.Second, "both caps full, the streams under way", func() bool {
+		return p.l.Stats().InFlight == 4 && peer.l.Stats().InFlight == 2 && re.cur.Load().Stats().GenerationTokens > 40
+	})
+	re.cur.Load().Hang()
+	p.l.SetRecovering(true)
+	eventually(t, 3*time.Second, "the calls cut queued at the peer", func() bool { return peer.l.Stats().QueueDepth == 4 })
+	run(peer.url, moveUnary, &own) // the peer's own arrival meanwhile goes first
+	wg.Wait()
+
+	for i, g := range append(home, own...) {
+		if g.Err != nil || g.status != http.StatusOK || g.ErrorCode != "" || !g.Whole() {
+			t.Errorf("call %d: status %d, error %v %q, whole %v; want every call answered whole", i, g.status, g.Err, g.ErrorCode, g.Whole())
+		}
+	}
+	fate, held := p.l.RequestFate()
+	if fate.MovedTo["node2"] != 4 || fate.Held != 0 || held != 0 || fate.LostTotal() != 0 {
+		t.Errorf("fate %+v, held now %d; want the 4 streams moved to node2, none held for the restart", fate, held)
 	}
 }

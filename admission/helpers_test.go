@@ -369,3 +369,9 @@ type pipeAddr string
 
 func (pipeAddr) Network() string  { return "tcp" }
 func (a pipeAddr) String() string { return string(a) }
+
+// The paths whose streams vigil continues (package engineloss).
+const (
+	pathCompletions = "/v1/completions"
+	pathChat        = "/v1/chat/completions"
+)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/admission/engineloss"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
 )
@@ -70,17 +71,22 @@ type Limiter struct {
 
 	// out is the engine's recovery as the limiter sees it; peers and node
 	// are where cut calls may move and this vigil's name (outage.go).
-	out    outage
+	out    engineloss.Outage
 	peers  func() []Peer
 	node   string
 	lostMu sync.Mutex
 	lost   map[string]uint64 // calls cut by a lost engine that could not move, by why
 
-	// sm suspects a stalled engine (stall.go, suspect.go); stallLoopDone is
+	// sm suspects a stalled engine (engineloss.Watch, suspect.go); stallLoopDone is
 	// closed when its loop ends.
 	sm            stallMon
 	stallLoopDone chan struct{}
 	onSuspect     func(on bool) // WithSuspicionHook
+
+	// keep writes what was learned across vigil's restart (learned.go);
+	// seats is the engine's own seat limit as read (seats.go).
+	keep  keeper
+	seats seatState
 }
 
 // counters are the monotonic counts behind Stats and the metrics (the
@@ -159,12 +165,19 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
 		}
 	}
-	l.sm.w = newStallWatch()
+	l.sm.w = engineloss.NewWatch()
 	l.stallLoopDone = make(chan struct{})
 	if cfg.SuspectStalls {
 		go l.watchStalls()
 	} else {
 		close(l.stallLoopDone)
+	}
+	l.keep.done = make(chan struct{})
+	if l.keep.store != nil {
+		l.restoreLearned()
+		go l.keepLearned()
+	} else {
+		close(l.keep.done)
 	}
 	l.pollDone = make(chan struct{})
 	if l.reader != nil {
@@ -292,6 +305,7 @@ func (l *Limiter) Close() {
 	l.co.CloseAll()
 	<-l.pollDone
 	<-l.stallLoopDone
+	<-l.keep.done
 	l.transport.CloseIdleConnections()
 }
 
@@ -306,7 +320,10 @@ func (l *Limiter) SetSaturated(on bool) { l.core.SetSaturated(on) }
 // slow_start, for an engine that just came back. The automatic cap also
 // forgets its evidence (a restarted engine may differ) and probes again from
 // at least its initial value.
-func (l *Limiter) SlowStart() { l.core.SlowStart() }
+func (l *Limiter) SlowStart() {
+	l.seats.known.Store(false) // the restarted engine's slots are read again
+	l.core.SlowStart()
+}
 
 // SetMaxInFlight sets a fixed cap (n > 0) or returns to the automatic one
 // (n == 0); overrides use it and restore the old value at expiry.

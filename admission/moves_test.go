@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/admission/engineloss"
 	"github.com/vigil-dev/vigil/enginesim"
 	"github.com/vigil-dev/vigil/internal/simclient"
 )
@@ -243,10 +244,10 @@ func TestCallsThatCannotMove(t *testing.T) {
 		re.cur.Load().Hang()
 		p.l.SetRecovering(true)
 		s := <-ch
-		if s.status != http.StatusOK || s.ErrorCode != "vigil_"+lossLogprobs || s.Dones != 0 || s.Err != nil {
-			t.Fatalf("got %+v, want the stream ended by an error event %q", s, "vigil_"+lossLogprobs)
+		if s.status != http.StatusOK || s.ErrorCode != "vigil_"+engineloss.LossLogprobs || s.Dones != 0 || s.Err != nil {
+			t.Fatalf("got %+v, want the stream ended by an error event %q", s, "vigil_"+engineloss.LossLogprobs)
 		}
-		if fate, _ := p.l.RequestFate(); fate.Lost[lossLogprobs] != 1 {
+		if fate, _ := p.l.RequestFate(); fate.Lost[engineloss.LossLogprobs] != 1 {
 			t.Fatalf("fate %+v, want one lost for logprobs", fate)
 		}
 	})

@@ -51,7 +51,7 @@ func (l *Limiter) reject(w http.ResponseWriter, rj *rejection) {
 		if c := l.c.heldRefused[rj.reason]; c != nil {
 			c.Add(1)
 		}
-		l.out.note(func(f *Fate) { f.Refused[rj.reason]++ })
+		l.out.Note(func(f *Fate) { f.Refused[rj.reason]++ })
 	}
 	l.log.WithFields(logrus.Fields{"reason": rj.reason, "status": rj.status,
 		"retry_after_seconds": rj.wait.Seconds()}).Debug("admission: rejected")

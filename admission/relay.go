@@ -5,16 +5,24 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/admission/engineloss"
 )
 
 // movedFromHeader marks a call one vigil moved to another (its value names
 // the first): the receiving vigil never moves it on, so a call cannot go
 // round a pool.
 const movedFromHeader = "X-Vigil-Moved-From"
+
+// movedWaitHeader tells the peer how long the moving vigil would hold the
+// call itself (seconds): the peer's queue takes it only to answer it
+// sooner (core.Request.MaxWait).
+const movedWaitHeader = "X-Vigil-Moved-Wait"
 
 // relay is one call's way to an engine: the body vigil holds and the
 // headers to send it with, so it can be sent again, elsewhere, when the
@@ -41,6 +49,7 @@ func (l *Limiter) newRelay(r *http.Request, body []byte) *relay {
 	h := forwardHeader(r)
 	from := h.Get(movedFromHeader)
 	h.Del(movedFromHeader)
+	h.Del(movedWaitHeader)
 	rl := &relay{method: r.Method, uri: r.URL.RequestURI(), path: r.URL.Path, rawQuery: r.URL.RawQuery,
 		body: body, movedIn: from != "", peer: h.Clone()}
 	if from == "" {
@@ -66,8 +75,21 @@ func (l *Limiter) relayRequest(ctx context.Context, rl *relay, d dest, body []by
 		req.Body = http.NoBody
 	}
 	req.Header = h.Clone()
+	if d.peer != nil {
+		wait := l.out.Expected(l.clock.Now())
+		req.Header.Set(movedWaitHeader, strconv.FormatFloat(wait.Seconds(), 'f', 3, 64))
+	}
 	req.Host = ""
 	return req
+}
+
+// movedWait is the wait a moved call's home would hold it (0: unknown).
+func movedWait(r *http.Request) time.Duration {
+	v, err := strconv.ParseFloat(r.Header.Get(movedWaitHeader), 64)
+	if err != nil || !(v > 0) || v > 24*3600 {
+		return 0
+	}
+	return time.Duration(v * float64(time.Second))
 }
 
 // sendResult is how one send of a call ended.
@@ -98,7 +120,7 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 	// while it is recovered), and the execution still has a client.
 	lost := func() bool {
 		return ex.Context().Err() == nil && d.peer == nil && l.cfg.MaxMoves > 0 &&
-			(context.Cause(actx) == errEngineLost || l.out.active())
+			(context.Cause(actx) == errEngineLost || l.out.Active())
 	}
 	resp, err := l.transport.RoundTrip(l.relayRequest(actx, rl, d, body))
 	switch {
@@ -122,7 +144,7 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 	}
 	m.sse = isSSE(resp.Header)
 	if cont && (resp.StatusCode != http.StatusOK || !m.sse) {
-		l.lose(ex, rl, lossRefused)
+		l.lose(ex, rl, engineloss.LossRefused)
 		return sentDone, true, nil
 	}
 	o.Dropped = resp.StatusCode >= 500
@@ -160,7 +182,7 @@ func (l *Limiter) startCall(tk *core.Listener, cut context.CancelCauseFunc) *ups
 		return l.inflight.start(promptOf(tk), nil)
 	}
 	c := l.inflight.start(promptOf(tk), cut)
-	if l.out.active() {
+	if l.out.Active() {
 		cut(errEngineLost)
 	}
 	return c
@@ -177,20 +199,20 @@ func (l *Limiter) tee(ex *calls.Execution, resp *http.Response, m *meter, tk *co
 		l.co.Begin(ex, resp.StatusCode, resp.Header.Clone())
 	}
 	origID := ""
-	var sp spliceState
+	var sp engineloss.SpliceState
 	if cont {
-		so := readSofar(ex.Buffered())
-		origID, sp.sent = so.id, so.tokens
+		so := engineloss.ReadSoFar(ex.Buffered())
+		origID, sp.Sent = so.ID, so.Tokens
 	}
-	var pend eventBuffer
+	var pend engineloss.EventBuffer
 	_, readErr := l.pump(resp, m, tk, func(p []byte) error {
 		if !m.sse {
 			l.co.Append(ex, p)
 			return nil
 		}
-		whole := pend.add(p)
+		whole := pend.Add(p)
 		if cont {
-			whole = spliceAll(whole, origID, &sp)
+			whole = engineloss.SpliceAll(whole, origID, &sp)
 		}
 		if len(whole) > 0 {
 			l.co.Append(ex, whole)
@@ -198,51 +220,11 @@ func (l *Limiter) tee(ex *calls.Execution, resp *http.Response, m *meter, tk *co
 		return nil
 	})
 	if readErr == nil {
-		if rest := pend.rest(); len(rest) > 0 {
+		if rest := pend.Rest(); len(rest) > 0 {
 			l.co.Append(ex, rest)
 		}
 	}
 	return readErr
-}
-
-// eventBuffer holds back the part of a stream after its last whole event,
-// so listeners only ever get whole events and a stream cut mid-event can
-// be continued exactly.
-type eventBuffer struct{ pending []byte }
-
-// maxPartialEvent bounds what is held back: a longer "event" is not the
-// SSE this reads, and passes as it comes.
-const maxPartialEvent = 1 << 20
-
-// add takes p and returns the whole events it completes.
-func (b *eventBuffer) add(p []byte) []byte {
-	b.pending = append(b.pending, p...)
-	i := bytes.LastIndex(b.pending, []byte("\n\n"))
-	if i < 0 {
-		if len(b.pending) > maxPartialEvent {
-			return b.rest()
-		}
-		return nil
-	}
-	whole := append([]byte(nil), b.pending[:i+2]...)
-	b.pending = append(b.pending[:0], b.pending[i+2:]...)
-	return whole
-}
-
-// rest is what is held back, at the stream's end.
-func (b *eventBuffer) rest() []byte {
-	r := b.pending
-	b.pending = nil
-	return r
-}
-
-// spliceAll splices whole events (see splice).
-func spliceAll(whole []byte, origID string, s *spliceState) []byte {
-	var out []byte
-	for _, ev := range events(whole) {
-		out = append(out, splice(ev, origID, s)...)
-	}
-	return out
 }
 
 // noteMoved counts a cut call that another send took: moved to a peer;
@@ -253,11 +235,11 @@ func (l *Limiter) noteMoved(ex *calls.Execution, rl *relay, d dest, cont bool) {
 	}
 	if d.peer != nil {
 		l.c.moved.Add(1)
-		l.out.note(func(f *Fate) { f.MovedTo[d.peer.Node]++ })
+		l.out.Note(func(f *Fate) { f.MovedTo[d.peer.Node]++ })
 	}
-	if cont && readSofar(ex.Buffered()).text != "" {
+	if cont && engineloss.ReadSoFar(ex.Buffered()).Text != "" {
 		l.c.continued.Add(1)
-		l.out.note(func(f *Fate) { f.Continued++ })
+		l.out.Note(func(f *Fate) { f.Continued++ })
 	}
 }
 
@@ -266,14 +248,14 @@ func (l *Limiter) noteMoved(ex *calls.Execution, rl *relay, d dest, cont bool) {
 // at the end of its stream.
 func (l *Limiter) lose(ex *calls.Execution, rl *relay, why string) *rejection {
 	l.lostCount(why)
-	msg := "The engine was lost under this request and vigil could not move it: " + lossText[why] + "."
+	msg := "The engine was lost under this request and vigil could not move it: " + engineloss.LossText[why] + "."
 	if ex.Started() {
-		l.co.Append(ex, errorEvent("vigil_"+why, msg))
+		l.co.Append(ex, engineloss.ErrorEvent("vigil_"+why, msg))
 		l.co.MarkBroken(ex)
 		return nil
 	}
 	return &rejection{status: http.StatusServiceUnavailable, reason: ReasonRecovering, typ: "server_error",
-		message: msg + " Retry after the indicated delay.", wait: l.out.expected(l.clock.Now())}
+		message: msg + " Retry after the indicated delay.", wait: l.out.Expected(l.clock.Now())}
 }
 
 // lostCount counts a lost call by why.
@@ -281,7 +263,7 @@ func (l *Limiter) lostCount(why string) {
 	l.lostMu.Lock()
 	l.lost[why]++
 	l.lostMu.Unlock()
-	l.out.note(func(f *Fate) { f.Lost[why]++ })
+	l.out.Note(func(f *Fate) { f.Lost[why]++ })
 }
 
 // move is what becomes of a call cut by a lost engine.
@@ -312,16 +294,16 @@ func (l *Limiter) moveTo(ex *calls.Execution, rl *relay) move {
 	mv := move{kind: moveSend, body: rl.body, cont: ex.Started()}
 	if mv.cont {
 		if !isSSE(ex.Header()) {
-			return move{kind: moveLost, why: lossUnaryBegun}
+			return move{kind: moveLost, why: engineloss.LossUnaryBegun}
 		}
 		if !ex.Whole() {
-			return move{kind: moveLost, why: lossTooLong}
+			return move{kind: moveLost, why: engineloss.LossTooLong}
 		}
-		s := readSofar(ex.Buffered())
-		if s.finished && s.why == "" {
+		s := engineloss.ReadSoFar(ex.Buffered())
+		if s.Finished && s.Why == "" {
 			return move{kind: moveEnd}
 		}
-		b, why := continuation(rl.path, rl.body, s)
+		b, why := engineloss.Continuation(rl.path, rl.body, s)
 		if why != "" {
 			return move{kind: moveLost, why: why}
 		}
@@ -329,7 +311,7 @@ func (l *Limiter) moveTo(ex *calls.Execution, rl *relay) move {
 	}
 	rl.moves++
 	if rl.moves > l.cfg.MaxMoves {
-		return move{kind: moveLost, why: lossMoves}
+		return move{kind: moveLost, why: engineloss.LossMoves}
 	}
 	if !rl.movedIn && l.peers != nil {
 		if ps := l.peers(); rl.peersTried < len(ps) {
@@ -341,13 +323,13 @@ func (l *Limiter) moveTo(ex *calls.Execution, rl *relay) move {
 	if !rl.held {
 		rl.held = true
 		l.c.held.Add(1)
-		l.out.note(func(f *Fate) { f.Held++ })
+		l.out.Note(func(f *Fate) { f.Held++ })
 	}
-	if ch := l.out.waitCh(); ch != nil {
+	if ch := l.out.WaitCh(); ch != nil {
 		// A held body counts against the queue's memory (max_queue_bytes).
-		l.out.hold(1)
+		l.out.Hold(1)
 		l.core.HoldBytes(int64(len(mv.body)))
-		defer func() { l.out.hold(-1); l.core.HoldBytes(-int64(len(mv.body))) }()
+		defer func() { l.out.Hold(-1); l.core.HoldBytes(-int64(len(mv.body))) }()
 		select {
 		case <-ch:
 		case <-ex.Context().Done():

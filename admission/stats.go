@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vigil-dev/vigil/admission/engineloss"
 )
 
 // Stats is a snapshot of what the limiter has done and holds.
@@ -162,7 +164,7 @@ func (l *Limiter) Stats() Stats {
 	l.lostMu.Lock()
 	s.Lost = maps.Clone(l.lost)
 	l.lostMu.Unlock()
-	_, s.HeldNow = l.out.snapshot()
+	_, s.HeldNow = l.out.Snapshot()
 	s.Suspected = l.Suspected()
 	s.Suspicions, s.FalseSuspicions, s.Diverted = l.c.suspicions.Load(), l.c.falseSuspicions.Load(), l.c.diverted.Load()
 	for r, c := range l.c.heldRefused {
@@ -291,7 +293,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLostCalls, s.Moved, "moved", "")
 	counter(descLostCalls, s.Held, "held", "")
 	counter(descLostCalls, s.Continued, "continued", "")
-	for _, why := range lossReasons {
+	for _, why := range engineloss.LossReasons {
 		counter(descLostCalls, s.Lost[why], "lost", why)
 	}
 	gauge(descHeldNow, float64(s.HeldNow))

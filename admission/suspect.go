@@ -9,9 +9,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/admission/engineloss"
 )
 
-// The stall suspicion at work (stall.go decides it): what the limiter
+// The stall suspicion at work (engineloss.Watch decides it): what the limiter
 // feeds the watch, and what it does while the engine is suspected.
 // Nothing new goes to the engine: new calls and the queued ones go to a
 // pool peer that takes them, else wait in the queue, where nobody is
@@ -23,18 +24,20 @@ const (
 	// stallTick is how often the watch is checked.
 	stallTick = 100 * time.Millisecond
 	// stallScrape is how often the engine's counters are read while it is
-	// suspected: one that advanced is progress the bytes did not show.
+	// quiet or suspected: one that advanced is progress the bytes did not
+	// show (a prefill, calls that do not pass through vigil).
 	stallScrape = 250 * time.Millisecond
 )
 
 // stallMon is the limiter's stall watch, under its own lock.
 type stallMon struct {
 	mu sync.Mutex
-	w  *stallWatch
+	w  *engineloss.Watch
 	on bool // the core holds the engine for a suspicion
-	// base is the engine's counters at the suspicion's first read.
+	// base is the engine's counters at the first read of a quiet spell.
 	base     core.EngineLoad
 	haveBase bool
+	quiet    bool // the engine is quiet (engineloss.Watch.Quiet): its counters are read
 }
 
 // WithSuspicionHook is told when a suspicion is raised (true) and when
@@ -51,7 +54,7 @@ func (l *Limiter) stallSent(c *upstreamCall, tk *core.Listener) {
 	}
 	now := l.clock.Now()
 	l.sm.mu.Lock()
-	l.sm.w.sent(c, now, tk.Prompt(), tk.Output(), tk.Stream())
+	l.sm.w.Sent(c, now, tk.Prompt(), tk.Output(), tk.Stream())
 	l.sm.mu.Unlock()
 }
 
@@ -61,7 +64,7 @@ func (l *Limiter) stallChunk(c *upstreamCall, now time.Time) {
 		return
 	}
 	l.sm.mu.Lock()
-	l.sm.w.chunk(c, now)
+	l.sm.w.Chunk(c, now)
 	l.sm.mu.Unlock()
 }
 
@@ -73,7 +76,7 @@ func (l *Limiter) stallDone(c *upstreamCall, answered bool, output int) {
 	}
 	now := l.clock.Now()
 	l.sm.mu.Lock()
-	l.sm.w.done(c, now, answered, output)
+	l.sm.w.Done(c, now, answered, output)
 	l.sm.mu.Unlock()
 }
 
@@ -81,7 +84,7 @@ func (l *Limiter) stallDone(c *upstreamCall, answered bool, output int) {
 func (l *Limiter) lastProgress() time.Time {
 	l.sm.mu.Lock()
 	defer l.sm.mu.Unlock()
-	return l.sm.w.last
+	return l.sm.w.Last()
 }
 
 // Suspected reports whether the engine is suspected stalled now.
@@ -92,7 +95,7 @@ func (l *Limiter) Suspected() bool {
 }
 
 // watchStalls checks the watch every stallTick until Close, and reads the
-// engine's counters while it is suspected.
+// engine's counters while it is quiet or suspected.
 func (l *Limiter) watchStalls() {
 	defer close(l.stallLoopDone)
 	tick := make(chan struct{}, 1)
@@ -101,16 +104,18 @@ func (l *Limiter) watchStalls() {
 		if !l.sleepOn(stallTick, tick) {
 			return
 		}
-		if l.out.active() {
+		if l.out.Active() {
 			continue // the verdict is in: the outage's rules hold
 		}
 		now := l.clock.Now()
 		l.sm.mu.Lock()
-		suspected, was := l.sm.w.check(now), l.sm.on
+		suspected, was := l.sm.w.Check(now), l.sm.on
 		l.sm.on = suspected
-		if suspected && !was {
-			l.sm.haveBase = false
+		quiet := l.sm.w.Quiet(now)
+		if quiet && !l.sm.quiet {
+			l.sm.haveBase = false // a new quiet spell: its first read is the base
 		}
+		l.sm.quiet = quiet
 		l.sm.mu.Unlock()
 		switch {
 		case suspected && !was:
@@ -118,7 +123,7 @@ func (l *Limiter) watchStalls() {
 		case !suspected && was:
 			l.unsuspect()
 		}
-		if suspected && l.reader != nil && now.Sub(scraped) >= stallScrape {
+		if quiet && l.reader != nil && now.Sub(scraped) >= stallScrape {
 			scraped = now
 			l.readProgress()
 		}
@@ -126,7 +131,7 @@ func (l *Limiter) watchStalls() {
 }
 
 // readProgress reads the engine's counters once: any that advanced since
-// the suspicion's first read is progress.
+// the quiet spell's first read is progress.
 func (l *Limiter) readProgress() {
 	ctx, cancel := context.WithTimeout(l.base, pollTimeout)
 	g, err := l.readEngineQueue(ctx)
@@ -142,7 +147,7 @@ func (l *Limiter) readProgress() {
 	}
 	b := l.sm.base
 	if g.PromptTokens > b.PromptTokens || g.FirstTokens > b.FirstTokens {
-		l.sm.w.progress(l.clock.Now())
+		l.sm.w.Progress(l.clock.Now())
 		// The next tick finds the suspicion gone and releases the engine.
 	}
 }
@@ -151,13 +156,17 @@ func (l *Limiter) readProgress() {
 // peer when one is known.
 func (l *Limiter) suspect(now time.Time) {
 	l.c.suspicions.Add(1)
-	l.out.open(now)
-	l.core.SetSuspected(true)
+	l.out.Open(now)
+	peer := l.peerFor(nil) != nil
+	l.core.SetSuspected(true, peer)
 	n, _ := l.inflight.snapshot()
-	l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
-		"of its step times with calls in flight): nothing new goes to it until it progresses")
-	if l.peerFor(nil) != nil {
+	if peer {
+		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
+			"of its step times with calls in flight): new calls go to a peer until it progresses")
 		l.core.Divert()
+	} else {
+		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
+			"of its step times with calls in flight); no peer to send calls to: none is refused for it meanwhile")
 	}
 	if l.onSuspect != nil {
 		l.onSuspect(true)
@@ -167,8 +176,8 @@ func (l *Limiter) suspect(now time.Time) {
 // unsuspect releases the engine: it progressed, the suspicion was false.
 func (l *Limiter) unsuspect() {
 	l.c.falseSuspicions.Add(1)
-	l.out.closeFalse()
-	l.core.SetSuspected(false)
+	l.out.CloseFalse()
+	l.core.SetSuspected(false, false)
 	l.log.Info("admission: the engine progresses again; the suspicion was false")
 	if l.onSuspect != nil {
 		l.onSuspect(false)
@@ -179,17 +188,17 @@ func (l *Limiter) unsuspect() {
 // verdict (SetRecovering).
 func (l *Limiter) confirmStall(now time.Time) {
 	l.sm.mu.Lock()
-	l.sm.w.confirmed(now)
+	l.sm.w.Confirmed(now)
 	was := l.sm.on
 	l.sm.on = false
 	l.sm.mu.Unlock()
 	if was {
-		l.core.SetSuspected(false) // the recovery holds the engine now
+		l.core.SetSuspected(false, false) // the recovery holds the engine now
 	}
 }
 
 // holdsEngine: nothing new goes to the engine (suspected or recovered).
-func (l *Limiter) holdsEngine() bool { return l.Suspected() || l.out.active() }
+func (l *Limiter) holdsEngine() bool { return l.Suspected() || l.out.Active() }
 
 // peerFor is the pool peer a call may go to (nil: none), r its request
 // (nil: any call); a call moved in from another vigil moves no further.
@@ -239,7 +248,7 @@ func (a *attempt) sendToPeer(p *Peer, body []byte) (done, taken bool) {
 	}
 	l.c.moved.Add(1)
 	l.c.diverted.Add(1)
-	l.out.note(func(f *Fate) { f.MovedTo[p.Node]++ })
+	l.out.Note(func(f *Fate) { f.MovedTo[p.Node]++ })
 	l.log.WithFields(logrus.Fields{"peer": p.Node}).Debug("admission: a call for a held engine went to a peer")
 	copyResponseHeader(a.w.Header(), resp.Header)
 	a.w.WriteHeader(resp.StatusCode)

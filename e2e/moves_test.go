@@ -120,11 +120,22 @@ type movesRig struct {
 
 func newMovesRig(t *testing.T, name string, nodes ...string) *movesRig {
 	t.Helper()
+	return newMovesRigArgs(t, name, nil, nodes...)
+}
+
+// newMovesRigArgs is newMovesRig with extra vllm-sim flags for node1's
+// engine.
+func newMovesRigArgs(t *testing.T, name string, node1Args []string, nodes ...string) *movesRig {
+	t.Helper()
 	r := &movesRig{d: testinfra.StartDockerd(t)}
 	var cfgs []vigilConfig
 	var servers []testinfra.Server
-	for _, n := range nodes {
-		e := startEngine(t, r.d, name+"-"+n)
+	for i, n := range nodes {
+		var args []string
+		if i == 0 {
+			args = node1Args
+		}
+		e := startEngine(t, r.d, name+"-"+n, args...)
 		r.engs = append(r.engs, e)
 		cfg := vigilConfig{Node: n, EngineURL: "http://" + e.api, Server: n, DockerHost: r.d.Host, Container: e.name,
 			DrainTimeoutHung: time.Second, StateFile: filepath.Join(t.TempDir(), "state.json"),
@@ -285,8 +296,12 @@ func TestAHungEngineUnderLoadLosesNoCallWithAPeer(t *testing.T) {
 		t.Errorf("node1's vigil moved %d calls, lost %v, refused %v; want the calls cut moved to node2, none lost",
 			f.Limiter.Moved, f.Limiter.Lost, f.Limiter.HeldRefused)
 	}
-	if f.Limiter.Suspicions == 0 || f.Limiter.Diverted == 0 {
-		t.Errorf("suspicions %d, diverted %d; want the stall suspected and new calls sent to node2 before the verdict",
+	// New calls during the suspicion reach node2 by HAProxy (node1's weight
+	// is lowered at once) or by node1's vigil (diverted): which one, and
+	// whether the clients, all waiting on node1's hung engine, send any,
+	// is timing. The suspicion before the verdict is what is asserted.
+	if f.Limiter.Suspicions == 0 {
+		t.Errorf("suspicions %d (diverted %d); want the stall suspected before the verdict",
 			f.Limiter.Suspicions, f.Limiter.Diverted)
 	}
 	// node2 took node1's share on top of its own, and node1 served again

@@ -245,6 +245,9 @@ type autoLimit struct {
 	// beside it). See deadlineCeiling.
 	dl     []dlSample
 	dlNext int
+
+	// start: the engine's own seat limit (start.go).
+	start startState
 }
 
 func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
@@ -258,7 +261,8 @@ func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
 func (a *autoLimit) reset(now time.Time) {
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
 		prefill: newPrefillMeter(a.prefill.seats), gate: newFirstTokenGate(a.target, now),
-		lastChange: now, winStart: now}
+		lastChange: now, winStart: now, start: a.start.kept()}
+	a.limit = a.start.bound(a.limit)
 }
 
 // cap is the current limit as a request count.
@@ -459,6 +463,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 		a.grow(ev, now)
 	}
 	a.boundGrowth(ev, old)
+	a.settle(old)
 	return a.closeWindow(old, now)
 }
 

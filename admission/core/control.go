@@ -58,18 +58,23 @@ func (l *Limiter) SetRecovering(on bool) {
 }
 
 // SetSuspected marks the engine as suspected stalled (package admission's
-// stall watch) or clears it. While it holds nothing new goes to the
-// engine: requests queue, and nobody is refused for the engine's silence
-// (no stream deadline, no queue timeout; see holdingLocked). Clearing it
-// hands the queue the slots free.
-func (l *Limiter) SetSuspected(on bool) {
+// stall watch) or clears it. While it holds nobody is refused for the
+// engine's silence (no stream deadline, no queue timeout; see
+// holdingLocked), and, with stop, nothing new goes to the engine: requests
+// queue, for Divert to hand to a peer. Without a peer to take them a
+// suspicion stops nothing: a call sent into a hung engine is cut and held
+// at the verdict as one held here would be, and one sent to a healthy
+// engine the suspicion misjudged is served. Clearing it hands the queue
+// the slots free.
+func (l *Limiter) SetSuspected(on, stop bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if on == l.suspected {
+	stop = on && stop
+	if on == l.suspected && stop == l.suspectStop {
 		return
 	}
-	l.suspected = on
-	if !on {
+	l.suspected, l.suspectStop = on, stop
+	if !stop {
 		l.dispatchLocked(l.clock.Now())
 	}
 }
@@ -89,7 +94,7 @@ func (l *Limiter) Holding() bool {
 func (l *Limiter) Divert() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.suspected && !l.recovering {
+	if !l.suspectStop && !l.recovering {
 		return 0
 	}
 	n := 0

@@ -24,11 +24,12 @@
 // # What decides, in order
 //
 //  1. Holding: while the engine is suspected stalled (SetSuspected),
-//     recovered (SetRecovering) or ramping in its slow start, nothing new
-//     goes to a stopped engine and nobody is refused for it: no stream
-//     deadline, and a queue wait past its bound goes on (to the client's
-//     announced timeout); Divert hands the queue to the transport for a
-//     peer.
+//     recovered (SetRecovering) or ramping in its slow start, nobody is
+//     refused for it: no stream deadline, and a queue wait past its bound
+//     goes on (to the client's announced timeout). Nothing new goes to a
+//     recovered engine, nor to a suspected one when a peer can take the
+//     calls (SetSuspected's stop); Divert hands the queue to the
+//     transport for a peer.
 //  2. Tenants: rpm, tpm and max_in_flight per key, 429 over them; a request
 //     larger than the key's whole tpm is Final.
 //  3. Retry budget: retries that would run a call again may be retry_ratio

@@ -157,7 +157,7 @@ func (a *autoLimit) grow(ev window, now time.Time) {
 	case a.probing || ev.ceiling > 0:
 		// Start-up, or a known ceiling (the clients' deadlines) that
 		// already bounds the step: no need to creep up a turnover at a time.
-		a.limit = min(autoMax, max(a.limit+1, a.limit*probeGain))
+		a.limit = min(autoMax, max(a.limit+1, a.limit*a.probeGainFor(ev.w, ev.r, a.gauges)))
 	default:
 		a.limit = min(autoMax, a.limit+turnoverGain*float64(a.finished))
 	}

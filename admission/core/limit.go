@@ -164,11 +164,11 @@ func (a *autoLimit) SetSaturated(on bool, now time.Time) {
 }
 
 // Restart forgets the evidence and probes again, from at least the
-// initial cap.
+// initial cap (never past the engine's own seats: see startState).
 func (a *autoLimit) Restart(now time.Time) {
 	keep := max(a.limit, autoInitial)
 	a.reset(now)
-	a.limit = keep
+	a.limit = a.start.bound(keep)
 }
 
 // saturatedShare of a fixed cap stays admitted while the watchdog reports

@@ -75,9 +75,22 @@ type Request struct {
 	// Undivertible: the call was offered to a peer already (or must not
 	// move); Divert leaves it queued.
 	Undivertible bool
-	// MaxWait, when set, bounds the queue wait whatever else would allow,
-	// the engine held or not: a call another vigil moved here is better
-	// held at home than queued behind this engine's own (0: no bound).
+	// Moved: another vigil moved the call here (its own engine is held or
+	// lost). It queues whatever the cap, after this node's own first
+	// attempts (nextWaiterLocked): it takes the room they leave, and this
+	// node's own clients lose nothing for it. It never takes a queue place
+	// from this node's own calls: it is refused
+	// when the queue is full, and the first turned away when they need the
+	// room. Its bound is its client's (no stream deadline: its first token
+	// is late already) and MaxWait, and holds even while this engine is
+	// held. It is refused at once when the calls waiting ahead of it would
+	// not be served within that bound, and after twice what they should
+	// take (this node's own newcomers overtake it). A refusal sends it
+	// home, where it is held.
+	Moved bool
+	// MaxWait (moved calls only) is how long its home would hold it: a
+	// wait here longer than that answers it later than the home would
+	// (0: no bound but its client's).
 	MaxWait time.Duration
 }
 
@@ -139,13 +152,14 @@ type Limiter struct {
 	saturated   bool
 	recovering  bool
 	// suspected: the engine is suspected stalled (package admission's
-	// stall watch): nothing new goes to it, and nobody is refused for it.
-	suspected   bool
-	slowFrom    time.Time // zero: no slow start running
-	tenants     *tenantTable
-	budget      *retryBudget
-	completions *eventRate
-	deadlines   *deadlines
+	// stall watch): nobody is refused for it; suspectStop: nothing new
+	// goes to it either (a peer takes the calls).
+	suspected, suspectStop bool
+	slowFrom               time.Time // zero: no slow start running
+	tenants                *tenantTable
+	budget                 *retryBudget
+	completions            *eventRate
+	deadlines              *deadlines
 	// admissions over the last completionSpan, since busySince (when the
 	// last idle spell ended): the queue's drain rate.
 	admissions *eventRate
@@ -300,25 +314,43 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 		return lis, nil, nil
 	}
 	l.demandLocked(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
+	l.queuedPastCapLocked(now)
 	maxWait := l.maxWaitLocked(r, timeout)
-	if r.MaxWait > 0 {
-		maxWait = min(maxWait, r.MaxWait)
+	if r.Moved {
+		maxWait = l.queueWaitFor(timeout, r.Coalesced)
+		if r.MaxWait > 0 {
+			maxWait = min(maxWait, r.MaxWait)
+		}
+		patience, rj := l.movedCheckLocked(now, maxWait)
+		if rj != nil {
+			l.undoLocked(now, lis)
+			l.mu.Unlock()
+			return nil, rj, nil
+		}
+		maxWait = min(maxWait, patience)
 	}
-	if r.Stream && !l.holdingLocked(now) {
+	if r.Stream && !r.Moved && !l.holdingLocked(now) {
 		if rj := l.streamCheckLocked(now, r, ph, maxWait); rj != nil {
 			l.undoLocked(now, lis)
 			l.mu.Unlock()
 			return nil, rj, nil
 		}
 	}
-	if rj := l.makeRoomLocked(now, r.Bytes, ph == nil); rj != nil {
+	if !r.Moved { // a moved call's room was judged above (movedCheckLocked)
+		if rj := l.plainCheckLocked(now, r, ph, maxWait, timeout); rj != nil {
+			l.undoLocked(now, lis)
+			l.mu.Unlock()
+			return nil, rj, nil
+		}
+	}
+	if rj := l.makeRoomLocked(now, r.Bytes, ph == nil, r.Moved); rj != nil {
 		l.undoLocked(now, lis)
 		l.mu.Unlock()
 		return nil, rj, nil
 	}
 	w := l.enqueueLocked(now, r, ph, lis)
 	w.deadline = now.Add(maxWait)
-	w.undivertible = r.Undivertible
+	w.undivertible, w.moved = r.Undivertible, r.Moved
 	// Queued while the engine is held: its bound would judge a pace the
 	// engine does not have (see expire).
 	w.held = l.holdingLocked(now)
@@ -395,7 +427,7 @@ func (l *Limiter) admitLocked(now time.Time, lis *Listener, ph *waiter) bool {
 	if waiting && !room {
 		waiting = l.nextWaiterLocked(false) != nil
 	}
-	if l.inFlight >= c || (lis.stream && !room) || waiting || l.recovering || l.suspected {
+	if l.inFlight >= c || (lis.stream && !room) || waiting || l.recovering || l.suspectStop {
 		return false
 	}
 	if ph != nil {
@@ -506,7 +538,7 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 	// the suspicion (package admission) is still deciding; a refusal now
 	// would be for the engine's silence, not its pace.
 	silent := l.progress != nil && l.progress().Before(w.at)
-	if r.MaxWait <= 0 && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+	if !r.Moved && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
 		// Once held, always: the engine's return finds the work the
 		// hang held up ahead of it (streams continued, calls held), and
 		// a refusal then is still the hang's. A wait deferred only for

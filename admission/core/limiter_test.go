@@ -167,7 +167,7 @@ func TestAcquireDecides(t *testing.T) {
 			c.MaxInFlight = 2
 		}, func(t *testing.T, l *Limiter) {
 			first := mustAcquire(t, l, Request{})
-			l.SetSuspected(true)
+			l.SetSuspected(true, true)
 			ch := acquireAsync(context.Background(), l, Request{Stream: true})
 			kept := acquireAsync(context.Background(), l, Request{Undivertible: true})
 			untilQueued(t, l, 2)
@@ -181,7 +181,7 @@ func TestAcquireDecides(t *testing.T) {
 			if a := get(t, ch); !errors.Is(a.err, ErrDiverted) {
 				t.Fatalf("got %+v, want ErrDiverted", a)
 			}
-			l.SetSuspected(false) // progress: the free slot goes to the queue
+			l.SetSuspected(false, false) // progress: the free slot goes to the queue
 			if a := get(t, kept); a.lis == nil {
 				t.Fatalf("got %+v, want a slot once the suspicion cleared", a)
 			}
@@ -190,16 +190,93 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatal("Divert with no suspicion took a request")
 			}
 		}},
-		{"MaxWait bounds a wait even while the engine is held", func(c *configs.Admission) {
-			c.MaxInFlight = 1
+		{"a moved call waits its client's bound, even while this engine is held", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {
-			l.SetSuspected(true)
-			ch := acquireAsync(context.Background(), l, Request{MaxWait: 500 * time.Millisecond})
+			mustAcquire(t, l, Request{})
+			ch := acquireAsync(context.Background(), l, Request{Moved: true, Stream: true, Timeout: 8 * time.Second})
 			untilQueued(t, l, 1)
-			advance(500 * time.Millisecond)
-			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
-				t.Fatalf("got %+v, want queue_timeout at its MaxWait", a)
+			advance(3 * time.Second) // past a stream's first-token bound and the 2 s moved calls once had
+			if l.Stats().QueueDepth != 1 {
+				t.Fatal("a moved call was refused before half its client's timeout")
 			}
+			l.SetSuspected(true, true)
+			advance(time.Second)
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout at half its client's timeout, the engine held or not", a)
+			}
+		}},
+		{"a moved call never takes a queue place from this node's own calls", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueue, c.MaxQueueWait = 1, 2, time.Minute
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			moved := acquireAsync(context.Background(), l, Request{Moved: true})
+			untilQueued(t, l, 1)
+			own := acquireAsync(context.Background(), l, Request{})
+			untilQueued(t, l, 2)
+			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true}); rj == nil || rj.Reason != ReasonQueueFull {
+				t.Fatalf("got %+v, want a moved call refused by a full queue", rj)
+			}
+			second := acquireAsync(context.Background(), l, Request{})
+			if a := get(t, moved); a.rj == nil || a.rj.Reason != ReasonQueueFull {
+				t.Fatalf("got %+v, want the moved waiter turned away for this node's own call", a)
+			}
+			untilQueued(t, l, 2)
+			select {
+			case a := <-own:
+				t.Fatalf("this node's own waiter ended: %+v", a)
+			case a := <-second:
+				t.Fatalf("this node's own newcomer ended: %+v", a)
+			default:
+			}
+			advance(time.Minute) // their bound ends the test's waits
+		}},
+		{"a moved call goes after this node's own first attempts", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
+		}, func(t *testing.T, l *Limiter) {
+			slot := mustAcquire(t, l, Request{})
+			m := acquireAsync(context.Background(), l, Request{Moved: true})
+			untilQueued(t, l, 1)
+			o := acquireAsync(context.Background(), l, Request{Timeout: time.Hour})
+			untilQueued(t, l, 2)
+			slot.Release(Outcome{Success: true})
+			synctest.Wait()
+			select {
+			case a := <-o:
+				a.lis.Release(Outcome{Success: true})
+			default:
+				t.Fatal("the moved call went before this node's own")
+			}
+			if a := get(t, m); a.lis == nil {
+				t.Fatalf("got %+v, want the moved call served next", a)
+			} else {
+				a.lis.Release(Outcome{Success: true})
+			}
+		}},
+		{"a moved call is refused at once past its home's wait, and goes home after twice its estimated wait", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			acquireAsync(ctx, l, Request{Moved: true, MaxWait: time.Hour})
+			untilQueued(t, l, 1)
+			// Nothing has completed yet: a wait is estimated at 5 s a call.
+			if _, rj, _ := l.Acquire(context.Background(), Request{Moved: true, MaxWait: 3 * time.Second}); rj == nil || rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want a moved call refused at once behind another", rj)
+			}
+			ch := acquireAsync(context.Background(), l, Request{Moved: true, MaxWait: 30 * time.Second})
+			untilQueued(t, l, 2)
+			advance(9 * time.Second)
+			if l.Stats().QueueDepth != 2 {
+				t.Fatal("the moved call left before twice its estimated 5 s")
+			}
+			advance(time.Second)
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout at twice its estimated wait", a)
+			}
+			cancel()
+			synctest.Wait()
 		}},
 		{"slow start holds the queue rather than refusing it", func(c *configs.Admission) {
 			c.MaxInFlight = 10

@@ -31,6 +31,8 @@ type waiter struct {
 	route, tenant string
 	// undivertible: Divert leaves it queued (see Request.Undivertible).
 	undivertible bool
+	// moved: another vigil moved the call here (see Request.Moved).
+	moved bool
 	// held: its bound was reached while the engine was held, and it
 	// waits on (see Limiter.expire).
 	held bool
@@ -100,7 +102,8 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 // oldest call has the fewest attempts left, so it goes first, and no retry
 // displaces fresh work (retries are what keeps an overload going).
 // Without streams, streamed waiters are passed over (the first-token limit
-// is full): a plain call behind them still goes.
+// is full): a plain call behind them still goes. Calls moved here from
+// another vigil's held engine go after this node's own first attempts.
 func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	live := func(e *list.Element) bool {
 		w := e.Value.(*waiter)
@@ -114,7 +117,7 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		}
 		return nil
 	}
-	var newest, onTime, oldestRetry *list.Element
+	var newest, onTime, oldestRetry, oldestMoved *list.Element
 	now := l.clock.Now()
 	drain := time.Duration(math.MaxInt64)
 	if rate := l.drainRateLocked(now); rate > 0 {
@@ -127,6 +130,8 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		}
 		w := e.Value.(*waiter)
 		switch {
+		case w.moved:
+			oldestMoved = e
 		case w.retry:
 			oldestRetry = e
 		case l.onTimeLocked(w, now, drain, objective):
@@ -135,8 +140,40 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 			newest = cmp.Or(newest, e)
 		}
 	}
-	return cmp.Or(onTime, newest, oldestRetry)
+	// A call moved here from a held engine goes after this node's own
+	// first attempts, oldest first: it takes the room they leave, so its
+	// clients lose nothing for it (before retries, which go last anyway).
+	return cmp.Or(onTime, newest, oldestMoved, oldestRetry)
 }
+
+// movedCheckLocked judges a moved call against this node's room: the
+// calls waiting ahead of it (this node's own first attempts and the moved
+// before it) at the measured completion rate. It is refused at once when
+// they would not be served within maxWait (what its home would hold it);
+// otherwise patience bounds its wait at twice that estimate (at least
+// movedPatienceFloor): a moved call waits behind this node's own, and one
+// waiting longer is being overtaken by this node's own newcomers, a node
+// at its cap with its own work. Its home holds it then, as soon.
+func (l *Limiter) movedCheckLocked(now time.Time, maxWait time.Duration) (patience time.Duration, rj *Rejection) {
+	ahead := 0
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*waiter); !w.placeholder && !w.retry {
+			ahead++
+		}
+	}
+	if ahead == 0 {
+		return maxWait, nil
+	}
+	wait := l.estimatedWaitLocked(now, ahead)
+	if wait > maxWait {
+		return 0, queueRejection(ReasonQueueTimeout, wait)
+	}
+	return max(2*wait, movedPatienceFloor), nil
+}
+
+// movedPatienceFloor is the least a moved call waits behind others before
+// it goes home: a second, a few of an engine's answers.
+const movedPatienceFloor = time.Second
 
 // onTimeLocked: w's client has a known timeout (announced, or inferred
 // now) and, served now, still gets its answer within it (at the engine's
@@ -196,7 +233,7 @@ func (l *Limiter) holdLocked(w *waiter, k CallKey, d time.Duration) {
 
 // dispatchLocked hands freed slots to waiters, newest or oldest first.
 func (l *Limiter) dispatchLocked(now time.Time) {
-	if l.recovering || l.suspected {
+	if l.recovering || l.suspectStop {
 		return // nothing goes to an engine being recovered or suspected; the queue waits for it
 	}
 	c := l.capLocked(now)
@@ -244,8 +281,11 @@ func (l *Limiter) aheadLocked(w *waiter) int {
 // max_queue entries and max_queue_bytes. Placeholders make room first
 // (they are only a chance of a retry); then newest_first turns away the
 // oldest waiters, whose clients are the closest to giving up, and fifo
-// turns away the newcomer (the returned rejection).
-func (l *Limiter) makeRoomLocked(now time.Time, n int64, newEntry bool) *Rejection {
+// turns away the newcomer (the returned rejection). Calls moved here from
+// another vigil (moved) are turned away before any of this node's own,
+// oldest first: their home holds them; and a moved newcomer takes no
+// place from a waiter, it is turned away itself.
+func (l *Limiter) makeRoomLocked(now time.Time, n int64, newEntry, moved bool) *Rejection {
 	full := func() bool {
 		return (newEntry && l.waiters.Len() >= l.cfg.MaxQueue) ||
 			(l.cfg.MaxQueueBytes > 0 && l.queuedBytes+n > l.cfg.MaxQueueBytes)
@@ -260,12 +300,30 @@ func (l *Limiter) makeRoomLocked(now time.Time, n int64, newEntry bool) *Rejecti
 		}
 		e = next
 	}
+	for full() && !moved {
+		e := l.nextMovedLocked()
+		if e == nil {
+			break
+		}
+		l.removeWaiterLocked(e).ch <- waitResult{rej: queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))}
+	}
 	for full() {
-		if l.cfg.Order == "fifo" || l.liveWaitersLocked() == 0 {
+		if moved || l.cfg.Order == "fifo" || l.liveWaitersLocked() == 0 {
 			return queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))
 		}
 		old := l.removeWaiterLocked(l.nextOldestLocked())
 		old.ch <- waitResult{rej: queueRejection(ReasonQueueFull, l.estimatedWaitLocked(now, l.liveWaitersLocked()))}
+	}
+	return nil
+}
+
+// nextMovedLocked is the oldest waiter moved here from another vigil, or
+// nil.
+func (l *Limiter) nextMovedLocked() *list.Element {
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*waiter); w.moved && !w.placeholder {
+			return e
+		}
 	}
 	return nil
 }

@@ -20,8 +20,8 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 	m.waitState(t, "healthy", 10*time.Second)
 
 	l := startLoad(t, v.admissionURL, 16, 24)
-	// The cap starts high and comes down once the engine's queue shows
-	// (a read the busy engine does not answer in time is retried later).
+	// The cap comes to the slots once the limiter has read them (its
+	// first read of the engine's /metrics under load tells the kind).
 	testinfra.WaitFor(t, 20*time.Second, "the automatic cap down near the slots", func() bool {
 		s, err := v.status()
 		return err == nil && s.Limiter != nil && s.Limiter.Cap <= slots+1
@@ -50,17 +50,14 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 	ok, failed := l.Counts()
 	medCap, meanDeferred := median(caps), mean(deferred)
 	t.Logf("cap %v (median %.0f); engine queue %.1f on average; %d calls, %d failed", caps, medCap, meanDeferred, ok, len(failed))
-	// The cap probes above the slots (a step up, the engine's queue shows,
-	// a step down) and keeps coming back to them. On this engine it was
-	// seen alternating between the slots + 1 and three times the slots
-	// every read (a sawtooth, not a settled cap: an open point of #38);
-	// what is asserted is that it returns to the slots and stays within
-	// that band, and that the backlog waits in vigil, below.
-	if low := slices.Min(caps); low > slots+1 {
-		t.Errorf("the automatic cap never came back to the engine's %d slots: lowest %.0f", slots, low)
+	// The cap takes the slots llama.cpp exposes (/slots) as its start and
+	// its ceiling: before it read them it sawed between the slots + 1 and
+	// three times the slots every read (issue 38).
+	if medCap < slots || medCap > slots+1 {
+		t.Errorf("the automatic cap's median was %.0f, want it within %d..%d (the slots, or one more)", medCap, slots, slots+1)
 	}
-	if medCap < slots || medCap > 3*slots {
-		t.Errorf("the automatic cap's median was %.0f, want it within %d..%d (the slots to three times them)", medCap, slots, 3*slots)
+	if high := slices.Max(caps); high > slots+1 {
+		t.Errorf("the automatic cap rose to %.0f on an engine with %d slots: %v", high, slots, caps)
 	}
 	// Without the limiter the engine would hold 14 of the 16 in its queue.
 	if meanDeferred > (16-slots)/3 {

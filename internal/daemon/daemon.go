@@ -336,7 +336,8 @@ func (d *daemon) buildLimiter(cfg *configs.Config, reader *probes.Reader) error 
 		admission.WithRegisterer(d.registry),
 		admission.WithEngineReader(reader),
 		admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers),
-		admission.WithSuspicionHook(d.suspicionHook))
+		admission.WithSuspicionHook(d.suspicionHook),
+		admission.WithLearnedStore(d.store))
 	if err != nil {
 		return err
 	}

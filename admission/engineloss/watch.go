@@ -1,6 +1,7 @@
-package admission
+package engineloss
 
 import (
+	"slices"
 	"time"
 )
 
@@ -38,7 +39,7 @@ const (
 	backoffDecay = time.Minute
 )
 
-// stallWatch decides, from what the limiter observes of the calls it sent
+// Watch decides, from what the limiter observes of the calls it sent
 // to the engine, whether the engine has stopped making progress. It is a
 // pure type: every method takes the time, none reads a clock, and the
 // limiter calls it under its own lock (stallMon).
@@ -53,14 +54,14 @@ const (
 // learned step) allow. A lone long prefill or a long plain answer is not
 // overdue; a saturated engine keeps progressing; a slow one has a long
 // step.
-type stallWatch struct {
+type Watch struct {
 	step time.Duration // learned time between a stream's chunks
 	// streamTaught: streams taught the step; plain answers (whose time
 	// includes the engine's queue) no longer do.
 	streamTaught bool
 	prefillRate  float64   // learned prompt tokens a second
 	last         time.Time // the last progress
-	calls        map[*upstreamCall]*watched
+	calls        map[any]*watched
 
 	suspected bool
 	since     time.Time // when the suspicion was raised
@@ -78,12 +79,12 @@ type watched struct {
 	stream         bool
 }
 
-func newStallWatch() *stallWatch {
-	return &stallWatch{calls: map[*upstreamCall]*watched{}, backoff: 1}
+func NewWatch() *Watch {
+	return &Watch{calls: map[any]*watched{}, backoff: 1}
 }
 
-// sent notes a call sent to the engine.
-func (s *stallWatch) sent(c *upstreamCall, now time.Time, prompt, output int, stream bool) {
+// Sent notes a call sent to the engine.
+func (s *Watch) Sent(c any, now time.Time, prompt, output int, stream bool) {
 	if len(s.calls) == 0 {
 		// Work arrives at an idle engine: its silence before is no stall.
 		s.last = now
@@ -91,15 +92,15 @@ func (s *stallWatch) sent(c *upstreamCall, now time.Time, prompt, output int, st
 	s.calls[c] = &watched{sent: now, prompt: prompt, output: output, stream: stream}
 }
 
-// chunk notes bytes of c's answer: progress. A stream's gaps teach the
+// Chunk notes bytes of c's answer: progress. A stream's gaps teach the
 // step time, its first byte the prefill rate.
-func (s *stallWatch) chunk(c *upstreamCall, now time.Time) {
+func (s *Watch) Chunk(c any, now time.Time) {
 	w := s.calls[c]
 	if w == nil {
 		return // not a call it watches (e.g. a passed-through GET)
 	}
 	th := s.threshold()
-	s.progress(now)
+	s.Progress(now)
 	switch {
 	case !w.stream:
 	case w.lastByte.IsZero():
@@ -119,11 +120,11 @@ func (s *stallWatch) chunk(c *upstreamCall, now time.Time) {
 	w.lastByte = now
 }
 
-// done notes c's end: progress when it ended with the engine's answer
+// Done notes c's end: progress when it ended with the engine's answer
 // (answered, of output tokens; -1: unknown), not when it was cut or its
 // client left. A plain answer's length teaches the step time when no
 // stream does.
-func (s *stallWatch) done(c *upstreamCall, now time.Time, answered bool, output int) {
+func (s *Watch) Done(c any, now time.Time, answered bool, output int) {
 	w := s.calls[c]
 	if w == nil {
 		return // not a call it watches (e.g. a passed-through GET /health)
@@ -132,7 +133,7 @@ func (s *stallWatch) done(c *upstreamCall, now time.Time, answered bool, output 
 	if !answered {
 		return
 	}
-	s.progress(now)
+	s.Progress(now)
 	if !w.stream && output > 0 && !s.streamTaught {
 		d := now.Sub(w.sent) - s.prefill(w.prompt)
 		if d > 0 {
@@ -141,9 +142,9 @@ func (s *stallWatch) done(c *upstreamCall, now time.Time, answered bool, output 
 	}
 }
 
-// progress notes that the engine did something at now (a byte, an
+// Progress notes that the engine did something at now (a byte, an
 // answer, a counter that advanced). A suspicion it clears was false.
-func (s *stallWatch) progress(now time.Time) {
+func (s *Watch) Progress(now time.Time) {
 	if now.After(s.last) {
 		s.last = now
 	}
@@ -155,16 +156,16 @@ func (s *stallWatch) progress(now time.Time) {
 	}
 }
 
-// confirmed notes the watchdog's verdict: the suspicion was true, and it
+// Confirmed notes the watchdog's verdict: the suspicion was true, and it
 // ends with the outage (the outage's own rules take over).
-func (s *stallWatch) confirmed(now time.Time) {
+func (s *Watch) Confirmed(now time.Time) {
 	s.suspected = false
 	s.last = now
-	s.calls = map[*upstreamCall]*watched{}
+	s.calls = map[any]*watched{}
 }
 
-// check reports whether the engine is suspected stalled at now.
-func (s *stallWatch) check(now time.Time) bool {
+// Check reports whether the engine is suspected stalled at now.
+func (s *Watch) Check(now time.Time) bool {
 	if s.backoff > 1 && now.Sub(s.calm) >= backoffDecay {
 		s.backoff /= 2
 		s.calm = now
@@ -176,8 +177,9 @@ func (s *stallWatch) check(now time.Time) bool {
 	if now.Sub(s.last) < th {
 		return false
 	}
+	ahead := s.prefillQueue()
 	for _, w := range s.calls {
-		if now.After(s.due(w, th)) {
+		if now.After(s.due(w, th, ahead)) {
 			s.suspected, s.since = true, now
 			s.raised++
 			return true
@@ -186,19 +188,33 @@ func (s *stallWatch) check(now time.Time) bool {
 	return false
 }
 
+// Last is when the engine last progressed.
+func (s *Watch) Last() time.Time { return s.last }
+
+// Quiet: calls are in flight and nothing progressed for the silence that
+// raises a suspicion, whether or not one is overdue yet (a long prefill
+// may excuse it). The limiter reads the engine's counters meanwhile: one
+// that advanced is progress no byte showed.
+func (s *Watch) Quiet(now time.Time) bool {
+	return s.suspected || (len(s.calls) > 0 && now.Sub(s.last) >= s.threshold())
+}
+
 // threshold is the silence that raises a suspicion.
-func (s *stallWatch) threshold() time.Duration {
+func (s *Watch) threshold() time.Duration {
 	return time.Duration(s.backoff) * max(stallSteps*s.stepTime(), stallFloor)
 }
 
 // due is when w is overdue if nothing came: th after its last byte, or
 // after its prefill and (a plain answer) its decode would have sent its
-// first.
-func (s *stallWatch) due(w *watched, th time.Duration) time.Time {
+// first. Its prefill is the engine's, first come first served: its own
+// prompt and those of the calls sent before it that have not had a first
+// byte either (ahead), so a short call behind a long prompt waits for
+// that prompt's prefill too.
+func (s *Watch) due(w *watched, th time.Duration, ahead prefillQueue) time.Time {
 	if !w.lastByte.IsZero() {
 		return w.lastByte.Add(th)
 	}
-	d := s.prefill(w.prompt)
+	d := s.prefill(ahead.upTo(w.sent))
 	if !w.stream {
 		step := s.step
 		if step <= 0 {
@@ -209,8 +225,48 @@ func (s *stallWatch) due(w *watched, th time.Duration) time.Time {
 	return w.sent.Add(d + th)
 }
 
+// prefillQueue is the prompts of the calls in flight that have had no
+// byte yet, in the order they were sent: what the engine has still to
+// prefill, as far as the watch can tell.
+type prefillQueue struct {
+	sent   []time.Time
+	prompt []int // prompt[i]: the tokens of the calls sent up to sent[i]
+}
+
+// prefillQueue is the calls' prefill queue now.
+func (s *Watch) prefillQueue() prefillQueue {
+	var ws []*watched
+	for _, w := range s.calls {
+		if w.lastByte.IsZero() {
+			ws = append(ws, w)
+		}
+	}
+	slices.SortFunc(ws, func(a, b *watched) int { return a.sent.Compare(b.sent) })
+	q := prefillQueue{sent: make([]time.Time, len(ws)), prompt: make([]int, len(ws))}
+	sum := 0
+	for i, w := range ws {
+		sum += w.prompt
+		q.sent[i], q.prompt[i] = w.sent, sum
+	}
+	return q
+}
+
+// upTo is the prompt tokens of the calls sent up to t.
+func (q prefillQueue) upTo(t time.Time) int {
+	i, _ := slices.BinarySearchFunc(q.sent, t, func(a, t time.Time) int {
+		if a.After(t) {
+			return 1
+		}
+		return -1
+	})
+	if i == 0 {
+		return 0
+	}
+	return q.prompt[i-1]
+}
+
 // prefill is the time prompt tokens take at the learned prefill rate.
-func (s *stallWatch) prefill(prompt int) time.Duration {
+func (s *Watch) prefill(prompt int) time.Duration {
 	rate := s.prefillRate
 	if rate <= 0 {
 		rate = defaultPrefillRate
@@ -218,7 +274,7 @@ func (s *stallWatch) prefill(prompt int) time.Duration {
 	return time.Duration(float64(prompt) / rate * float64(time.Second))
 }
 
-func (s *stallWatch) stepTime() time.Duration {
+func (s *Watch) stepTime() time.Duration {
 	if s.step <= 0 {
 		return defaultStep
 	}

@@ -1,4 +1,4 @@
-package admission
+package engineloss
 
 import (
 	"bytes"
@@ -15,17 +15,17 @@ import (
 // missing, one [DONE]. Where that cannot be exact the stream ends with an
 // OpenAI-shaped error event instead (see notContinuable).
 
-// sofar is what a stream's clients were sent of the answer, read from the
+// SoFar is what a stream's clients were sent of the answer, read from the
 // whole events published so far.
-type sofar struct {
-	id   string
-	text string
-	// tokens counts the events that carried text: vLLM sends one a token.
-	tokens int
-	// finished: a finish_reason came, only the stream's end is missing.
-	finished bool
-	// why it cannot be continued exactly (a loss* code); "" when it can.
-	why string
+type SoFar struct {
+	ID   string
+	Text string
+	// Tokens counts the events that carried text: vLLM sends one a token.
+	Tokens int
+	// Finished: a finish_reason came, only the stream's end is missing.
+	Finished bool
+	// Why it cannot be continued exactly (a Loss* code); "" when it can.
+	Why string
 }
 
 // streamChunk is the part of an OpenAI stream event a continuation reads.
@@ -68,8 +68,8 @@ func eventData(ev []byte) ([]byte, bool) {
 	return out, found
 }
 
-// events splits whole SSE events (each ends with a blank line).
-func events(buf []byte) [][]byte {
+// Events splits whole SSE events (each ends with a blank line).
+func Events(buf []byte) [][]byte {
 	var out [][]byte
 	for len(buf) > 0 {
 		i := bytes.Index(buf, []byte("\n\n"))
@@ -83,33 +83,33 @@ func events(buf []byte) [][]byte {
 	return out
 }
 
-// readSofar reads what a stream sent from its whole events.
-func readSofar(buf []byte) sofar {
-	var s sofar
+// ReadSoFar reads what a stream sent from its whole events.
+func ReadSoFar(buf []byte) SoFar {
+	var s SoFar
 	var text strings.Builder
-	for _, ev := range events(buf) {
+	for _, ev := range Events(buf) {
 		data, ok := eventData(ev)
 		if !ok || bytes.Equal(data, []byte("[DONE]")) {
 			continue
 		}
 		var c streamChunk
 		if err := json.Unmarshal(data, &c); err != nil {
-			s.why = lossNotJSON
+			s.Why = LossNotJSON
 			continue
 		}
 		if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
-			s.why = lossEngineError
+			s.Why = LossEngineError
 		}
-		if s.id == "" {
-			s.id = c.ID
+		if s.ID == "" {
+			s.ID = c.ID
 		}
 		for _, ch := range c.Choices {
 			if ch.Index != 0 {
-				s.why = lossSeveral
+				s.Why = LossSeveral
 				continue
 			}
 			if len(ch.Logprobs) > 0 && !bytes.Equal(ch.Logprobs, []byte("null")) {
-				s.why = lossLogprobs
+				s.Why = LossLogprobs
 			}
 			piece := ""
 			switch {
@@ -121,62 +121,62 @@ func readSofar(buf []byte) sofar {
 					piece = *d.Content
 				}
 				if len(d.ToolCalls) > 0 && !bytes.Equal(d.ToolCalls, []byte("null")) {
-					s.why = lossToolCall
+					s.Why = LossToolCall
 				}
 				if (d.ReasoningContent != nil && *d.ReasoningContent != "") || (d.Reasoning != nil && *d.Reasoning != "") {
-					s.why = lossReasoning
+					s.Why = LossReasoning
 				}
 			}
 			if piece != "" {
 				text.WriteString(piece)
-				s.tokens++
+				s.Tokens++
 			}
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
-				s.finished = true
+				s.Finished = true
 			}
 		}
 	}
-	s.text = text.String()
+	s.Text = text.String()
 	return s
 }
 
 // Why a call cut by a lost engine could not be moved: the label of
 // vigil_admission_engine_lost_calls_total{fate="lost"} and the code of
-// the error its client gets; lossText says it in words.
+// the error its client gets; LossText says it in words.
 const (
-	lossSeveral     = "n_gt_1"
-	lossLogprobs    = "logprobs"
-	lossEcho        = "echo"
-	lossToolCall    = "tool_call"
-	lossReasoning   = "reasoning"
-	lossTokenPrompt = "token_prompt"
-	lossPath        = "path"
-	lossNotJSON     = "not_json"
-	lossEngineError = "engine_error"
-	lossTooLong     = "too_long"
-	lossUnaryBegun  = "answer_begun"
-	lossMoves       = "max_moves"
-	lossRefused     = "continuation_refused"
+	LossSeveral     = "n_gt_1"
+	LossLogprobs    = "logprobs"
+	LossEcho        = "echo"
+	LossToolCall    = "tool_call"
+	LossReasoning   = "reasoning"
+	LossTokenPrompt = "token_prompt"
+	LossPath        = "path"
+	LossNotJSON     = "not_json"
+	LossEngineError = "engine_error"
+	LossTooLong     = "too_long"
+	LossUnaryBegun  = "answer_begun"
+	LossMoves       = "max_moves"
+	LossRefused     = "continuation_refused"
 )
 
-// lossReasons lists every loss code, for the metric's labels.
-var lossReasons = []string{lossSeveral, lossLogprobs, lossEcho, lossToolCall, lossReasoning, lossTokenPrompt, lossPath,
-	lossNotJSON, lossEngineError, lossTooLong, lossUnaryBegun, lossMoves, lossRefused}
+// LossReasons lists every loss code, for the metric's labels.
+var LossReasons = []string{LossSeveral, LossLogprobs, LossEcho, LossToolCall, LossReasoning, LossTokenPrompt, LossPath,
+	LossNotJSON, LossEngineError, LossTooLong, LossUnaryBegun, LossMoves, LossRefused}
 
-var lossText = map[string]string{
-	lossSeveral:     "n > 1: several answers in one stream",
-	lossLogprobs:    "the stream carries logprobs",
-	lossEcho:        "echo: the prompt is part of the answer",
-	lossToolCall:    "a tool call was half written",
-	lossReasoning:   "reasoning text the engine cannot be handed back",
-	lossTokenPrompt: "a prompt of token ids or several prompts",
-	lossPath:        "vigil continues streams of /v1/completions and /v1/chat/completions only",
-	lossNotJSON:     "the request or the stream is not the JSON vigil reads",
-	lossEngineError: "the engine had ended the stream with an error",
-	lossTooLong:     "the answer was too long to keep for a continuation",
-	lossUnaryBegun:  "the answer had begun",
-	lossMoves:       "it was moved the most times allowed (admission.max_moves)",
-	lossRefused:     "the engine refused to continue it",
+var LossText = map[string]string{
+	LossSeveral:     "n > 1: several answers in one stream",
+	LossLogprobs:    "the stream carries logprobs",
+	LossEcho:        "echo: the prompt is part of the answer",
+	LossToolCall:    "a tool call was half written",
+	LossReasoning:   "reasoning text the engine cannot be handed back",
+	LossTokenPrompt: "a prompt of token ids or several prompts",
+	LossPath:        "vigil continues streams of /v1/completions and /v1/chat/completions only",
+	LossNotJSON:     "the request or the stream is not the JSON vigil reads",
+	LossEngineError: "the engine had ended the stream with an error",
+	LossTooLong:     "the answer was too long to keep for a continuation",
+	LossUnaryBegun:  "the answer had begun",
+	LossMoves:       "it was moved the most times allowed (admission.max_moves)",
+	LossRefused:     "the engine refused to continue it",
 }
 
 // Paths whose streams vigil knows how to continue.
@@ -189,21 +189,21 @@ const (
 // when the request names none.
 const defaultCompletionMaxTokens = 16
 
-// continuation is the request that goes on with a stream after s: body is
-// the original request's. It says why not (a loss* code) when the
+// Continuation is the request that goes on with a stream after s: body is
+// the original request's. It says why not (a Loss* code) when the
 // continuation could not be exact.
-func continuation(path string, body []byte, s sofar) ([]byte, string) {
-	if s.why != "" {
-		return nil, s.why
+func Continuation(path string, body []byte, s SoFar) ([]byte, string) {
+	if s.Why != "" {
+		return nil, s.Why
 	}
 	var req map[string]json.RawMessage
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, lossNotJSON
+		return nil, LossNotJSON
 	}
 	if why := requestNotContinuable(req); why != "" {
 		return nil, why
 	}
-	if s.text == "" {
+	if s.Text == "" {
 		return body, "" // nothing sent yet: the request as it was
 	}
 	switch path {
@@ -212,27 +212,27 @@ func continuation(path string, body []byte, s sofar) ([]byte, string) {
 		if json.Unmarshal(req["prompt"], &prompt) != nil {
 			var one []string
 			if json.Unmarshal(req["prompt"], &one) != nil || len(one) != 1 {
-				return nil, lossTokenPrompt
+				return nil, LossTokenPrompt
 			}
 			prompt = one[0]
 		}
-		req["prompt"] = mustJSON(prompt + s.text)
-		if !lessTokens(req, "max_tokens", s.tokens) {
-			req["max_tokens"] = mustJSON(max(1, defaultCompletionMaxTokens-s.tokens))
+		req["prompt"] = mustJSON(prompt + s.Text)
+		if !lessTokens(req, "max_tokens", s.Tokens) {
+			req["max_tokens"] = mustJSON(max(1, defaultCompletionMaxTokens-s.Tokens))
 		}
 	case pathChat:
 		var msgs []json.RawMessage
 		if json.Unmarshal(req["messages"], &msgs) != nil || len(msgs) == 0 {
-			return nil, lossNotJSON
+			return nil, LossNotJSON
 		}
-		msgs = append(msgs, mustJSON(map[string]string{"role": "assistant", "content": s.text}))
+		msgs = append(msgs, mustJSON(map[string]string{"role": "assistant", "content": s.Text}))
 		req["messages"] = mustJSON(msgs)
 		req["continue_final_message"] = json.RawMessage("true")
 		req["add_generation_prompt"] = json.RawMessage("false")
-		lessTokens(req, "max_tokens", s.tokens)
-		lessTokens(req, "max_completion_tokens", s.tokens)
+		lessTokens(req, "max_tokens", s.Tokens)
+		lessTokens(req, "max_completion_tokens", s.Tokens)
 	default:
-		return nil, lossPath
+		return nil, LossPath
 	}
 	return mustJSON(req), ""
 }
@@ -252,11 +252,11 @@ func requestNotContinuable(req map[string]json.RawMessage) string {
 	}
 	switch {
 	case num("n") > 1 || num("best_of") > 1:
-		return lossSeveral
+		return LossSeveral
 	case truthy("logprobs") || truthy("top_logprobs"):
-		return lossLogprobs
+		return LossLogprobs
 	case truthy("echo"):
-		return lossEcho
+		return LossEcho
 	}
 	return ""
 }
@@ -280,10 +280,10 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// splice turns the continuation's events into the cut stream's: its
+// Splice turns the continuation's events into the cut stream's: its
 // first events announcing the role again are dropped, and every event
 // carries the original stream's id. It returns nil for a dropped event.
-func splice(ev []byte, origID string, s *spliceState) []byte {
+func Splice(ev []byte, origID string, s *SpliceState) []byte {
 	data, ok := eventData(ev)
 	if !ok || bytes.Equal(data, []byte("[DONE]")) {
 		return ev
@@ -296,8 +296,8 @@ func splice(ev []byte, origID string, s *spliceState) []byte {
 		return nil
 	}
 	s.content = true
-	if s.sent > 0 && bytes.Contains(data, []byte(`"usage"`)) {
-		ev = withUsageSoFar(ev, data, s.sent)
+	if s.Sent > 0 && bytes.Contains(data, []byte(`"usage"`)) {
+		ev = withUsageSoFar(ev, data, s.Sent)
 	}
 	if origID == "" || c.ID == "" || c.ID == origID {
 		return ev
@@ -305,12 +305,12 @@ func splice(ev []byte, origID string, s *spliceState) []byte {
 	return bytes.Replace(ev, mustJSON(c.ID), mustJSON(origID), 1)
 }
 
-// spliceState is what splice remembers across a continuation's events.
-type spliceState struct {
+// SpliceState is what Splice remembers across a continuation's events.
+type SpliceState struct {
 	content bool // an event with more than a role went through
-	// sent is the tokens the cut stream had sent: the continuation's
+	// Sent is the tokens the cut stream had sent: the continuation's
 	// usage counts them as prompt, the client as completion.
-	sent int
+	Sent int
 }
 
 // withUsageSoFar rewrites a continuation event's usage as the whole
@@ -349,9 +349,18 @@ func roleOnly(c *streamChunk) bool {
 	return true
 }
 
-// errorEvent ends a stream that cannot go on, in the shape the OpenAI
+// ErrorEvent ends a stream that cannot go on, in the shape the OpenAI
 // SDKs raise as an APIError (a data event with an "error" object).
-func errorEvent(code, message string) []byte {
+func ErrorEvent(code, message string) []byte {
+	type errorDetail struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	}
+	type errorBody struct {
+		Error errorDetail `json:"error"`
+	}
 	b := mustJSON(errorBody{Error: errorDetail{Message: message, Type: "server_error", Code: code}})
 	return append(append([]byte("data: "), b...), "\n\n"...)
 }

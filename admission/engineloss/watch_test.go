@@ -1,4 +1,4 @@
-package admission
+package engineloss
 
 import (
 	"sort"
@@ -52,7 +52,7 @@ type simEvent struct {
 	c    int
 }
 
-// runStall plays calls through a stallWatch, ticking every 20 ms, with
+// runStall plays calls through a Watch, ticking every 20 ms, with
 // the engine stopped from stopAt on (0: never): nothing it would have
 // sent from then comes. It returns the first tick suspected (-1: none)
 // and the false alarms counted.
@@ -69,8 +69,8 @@ func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
-	s := newStallWatch()
-	ups := make([]*upstreamCall, len(calls))
+	s := NewWatch()
+	ups := make([]*int, len(calls))
 	first = -1
 	next := 0
 	for tick := time.Duration(0); tick <= until; tick += 20 * time.Millisecond {
@@ -83,15 +83,15 @@ func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration
 			c := calls[e.c]
 			switch e.kind {
 			case 0:
-				ups[e.c] = &upstreamCall{}
-				s.sent(ups[e.c], now, c.prompt, c.output, c.stream)
+				ups[e.c] = new(int)
+				s.Sent(ups[e.c], now, c.prompt, c.output, c.stream)
 			case 1:
-				s.chunk(ups[e.c], now)
+				s.Chunk(ups[e.c], now)
 			case 2:
-				s.done(ups[e.c], now, true, c.output)
+				s.Done(ups[e.c], now, true, c.output)
 			}
 		}
-		if s.check(t0.Add(tick)) && first < 0 {
+		if s.Check(t0.Add(tick)) && first < 0 {
 			first = tick
 		}
 	}
@@ -122,6 +122,23 @@ func TestStallSuspicion(t *testing.T) {
 			step: 30 * time.Millisecond, prefill: 4000, stream: stream}
 		return ld.calls()
 	}
+	// Short calls sent while it prefills wait behind it (the engine
+	// prefills first come, first served): their first bytes come after
+	// its own, seconds past their own prompts' prefill.
+	behind := func(stream bool) []simCall {
+		var cs []simCall
+		for i, at := 0, 10500*time.Millisecond; at < 24*time.Second; i, at = i+1, at+time.Second {
+			c := simCall{sent: at, first: 25*time.Second + time.Duration(i)*30*time.Millisecond, prompt: 200, output: 100, stream: stream}
+			c.end = c.first + 99*30*time.Millisecond
+			if stream {
+				c.every = 30 * time.Millisecond
+			} else {
+				c.first = c.end
+			}
+			cs = append(cs, c)
+		}
+		return cs
+	}
 	beside := with(fast, func(l *load) {
 		l.from, l.to, l.gap, l.step = 10*time.Second, 26*time.Second, time.Second, 90*time.Millisecond
 	})
@@ -147,6 +164,8 @@ func TestStallSuspicion(t *testing.T) {
 		{name: "one long prefill beside streams", calls: cat(streams(short).calls(), long(true), streams(beside).calls())},
 		{name: "one long prefill alone", calls: cat(streams(short).calls(), long(true))},
 		{name: "one long plain prefill alone", calls: cat(plain(short).calls(), long(false))},
+		{name: "one long prefill, streams sent behind it", calls: cat(streams(short).calls(), long(true), behind(true))},
+		{name: "one long prefill, plain answers sent behind it", calls: cat(plain(short).calls(), long(false), behind(false))},
 		{name: "slow engine, streams", calls: streams(slow).calls()},
 		{name: "slow engine, plain answers", calls: plain(slow).calls()},
 		// Streams: 10 steps of 30 ms are under the 1 s floor.
@@ -184,31 +203,31 @@ func TestStallSuspicionHysteresis(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	s := newStallWatch()
-	c := &upstreamCall{}
-	s.sent(c, at(0), 10, 100, true)
-	s.chunk(c, at(100*time.Millisecond))
-	if s.check(at(1050 * time.Millisecond)) {
+	s := NewWatch()
+	c := new(int)
+	s.Sent(c, at(0), 10, 100, true)
+	s.Chunk(c, at(100*time.Millisecond))
+	if s.Check(at(1050 * time.Millisecond)) {
 		t.Fatal("suspected before a second of silence")
 	}
-	if !s.check(at(1150 * time.Millisecond)) {
+	if !s.Check(at(1150 * time.Millisecond)) {
 		t.Fatal("not suspected after a second of silence")
 	}
-	s.chunk(c, at(1200*time.Millisecond))
-	if s.check(at(1210*time.Millisecond)) || s.falseAlarms != 1 {
+	s.Chunk(c, at(1200*time.Millisecond))
+	if s.Check(at(1210*time.Millisecond)) || s.falseAlarms != 1 {
 		t.Fatalf("still suspected after a byte, or not counted false (%d)", s.falseAlarms)
 	}
-	if s.check(at(2300 * time.Millisecond)) {
+	if s.Check(at(2300 * time.Millisecond)) {
 		t.Fatal("suspected again after one second: the backoff did not double the silence")
 	}
-	if !s.check(at(3250 * time.Millisecond)) {
+	if !s.Check(at(3250 * time.Millisecond)) {
 		t.Fatal("not suspected after two seconds of silence")
 	}
-	s.confirmed(at(3300 * time.Millisecond))
+	s.Confirmed(at(3300 * time.Millisecond))
 	if s.falseAlarms != 1 || s.raised != 2 {
 		t.Fatalf("false alarms %d, raised %d; want the confirmed one not false", s.falseAlarms, s.raised)
 	}
-	s.check(at(3300*time.Millisecond + backoffDecay))
+	s.Check(at(3300*time.Millisecond + backoffDecay))
 	if s.backoff != 1 {
 		t.Fatalf("backoff %d after a quiet spell, want 1", s.backoff)
 	}
@@ -220,17 +239,17 @@ func TestStallSuspicionHysteresis(t *testing.T) {
 func TestStallWatchIgnoresCallsItDoesNotWatch(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
-	s := newStallWatch()
-	c := &upstreamCall{}
-	s.sent(c, t0, 10, 100, true)
-	s.chunk(c, t0.Add(50*time.Millisecond))
+	s := NewWatch()
+	c := new(int)
+	s.Sent(c, t0, 10, 100, true)
+	s.Chunk(c, t0.Add(50*time.Millisecond))
 	for i := 1; i <= 20; i++ { // a health check every 100 ms
-		hc := &upstreamCall{}
+		hc := new(int)
 		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
-		s.chunk(hc, at)
-		s.done(hc, at, true, -1)
+		s.Chunk(hc, at)
+		s.Done(hc, at, true, -1)
 	}
-	if !s.check(t0.Add(2 * time.Second)) {
+	if !s.Check(t0.Add(2 * time.Second)) {
 		t.Fatal("passed-through answers hid the stall")
 	}
 }

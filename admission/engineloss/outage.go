@@ -1,0 +1,225 @@
+package engineloss
+
+import (
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Outage is the engine's recovery as the limiter sees it, and what became
+// of the calls it cut. The zero value is ready: no outage.
+type Outage struct {
+	mu    sync.Mutex
+	on    bool
+	began time.Time
+	ready chan struct{} // closed when the outage ends
+	// last is how long the last outage lasted: the estimate of the next
+	// (Retry-After, and which queued calls can wait for it).
+	last time.Duration
+	// held counts the calls waiting for the engine now.
+	held int
+	fate Fate
+	// window: a hang window's accounting is open (a suspicion or an
+	// outage began it); fate counts what the hang cost until the next.
+	window bool
+	waits  []time.Duration // the waits of calls held in the queue (Fate.Queued), bounded
+}
+
+// defaultOutage is the expected length of a recovery before one was seen:
+// a drain, a restart and a model load.
+const defaultOutage = 90 * time.Second
+
+// Fate is what became of the calls in flight when the engine was lost,
+// over the last outage (the recovery's page says it).
+type Fate struct {
+	// MovedTo counts calls answered by each pool peer they moved to.
+	MovedTo map[string]int `json:"moved_to,omitempty"`
+	// Held counts calls held for the restarted engine; Continued the
+	// streams continued (on the engine or a peer) after being cut.
+	Held      int `json:"held"`
+	Continued int `json:"continued"`
+	// Lost counts calls ended with an error, by why.
+	Lost map[string]int `json:"lost,omitempty"`
+	// Refused counts calls the limiter itself answered 503 while the
+	// engine was held (suspected stalled, recovered, or ramping after the
+	// restart), by reason: what the hang cost beyond the calls it cut.
+	Refused map[string]int `json:"refused,omitempty"`
+	// Queued counts calls that waited in vigil's queue while the engine
+	// was held, and were served; WaitP50 and WaitMax are their waits.
+	Queued  int           `json:"queued,omitempty"`
+	WaitP50 time.Duration `json:"wait_p50_ns,omitempty"`
+	WaitMax time.Duration `json:"wait_max_ns,omitempty"`
+}
+
+// Moved is the calls moved to peers.
+func (f Fate) Moved() int {
+	n := 0
+	for _, c := range f.MovedTo {
+		n += c
+	}
+	return n
+}
+
+// LostTotal is the calls lost: cut and ended with an error, or refused
+// while the engine was held.
+func (f Fate) LostTotal() int {
+	n := 0
+	for _, c := range f.Lost {
+		n += c
+	}
+	for _, c := range f.Refused {
+		n += c
+	}
+	return n
+}
+
+// Peers names the peers calls moved to, most first.
+func (f Fate) Peers() []string {
+	names := make([]string, 0, len(f.MovedTo))
+	for n := range f.MovedTo {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if f.MovedTo[names[i]] != f.MovedTo[names[j]] {
+			return f.MovedTo[names[i]] > f.MovedTo[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	return names
+}
+
+func (f Fate) clone() Fate {
+	f.MovedTo, f.Lost, f.Refused = maps.Clone(f.MovedTo), maps.Clone(f.Lost), maps.Clone(f.Refused)
+	return f
+}
+
+// Begin starts an outage; false when one is already on.
+func (o *Outage) Begin(now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.on {
+		return false
+	}
+	o.on, o.began, o.ready = true, now, make(chan struct{})
+	if !o.window {
+		o.fate, o.waits, o.window = Fate{}, nil, true
+	}
+	return true
+}
+
+// Open opens a hang window's accounting at a suspicion (the verdict, if
+// it comes, keeps counting in it).
+func (o *Outage) Open(time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.window {
+		o.fate, o.waits, o.window = Fate{}, nil, true
+	}
+}
+
+// CloseFalse closes the window of a suspicion progress cleared: the next
+// one starts afresh (what this one moved stays counted until then).
+func (o *Outage) CloseFalse() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.on {
+		o.window = false
+	}
+}
+
+// maxWaits bounds the waits kept for the window's percentiles.
+const maxWaits = 4096
+
+// Queued counts a call served after waiting d in the queue while the
+// engine was held.
+func (o *Outage) Queued(d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fate.MovedTo == nil {
+		o.fate.MovedTo, o.fate.Lost = map[string]int{}, map[string]int{}
+	}
+	o.fate.Queued++
+	o.fate.WaitMax = max(o.fate.WaitMax, d)
+	if len(o.waits) < maxWaits {
+		o.waits = append(o.waits, d)
+	}
+}
+
+// End ends the outage: held calls go to the engine again.
+func (o *Outage) End(now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.on {
+		return
+	}
+	o.on = false
+	o.window = false
+	o.last = now.Sub(o.began)
+	close(o.ready)
+}
+
+// WaitCh is closed when the outage ends; nil when none is on.
+func (o *Outage) WaitCh() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.on {
+		return nil
+	}
+	return o.ready
+}
+
+func (o *Outage) Active() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.on
+}
+
+// Expected is how long the outage under way may still last (the last
+// one's length, less what has passed), at least a second.
+func (o *Outage) Expected(now time.Time) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := o.last
+	if d <= 0 {
+		d = defaultOutage
+	}
+	if o.on {
+		d -= now.Sub(o.began)
+	}
+	return max(d, time.Second)
+}
+
+// Note records a call's fate.
+func (o *Outage) Note(f func(*Fate)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fate.MovedTo == nil {
+		o.fate.MovedTo, o.fate.Lost = map[string]int{}, map[string]int{}
+	}
+	if o.fate.Refused == nil {
+		o.fate.Refused = map[string]int{}
+	}
+	f(&o.fate)
+}
+
+func (o *Outage) Hold(d int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.held += d
+}
+
+// Snapshot is the fate of the last (or current) outage's calls and how
+// many are held now.
+func (o *Outage) Snapshot() (Fate, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f := o.fate.clone()
+	if len(o.waits) > 0 {
+		w := slices.Clone(o.waits)
+		slices.Sort(w)
+		f.WaitP50 = w[len(w)/2]
+	}
+	return f, o.held
+}
