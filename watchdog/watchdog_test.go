@@ -428,9 +428,14 @@ func TestVerdictChangesLogAtInfoOrWarnAndSteadyStatesAtDebug(t *testing.T) {
 	})
 }
 
+// An hour hung, ten times the history's retention: the sample at which
+// the counters last moved is kept, so "no progress for" stays true. At a
+// 30 s interval: the hour's length is what is tested, and at the default
+// 5 s the state file's history, saved whole every cycle, made this one
+// test cost 20 CPU seconds under -race.
 func TestALongHangKeepsItsTrueSinceProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, nil, func(o *Options) { o.Recoverer = nil })
+		r := newRig(t, nil, func(o *Options) { o.Recoverer = nil; o.Watchdog.Interval = 30 * time.Second })
 		r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 3, 3, 100 })
 		r.start()
 		time.Sleep(time.Minute)
