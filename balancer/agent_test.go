@@ -20,7 +20,7 @@ func startAgent(t *testing.T, expect int, within time.Duration) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, a)
+	testinfra.Serve(t, a)
 	return a
 }
 
@@ -135,7 +135,7 @@ func agentHAProxy(t *testing.T, agentAddr, node1, node2, send string) *testinfra
 	t.Helper()
 	_, agentPort, _ := net.SplitHostPort(agentAddr)
 	return testinfra.StartHAProxyText(t, "vllm", func(socket, frontend string) (string, error) {
-		return fmt.Sprintf(haproxyHead+`    balance roundrobin
+		return fmt.Sprintf(testinfra.HAProxyHead+`    balance roundrobin
     server node1 %s weight 100 check inter 200ms agent-check agent-port %s agent-inter 200ms agent-send "%s\n"
     server node2 %s weight 100 check inter 200ms
 `, socket, frontend, node1, agentPort, send, node2), nil
@@ -152,7 +152,7 @@ func waitWeight(t *testing.T, h *testinfra.HAProxy, server, want string) {
 // in both, restore brings both back.
 func TestAgentRealHAProxyPairDrainsRampsAndRestoresTogether(t *testing.T) {
 	a := startAgent(t, 2, 5*time.Second)
-	n1, n2 := backendServer(t, nil), backendServer(t, nil)
+	n1, n2 := testinfra.SlowBackend(t, nil), testinfra.SlowBackend(t, nil)
 	pair := []*testinfra.HAProxy{
 		agentHAProxy(t, a.Addr(), n1.Listener.Addr().String(), n2.Listener.Addr().String(), "haproxy-a"),
 		agentHAProxy(t, a.Addr(), n1.Listener.Addr().String(), n2.Listener.Addr().String(), "haproxy-b"),
@@ -205,7 +205,7 @@ func TestAgentRealHAProxyKeepsTheDrainWhenTheAgentStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Serve(ctx) }()
-	n1, n2 := backendServer(t, nil), backendServer(t, nil)
+	n1, n2 := testinfra.SlowBackend(t, nil), testinfra.SlowBackend(t, nil)
 	h := agentHAProxy(t, a.Addr(), n1.Listener.Addr().String(), n2.Listener.Addr().String(), "haproxy-a")
 	h.WaitStatus(t, "node1", "UP", 5*time.Second)
 	if err := a.Drain(ctx); err != nil {
@@ -233,7 +233,7 @@ func TestPolledBalancersStartDrainedWhenTheJournalSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.StartDrained()
-	serve(t, a)
+	testinfra.Serve(t, a)
 	if got := poll(t, a.Addr(), ""); got != "drain\n" {
 		t.Errorf("agent's first answer %q, want drain", got)
 	}
@@ -242,7 +242,7 @@ func TestPolledBalancersStartDrainedWhenTheJournalSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.StartDrained()
-	serve(t, h)
+	testinfra.Serve(t, h)
 	if code, body := get(t, "GET", "http://"+h.Addr()+"/ready"); code != 503 || !strings.HasPrefix(body, "draining:") {
 		t.Errorf("health check's first answer %d %q, want 503 draining", code, body)
 	}

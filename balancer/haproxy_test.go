@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,23 +16,6 @@ import (
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
-
-// backendServer is a loopback engine stand-in: /health answers 200, /slow
-// blocks until release is closed.
-func backendServer(t *testing.T, release chan struct{}) *httptest.Server {
-	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}
-		w.WriteHeader(http.StatusOK)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
 
 func haproxyFor(t *testing.T, h *testinfra.HAProxy, server string) *HAProxy {
 	t.Helper()
@@ -48,7 +30,7 @@ func TestHAProxyRealDrainRampReady(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	n1, n2 := backendServer(t, release), backendServer(t, release)
+	n1, n2 := testinfra.SlowBackend(t, release), testinfra.SlowBackend(t, release)
 	h := testinfra.StartHAProxyConfig(t, testinfra.HAProxyConfig{
 		Backend:    "vllm",
 		HealthPath: "/health",
@@ -136,7 +118,7 @@ func TestHAProxyRealDrainRampReady(t *testing.T) {
 // A drained server whose checks fail is reported drained, not merely
 // down: the recovery's pool lock counts it (recoverer, poolLock).
 func TestHAProxyRealDrainedServerThatIsDownStillCountsAsDrained(t *testing.T) {
-	up := backendServer(t, nil)
+	up := testinfra.SlowBackend(t, nil)
 	// node2 points at a port nobody listens on: its checks fail.
 	h := testinfra.StartHAProxyConfig(t, testinfra.HAProxyConfig{
 		Backend: "pool",
@@ -160,7 +142,7 @@ func TestHAProxyRealDrainedServerThatIsDownStillCountsAsDrained(t *testing.T) {
 }
 
 func TestHAProxyRealUnknownNamesAreErrorsThatNameThem(t *testing.T) {
-	s := backendServer(t, nil)
+	s := testinfra.SlowBackend(t, nil)
 	h := testinfra.StartHAProxy(t, "vllm", testinfra.Server{Name: "node1", Addr: s.Listener.Addr().String()})
 	ctx := context.Background()
 	cases := []struct {
@@ -333,20 +315,3 @@ func TestCtxErrKeepsBothCauses(t *testing.T) {
 		t.Fatalf("%v: want both context.Canceled and the socket error in the chain", err)
 	}
 }
-
-// haproxyHead is the start of the HAProxy config the real-HAProxy tests
-// write: the admin socket and the frontend (both %s, in that order), and
-// the backend "vllm", whose lines the test adds.
-const haproxyHead = `global
-    stats socket %s level admin
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 30s
-    timeout server 30s
-    timeout check 1s
-frontend fe
-    bind %s
-    default_backend vllm
-backend vllm
-`

@@ -20,7 +20,7 @@ func startHealthCheck(t *testing.T, now func() time.Time) *HealthCheck {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, h)
+	testinfra.Serve(t, h)
 	return h
 }
 
@@ -96,9 +96,9 @@ func TestHealthCheckOnATakenPortIsAnErrorNamingTheKey(t *testing.T) {
 func TestHealthCheckRealHAProxyHTTPCheck(t *testing.T) {
 	hc := startHealthCheck(t, nil)
 	_, hcPort, _ := net.SplitHostPort(hc.Addr())
-	n1, n2 := backendServer(t, nil), backendServer(t, nil)
+	n1, n2 := testinfra.SlowBackend(t, nil), testinfra.SlowBackend(t, nil)
 	h := testinfra.StartHAProxyText(t, "vllm", func(socket, frontend string) (string, error) {
-		return fmt.Sprintf(haproxyHead+`    balance roundrobin
+		return fmt.Sprintf(testinfra.HAProxyHead+`    balance roundrobin
     option httpchk GET /ready
     http-check expect status 200
     server node1 %s check port %s inter 200ms fall 2 rise 1
@@ -123,20 +123,4 @@ func TestHealthCheckRealHAProxyHTTPCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.WaitStatus(t, "node1", "UP", 5*time.Second)
-}
-
-// serve runs a polled drainer until the test ends and checks that it
-// stopped cleanly.
-func serve(t *testing.T, s Server) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		s.Close()
-	})
 }

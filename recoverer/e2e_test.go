@@ -28,7 +28,7 @@ func TestRealRecoveryOfTheSimulatedEngine(t *testing.T) {
 	api, control := testinfra.FreeAddr(t), testinfra.FreeAddr(t)
 	d.RunContainer(t, testinfra.Container{Name: "vllm", Image: "vigil-test/vllm-sim:1",
 		Cmd: []string{"/vllm-sim", "-listen", api, "-control", control}})
-	peer := backendServer(t, nil)
+	peer := testinfra.SlowBackend(t, nil)
 	h := testinfra.StartHAProxyConfig(t, testinfra.HAProxyConfig{Backend: "vllm", HealthPath: "/health", Servers: []testinfra.Server{
 		{Name: "node1", Addr: peer.Listener.Addr().String(), Check: true},
 		{Name: "node2", Addr: api, Check: true},

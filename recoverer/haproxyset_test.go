@@ -15,7 +15,7 @@ import (
 // same two servers, as a pair behind keepalived would be.
 func haproxyPair(t *testing.T) []*testinfra.HAProxy {
 	t.Helper()
-	n1, n2 := backendServer(t, nil), backendServer(t, nil)
+	n1, n2 := testinfra.SlowBackend(t, nil), testinfra.SlowBackend(t, nil)
 	cfg := testinfra.HAProxyConfig{Backend: "vllm", HealthPath: "/health", Servers: []testinfra.Server{
 		{Name: "node1", Addr: n1.Listener.Addr().String(), Check: true},
 		{Name: "node2", Addr: n2.Listener.Addr().String(), Check: true},

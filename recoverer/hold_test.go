@@ -207,7 +207,7 @@ func TestRefusedRestartDrainsAtARealHAProxy(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			peer, engine := backendServer(t, nil), backendServer(t, nil)
+			peer, engine := testinfra.SlowBackend(t, nil), testinfra.SlowBackend(t, nil)
 			h := testinfra.StartHAProxyConfig(t, testinfra.HAProxyConfig{Backend: "vllm", Servers: []testinfra.Server{
 				{Name: "node1", Addr: peer.Listener.Addr().String()},
 				{Name: "node2", Addr: engine.Listener.Addr().String()},

@@ -32,13 +32,13 @@ func polledRecovery(t *testing.T, d balancer.Server) *harness {
 func TestAgentRealHAProxyPairRecoversAHungHost(t *testing.T) {
 	a1 := startAgent(t, 2, 5*time.Second)
 	a2 := startAgent(t, 0, 0)
-	n1, n2 := backendServer(t, nil), backendServer(t, nil)
+	n1, n2 := testinfra.SlowBackend(t, nil), testinfra.SlowBackend(t, nil)
 	_, p1, _ := net.SplitHostPort(a1.Addr())
 	_, p2, _ := net.SplitHostPort(a2.Addr())
 	pair := make([]*testinfra.HAProxy, 2)
 	for i, name := range []string{"lb-a", "lb-b"} {
 		pair[i] = testinfra.StartHAProxyText(t, "vllm", func(socket, frontend string) (string, error) {
-			return fmt.Sprintf(haproxyHead+`    server node1 %s weight 100 check inter 200ms agent-check agent-port %s agent-inter 100ms agent-send "%s\n"
+			return fmt.Sprintf(testinfra.HAProxyHead+`    server node1 %s weight 100 check inter 200ms agent-check agent-port %s agent-inter 100ms agent-send "%s\n"
     server node2 %s weight 100 check inter 200ms agent-check agent-port %s agent-inter 100ms agent-send "%s\n"
 `, socket, frontend, n1.Listener.Addr(), p1, name, n2.Listener.Addr(), p2, name), nil
 		})
@@ -95,11 +95,11 @@ func TestHealthCheckRealHAProxyRecoversAHungHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, hc)
+	testinfra.Serve(t, hc)
 	_, hcPort, _ := net.SplitHostPort(hc.Addr())
-	n1 := backendServer(t, nil)
+	n1 := testinfra.SlowBackend(t, nil)
 	hp := testinfra.StartHAProxyText(t, "vllm", func(socket, frontend string) (string, error) {
-		return fmt.Sprintf(haproxyHead+`    option httpchk GET /ready
+		return fmt.Sprintf(testinfra.HAProxyHead+`    option httpchk GET /ready
     server node1 %s check port %s inter 100ms fall 2 rise 1
 `, socket, frontend, n1.Listener.Addr(), hcPort), nil
 	})

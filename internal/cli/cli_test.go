@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 func vigil(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -114,9 +116,9 @@ func loadEngine(t *testing.T, url string, n int) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				req, _ := newPost(ctx, url+"/v1/completions", body)
-				if resp, err := httpClient.Do(req); err == nil {
-					drain(resp)
+				req, _ := testinfra.NewJSONPost(ctx, url+"/v1/completions", body)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					testinfra.Drain(resp)
 				} else {
 					time.Sleep(10 * time.Millisecond)
 				}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
 // Retries that reach a node which never ran their call (a round-robin load
@@ -15,14 +18,14 @@ func TestRetriesThatMissTheirExecutionPageOnce(t *testing.T) {
 	s := startEngine(t, nil)
 	td := startDaemon(t, daemonConfig(t, s.URL()))
 	send := func(key string, retry int) {
-		req, _ := newPost(context.Background(), td.proxyURL+"/v1/completions", `{"prompt":"hi","max_tokens":2}`)
+		req, _ := testinfra.NewJSONPost(context.Background(), td.proxyURL+"/v1/completions", `{"prompt":"hi","max_tokens":2}`)
 		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("X-Stainless-Retry-Count", fmt.Sprint(retry))
-		resp, err := httpClient.Do(req)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		drain(resp)
+		testinfra.Drain(resp)
 	}
 	// Ten calls whose retries come back here find their result...
 	for i := range 10 {

@@ -117,12 +117,12 @@ func TestTheDaemonServesStatusAndMetrics(t *testing.T) {
 	td := startDaemon(t, daemonConfig(t, s.URL())+"  runbook_url: https://wiki.example.com/runbooks/vigil\n")
 	// Traffic through the limiter, so its counters move.
 	for range 3 {
-		req, _ := newPost(context.Background(), td.proxyURL+"/v1/completions", `{"prompt":"hi","max_tokens":3}`)
-		resp, err := httpClient.Do(req)
+		req, _ := testinfra.NewJSONPost(context.Background(), td.proxyURL+"/v1/completions", `{"prompt":"hi","max_tokens":3}`)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		drain(resp)
+		testinfra.Drain(resp)
 	}
 	time.Sleep(600 * time.Millisecond)
 
