@@ -1,6 +1,9 @@
 package recovery
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // StepName names one step of the recovery sequence (docs/design.md section 5).
 type StepName string
@@ -55,9 +58,9 @@ type Step struct {
 }
 
 // CallFate is what became of the calls in flight through vigil's limiter
-// when the engine was lost (admission.Fate, field for field): moved to
-// pool peers, held for the restarted engine, streams continued, lost by
-// reason.
+// when the engine was lost: moved to pool peers, held for the restarted
+// engine, streams continued, lost by reason. The limiter counts it as
+// engineloss.Fate, which is this type.
 type CallFate struct {
 	MovedTo   map[string]int `json:"moved_to,omitempty"`
 	Held      int            `json:"held"`
@@ -71,6 +74,43 @@ type CallFate struct {
 	Queued  int           `json:"queued,omitempty"`
 	WaitP50 time.Duration `json:"wait_p50_ns,omitempty"`
 	WaitMax time.Duration `json:"wait_max_ns,omitempty"`
+}
+
+// Moved is the calls moved to peers.
+func (f CallFate) Moved() int {
+	n := 0
+	for _, c := range f.MovedTo {
+		n += c
+	}
+	return n
+}
+
+// LostTotal is the calls lost: cut and ended with an error, or refused
+// while the engine was held.
+func (f CallFate) LostTotal() int {
+	n := 0
+	for _, c := range f.Lost {
+		n += c
+	}
+	for _, c := range f.Refused {
+		n += c
+	}
+	return n
+}
+
+// Peers names the peers calls moved to, most first.
+func (f CallFate) Peers() []string {
+	names := make([]string, 0, len(f.MovedTo))
+	for n := range f.MovedTo {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if f.MovedTo[names[i]] != f.MovedTo[names[j]] {
+			return f.MovedTo[names[i]] > f.MovedTo[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	return names
 }
 
 // Any reports whether the hang touched any call.

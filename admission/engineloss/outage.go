@@ -3,9 +3,10 @@ package engineloss
 import (
 	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
+
+	"github.com/vigil-dev/vigil/recovery"
 )
 
 // Outage is the engine's recovery as the limiter sees it, and what became
@@ -32,65 +33,11 @@ type Outage struct {
 const defaultOutage = 90 * time.Second
 
 // Fate is what became of the calls in flight when the engine was lost,
-// over the last outage (the recovery's page says it).
-type Fate struct {
-	// MovedTo counts calls answered by each pool peer they moved to.
-	MovedTo map[string]int `json:"moved_to,omitempty"`
-	// Held counts calls held for the restarted engine; Continued the
-	// streams continued (on the engine or a peer) after being cut.
-	Held      int `json:"held"`
-	Continued int `json:"continued"`
-	// Lost counts calls ended with an error, by why.
-	Lost map[string]int `json:"lost,omitempty"`
-	// Refused counts calls the limiter itself answered 503 while the
-	// engine was held (suspected stalled, recovered, or ramping after the
-	// restart), by reason: what the hang cost beyond the calls it cut.
-	Refused map[string]int `json:"refused,omitempty"`
-	// Queued counts calls that waited in vigil's queue while the engine
-	// was held, and were served; WaitP50 and WaitMax are their waits.
-	Queued  int           `json:"queued,omitempty"`
-	WaitP50 time.Duration `json:"wait_p50_ns,omitempty"`
-	WaitMax time.Duration `json:"wait_max_ns,omitempty"`
-}
+// over the last outage (the recovery's page says it): the recovery's own
+// vocabulary, so the page reads what the limiter counted.
+type Fate = recovery.CallFate
 
-// Moved is the calls moved to peers.
-func (f Fate) Moved() int {
-	n := 0
-	for _, c := range f.MovedTo {
-		n += c
-	}
-	return n
-}
-
-// LostTotal is the calls lost: cut and ended with an error, or refused
-// while the engine was held.
-func (f Fate) LostTotal() int {
-	n := 0
-	for _, c := range f.Lost {
-		n += c
-	}
-	for _, c := range f.Refused {
-		n += c
-	}
-	return n
-}
-
-// Peers names the peers calls moved to, most first.
-func (f Fate) Peers() []string {
-	names := make([]string, 0, len(f.MovedTo))
-	for n := range f.MovedTo {
-		names = append(names, n)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if f.MovedTo[names[i]] != f.MovedTo[names[j]] {
-			return f.MovedTo[names[i]] > f.MovedTo[names[j]]
-		}
-		return names[i] < names[j]
-	})
-	return names
-}
-
-func (f Fate) clone() Fate {
+func cloneFate(f Fate) Fate {
 	f.MovedTo, f.Lost, f.Refused = maps.Clone(f.MovedTo), maps.Clone(f.Lost), maps.Clone(f.Refused)
 	return f
 }
@@ -215,7 +162,7 @@ func (o *Outage) Hold(d int) {
 func (o *Outage) Snapshot() (Fate, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	f := o.fate.clone()
+	f := cloneFate(o.fate)
 	if len(o.waits) > 0 {
 		w := slices.Clone(o.waits)
 		slices.Sort(w)

@@ -737,5 +737,5 @@ func (d *daemon) limiterLoad() watchdog.LimiterLoad { return watchdog.LimiterLoa
 // queued).
 func (d *daemon) callFate() (recovery.CallFate, int) {
 	f, held := d.limiter.RequestFate()
-	return recovery.CallFate(f), held + d.limiter.Stats().QueueDepth
+	return f, held + d.limiter.Stats().QueueDepth
 }
