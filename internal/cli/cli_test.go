@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/enginesim"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 func vigil(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -82,28 +83,6 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 }
 
-// startEngine runs the simulated engine on a free port, 20x time.
-func startEngine(t *testing.T, tweak func(*enginesim.Config)) *enginesim.Server {
-	t.Helper()
-	cfg := enginesim.DefaultConfig()
-	cfg.Scale = 20
-	cfg.MaxNumSeqs = 4
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	s, err := enginesim.Start(context.Background(), "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	select {
-	case <-s.Ready():
-	case <-time.After(5 * time.Second):
-		t.Fatal("engine not ready")
-	}
-	return s
-}
-
 // loadEngine keeps n closed-loop clients busy until the test ends.
 func loadEngine(t *testing.T, url string, n int) {
 	t.Helper()
@@ -137,37 +116,37 @@ func TestDiagnoseJSONGivesTheRightStateForEachFault(t *testing.T) {
 		code  int
 	}{
 		{"an idle engine is healthy", func(t *testing.T) (string, []string) {
-			return startEngine(t, nil).URL(), nil
+			return simengine.Start(t, nil).URL(), nil
 		}, "healthy", 0},
 		{"a deep queue with moving counters is saturated", func(t *testing.T) (string, []string) {
-			s := startEngine(t, nil)
+			s := simengine.Start(t, nil)
 			loadEngine(t, s.URL(), 40)
 			return s.URL(), nil
 		}, "saturated", 1},
 		{"a hang under load is hung", func(t *testing.T) (string, []string) {
-			s := startEngine(t, nil)
+			s := simengine.Start(t, nil)
 			loadEngine(t, s.URL(), 8)
 			time.Sleep(300 * time.Millisecond)
 			s.Engine.Hang()
 			return s.URL(), nil
 		}, "hung", 2},
 		{"a crashed engine is down", func(t *testing.T) (string, []string) {
-			s := startEngine(t, nil)
+			s := simengine.Start(t, nil)
 			s.Engine.Crash()
 			<-s.Done()
 			return s.URL(), nil
 		}, "down", 2},
 		{"a wrong API key is misconfigured", func(t *testing.T) (string, []string) {
-			s := startEngine(t, func(c *enginesim.Config) { c.APIKey = "other-key" })
+			s := simengine.Start(t, func(c *enginesim.Config) { c.APIKey = "other-key" })
 			return s.URL(), []string{"--api-key-file", keyFile}
 		}, "misconfigured", 3},
 		{"the right API key is healthy", func(t *testing.T) (string, []string) {
-			s := startEngine(t, func(c *enginesim.Config) { c.APIKey = "right-key" })
+			s := simengine.Start(t, func(c *enginesim.Config) { c.APIKey = "right-key" })
 			return s.URL(), []string{"--api-key-file", keyFile}
 		}, "healthy", 0},
 		// The partial failures of issue #12.
 		{"one data-parallel rank hung under load is hung", func(t *testing.T) (string, []string) {
-			s := startEngine(t, func(c *enginesim.Config) { c.DataParallel = 2 })
+			s := simengine.Start(t, func(c *enginesim.Config) { c.DataParallel = 2 })
 			loadEngine(t, s.URL(), 8)
 			time.Sleep(300 * time.Millisecond)
 			if err := s.Engine.HangRank(1); err != nil {
@@ -176,7 +155,7 @@ func TestDiagnoseJSONGivesTheRightStateForEachFault(t *testing.T) {
 			return s.URL(), nil
 		}, "hung", 2},
 		{"a decode stall while prefill goes on is hung", func(t *testing.T) (string, []string) {
-			s := startEngine(t, func(c *enginesim.Config) { c.MaxNumSeqs = 64 })
+			s := simengine.Start(t, func(c *enginesim.Config) { c.MaxNumSeqs = 64 })
 			loadEngine(t, s.URL(), 8)
 			time.Sleep(300 * time.Millisecond)
 			s.Engine.StallDecode()
@@ -184,19 +163,19 @@ func TestDiagnoseJSONGivesTheRightStateForEachFault(t *testing.T) {
 			return s.URL(), nil
 		}, "hung", 2},
 		{"a wedged API server is hung", func(t *testing.T) (string, []string) {
-			s := startEngine(t, nil)
+			s := simengine.Start(t, nil)
 			s.Engine.Wedge()
 			return s.URL(), nil
 		}, "hung", 2},
 		{"/v1/models answering 503 on a serving engine is not down", func(t *testing.T) (string, []string) {
-			s := startEngine(t, nil)
+			s := simengine.Start(t, nil)
 			if err := s.Engine.FailEndpoint("/v1/models", 503); err != nil {
 				t.Fatal(err)
 			}
 			return s.URL(), nil
 		}, "healthy", 0},
 		{"a probe failing (wrong model) on a saturated engine is saturated and says so", func(t *testing.T) (string, []string) {
-			s := startEngine(t, nil)
+			s := simengine.Start(t, nil)
 			loadEngine(t, s.URL(), 40)
 			return s.URL(), []string{"--model", "no-such-model"}
 		}, "saturated", 1},
@@ -229,7 +208,7 @@ func TestDiagnoseJSONGivesTheRightStateForEachFault(t *testing.T) {
 }
 
 func TestDiagnoseTextNamesTheVerdictAndTheLongestGap(t *testing.T) {
-	s := startEngine(t, nil)
+	s := simengine.Start(t, nil)
 	code, out, _ := vigil(t, "diagnose", "--engine", s.URL(), "--window", "500ms", "--interval", "250ms")
 	for _, want := range []string{"HEALTHY (exit 0)", "longest gap", "/v1/models", "completion probe", "Capacity"} {
 		if !strings.Contains(out, want) {

@@ -9,13 +9,15 @@ import (
 	"testing"
 
 	"github.com/vigil-dev/vigil/enginesim"
+
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 func TestDiagnoseSaysWhichEngineKindAutoPicked(t *testing.T) {
 	for _, names := range []string{enginesim.MetricsVLLM, enginesim.MetricsSGLang, enginesim.MetricsLlamaCpp} {
 		t.Run(names, func(t *testing.T) {
 			t.Parallel()
-			s := startEngine(t, func(c *enginesim.Config) { c.Metrics = names })
+			s := simengine.Start(t, func(c *enginesim.Config) { c.Metrics = names })
 			code, out, errOut := vigil(t, "diagnose", "--engine", s.URL(), "--json", "--window", "500ms", "--interval", "250ms")
 			var got struct {
 				State  string `json:"state"`

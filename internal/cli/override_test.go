@@ -3,11 +3,14 @@ package cli
 import (
 	"strings"
 	"testing"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 func TestOverrideCommandsRoundTripThroughTheDaemon(t *testing.T) {
-	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL()))
+	s := simengine.Start(t, nil)
+	td := startDaemon(t, testinfra.DaemonConfig(t, s.URL()))
 	getBody(t, td.statusURL+"/healthz")
 	addr := strings.TrimPrefix(td.statusURL, "http://")
 

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 // Retries that reach a node which never ran their call (a round-robin load
 // balancer) show in /status, /metrics and diagnose, and page once.
 func TestRetriesThatMissTheirExecutionPageOnce(t *testing.T) {
-	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL()))
+	s := simengine.Start(t, nil)
+	td := startDaemon(t, testinfra.DaemonConfig(t, s.URL()))
 	send := func(key string, retry int) {
 		req, _ := testinfra.NewJSONPost(context.Background(), td.proxyURL+"/v1/completions", `{"prompt":"hi","max_tokens":2}`)
 		req.Header.Set("Idempotency-Key", key)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -24,26 +23,6 @@ type runningDaemon struct {
 	statusURL string
 	proxyURL  string
 	logs      *testinfra.Buffer
-}
-
-// daemonConfig is a config with fast settings aimed at engineURL.
-func daemonConfig(t *testing.T, engineURL string) string {
-	return fmt.Sprintf(`node: test-node
-engine:
-  url: %s
-  request_timeout: 1s
-watchdog:
-  interval: 200ms
-  hang_after: 2s
-  probe_timeout: 1s
-  probe_slo: 500ms
-  state_file: %s
-admission:
-  listen: %s
-  shutdown_grace: 2s
-status:
-  listen: %s
-`, engineURL, filepath.Join(t.TempDir(), "state.json"), testinfra.FreeAddr(t), testinfra.FreeAddr(t))
 }
 
 // startDaemon runs the daemon on yml until the test ends. Its listeners

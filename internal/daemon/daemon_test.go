@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 // testDaemon runs `vigil run`'s daemon against url with fast settings.
@@ -31,26 +31,6 @@ type testDaemon struct {
 	done       chan error
 	configYAML string
 	stopOnce   sync.Once
-}
-
-func daemonConfig(t *testing.T, engineURL string) string {
-	dir := t.TempDir()
-	return fmt.Sprintf(`node: test-node
-engine:
-  url: %s
-  request_timeout: 1s
-watchdog:
-  interval: 200ms
-  hang_after: 2s
-  probe_timeout: 1s
-  probe_slo: 500ms
-  state_file: %s
-admission:
-  listen: %s
-  shutdown_grace: 2s
-status:
-  listen: %s
-`, engineURL, filepath.Join(dir, "state.json"), testinfra.FreeAddr(t), testinfra.FreeAddr(t))
 }
 
 func startDaemon(t *testing.T, yml string) *testDaemon {
@@ -113,8 +93,8 @@ func getBody(t *testing.T, url string) string {
 }
 
 func TestTheDaemonServesStatusAndMetrics(t *testing.T) {
-	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL())+"  runbook_url: https://wiki.example.com/runbooks/vigil\n")
+	s := simengine.Start(t, nil)
+	td := startDaemon(t, testinfra.DaemonConfig(t, s.URL())+"  runbook_url: https://wiki.example.com/runbooks/vigil\n")
 	// Traffic through the limiter, so its counters move.
 	for range 3 {
 		req, _ := testinfra.NewJSONPost(context.Background(), td.proxyURL+"/v1/completions", `{"prompt":"hi","max_tokens":3}`)
@@ -175,8 +155,8 @@ func TestTheDaemonServesStatusAndMetrics(t *testing.T) {
 }
 
 func TestSIGHUPWithABrokenConfigKeepsTheOldOne(t *testing.T) {
-	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL()))
+	s := simengine.Start(t, nil)
+	td := startDaemon(t, testinfra.DaemonConfig(t, s.URL()))
 	getBody(t, td.statusURL+"/healthz")
 
 	os.WriteFile(td.cfgPath, []byte("watchdog:\n  hang_after: 1s\n  interval: 5s\n"), 0o600)
@@ -221,8 +201,8 @@ func notifySocket(t *testing.T) *net.UnixConn {
 func TestSystemdNotificationsComeFromTheLoop(t *testing.T) {
 	conn := notifySocket(t)
 
-	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL()))
+	s := simengine.Start(t, nil)
+	td := startDaemon(t, testinfra.DaemonConfig(t, s.URL()))
 	seen := map[string]bool{}
 	read := func(until string) {
 		conn.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -17,6 +17,7 @@ import (
 	"github.com/slack-go/slack/slacktest"
 
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 // runVigil is `vigil run --config` on yml, which must return within limit:
@@ -86,7 +87,7 @@ func TestRunExitsAtOnceWhenAPartCannotStart(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			// No engine: vigil must fail before it samples anything.
-			yml := tc.edit(daemonConfig(t, "http://"+testinfra.FreeAddr(t)))
+			yml := tc.edit(testinfra.DaemonConfig(t, "http://"+testinfra.FreeAddr(t)))
 			start := time.Now()
 			code, stderr := runVigil(t, yml, 10*time.Second)
 			if code != exitFail {
@@ -121,8 +122,8 @@ func TestAPartThatDiesLaterStopsTheWholeDaemon(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := startEngine(t, nil)
-			td := startDaemon(t, daemonConfig(t, s.URL()))
+			s := simengine.Start(t, nil)
+			td := startDaemon(t, testinfra.DaemonConfig(t, s.URL()))
 			getBody(t, td.statusURL+"/healthz")
 			tc.kill(td.d)
 			var err error
@@ -226,7 +227,7 @@ func TestRunExitsAtOnceOnARefusedSlackToken(t *testing.T) {
 	st.Start()
 	defer st.Stop()
 	t.Setenv("VIGIL_TEST_REFUSED_TOKEN", "xoxb-wrong-token")
-	yml := daemonConfig(t, "http://"+testinfra.FreeAddr(t)) + `alerts:
+	yml := testinfra.DaemonConfig(t, "http://"+testinfra.FreeAddr(t)) + `alerts:
   kind: slack
   slack:
     token:
@@ -247,8 +248,8 @@ func TestRunExitsAtOnceOnARefusedSlackToken(t *testing.T) {
 // every 5 s with no client reaching the engine). The proxy serves, the
 // reason is paged, and restarts are refused: a journaled step cannot run.
 func TestAStateDirectoryThatCannotBeWrittenKeepsTheProxyServingAndRefusesRestarts(t *testing.T) {
-	s := startEngine(t, nil)
-	yml := replaceLine(daemonConfig(t, s.URL()), "  state_file: ", "  state_file: /proc/vigil/state.json")
+	s := simengine.Start(t, nil)
+	yml := replaceLine(testinfra.DaemonConfig(t, s.URL()), "  state_file: ", "  state_file: /proc/vigil/state.json")
 	td := startDaemon(t, yml)
 	resp, err := http.Post(td.proxyURL+"/v1/completions", "application/json",
 		strings.NewReader(`{"model":"meta-llama/Llama-3.1-8B-Instruct","prompt":"hi","max_tokens":2}`))

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 // Two instances run side by side on one machine, each with its own ports
@@ -17,9 +20,9 @@ func TestTwoInstancesRunSideBySide(t *testing.T) {
 	}
 	var rs []running
 	for n := range 2 {
-		s := startEngine(t, nil)
+		s := simengine.Start(t, nil)
 		state := filepath.Join(t.TempDir(), fmt.Sprintf("gpu%d", n), "state.json")
-		yml := daemonConfig(t, s.URL())
+		yml := testinfra.DaemonConfig(t, s.URL())
 		yml = replaceLine(yml, "  state_file: ", "  state_file: "+state)
 		rs = append(rs, running{startDaemon(t, yml), state})
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 	"github.com/vigil-dev/vigil/recoverer"
 	"github.com/vigil-dev/vigil/recovery"
 	"github.com/vigil-dev/vigil/state"
@@ -17,9 +18,9 @@ import (
 )
 
 func TestRunServesTheHealthCheckEndpoint(t *testing.T) {
-	s := startEngine(t, nil)
+	s := simengine.Start(t, nil)
 	addr := testinfra.FreeAddr(t)
-	td := startDaemon(t, daemonConfig(t, s.URL())+"load_balancer:\n  kind: healthcheck\n  healthcheck:\n    listen: "+addr+"\n")
+	td := startDaemon(t, testinfra.DaemonConfig(t, s.URL())+"load_balancer:\n  kind: healthcheck\n  healthcheck:\n    listen: "+addr+"\n")
 	resp, err := http.Get("http://" + addr + "/ready")
 	if err != nil {
 		t.Fatal(err)
@@ -36,9 +37,9 @@ func TestRunServesTheHealthCheckEndpoint(t *testing.T) {
 }
 
 func TestRunAnswersTheAgentCheck(t *testing.T) {
-	s := startEngine(t, nil)
+	s := simengine.Start(t, nil)
 	addr := testinfra.FreeAddr(t)
-	startDaemon(t, daemonConfig(t, s.URL())+"load_balancer:\n  kind: agent\n  agent:\n    listen: "+addr+"\n")
+	startDaemon(t, testinfra.DaemonConfig(t, s.URL())+"load_balancer:\n  kind: agent\n  agent:\n    listen: "+addr+"\n")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -54,9 +55,9 @@ func TestRunAnswersTheAgentCheck(t *testing.T) {
 // first answer is "drain" (here a dry run leaves the resumed recovery
 // where it is, so the answer stays).
 func TestRunAnswersDrainFromTheStartWhenTheJournalSaysDrained(t *testing.T) {
-	s := startEngine(t, nil)
+	s := simengine.Start(t, nil)
 	addr := testinfra.FreeAddr(t)
-	yml := daemonConfig(t, s.URL()) + "load_balancer:\n  kind: agent\n  agent:\n    listen: " + addr + "\n"
+	yml := testinfra.DaemonConfig(t, s.URL()) + "load_balancer:\n  kind: agent\n  agent:\n    listen: " + addr + "\n"
 	yml = strings.Replace(yml, "watchdog:\n", "watchdog:\n  dry_run: true\n", 1)
 	cfg, err := configs.Parse([]byte(yml), time.Now())
 	if err != nil {

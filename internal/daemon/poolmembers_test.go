@@ -18,6 +18,7 @@ import (
 
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 	"github.com/vigil-dev/vigil/pool/coord"
 	"github.com/vigil-dev/vigil/recoverer"
 )
@@ -190,7 +191,7 @@ func toJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
 // etcd it cannot read is named instead of silently showing no pool.
 func TestDiagnoseReadsThePoolRegisteredInEtcd(t *testing.T) {
 	e := testinfra.StartEtcd(t)
-	s := startEngine(t, nil)
+	s := simengine.Start(t, nil)
 	startPeer(t, e.Endpoint, "node2", "hung")
 	path := filepath.Join(t.TempDir(), "vigil.yaml")
 	yml := fmt.Sprintf(`node: node1

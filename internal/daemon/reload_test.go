@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/configs"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 // statusConfig is /status's "config" part.
@@ -134,8 +137,8 @@ func TestSIGHUPAppliesLiveKeysAndNamesTheRest(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := startEngine(t, nil)
-			td := startDaemon(t, daemonConfig(t, s.URL()))
+			s := simengine.Start(t, nil)
+			td := startDaemon(t, testinfra.DaemonConfig(t, s.URL()))
 			td.rewrite(t, tc.edit(td)...)
 			td.d.reload(td.cfgPath, false)
 			doc := td.statusDoc(t)
@@ -146,8 +149,8 @@ func TestSIGHUPAppliesLiveKeysAndNamesTheRest(t *testing.T) {
 }
 
 func TestSIGHUPKeepsLiveOverrides(t *testing.T) {
-	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL()))
+	s := simengine.Start(t, nil)
+	td := startDaemon(t, testinfra.DaemonConfig(t, s.URL()))
 	getBody(t, td.statusURL+"/healthz")
 	if err := td.d.overrides.Set(configs.Override{Key: "watchdog.hang_after", Value: "5s",
 		Until: time.Now().Add(time.Hour), Reason: "long prefills OPS-9"}); err != nil {
@@ -184,8 +187,8 @@ func TestSIGHUPKeepsLiveOverrides(t *testing.T) {
 }
 
 func TestSIGHUPAppliesOverridesAddedToTheFile(t *testing.T) {
-	s := startEngine(t, nil)
-	td := startDaemon(t, daemonConfig(t, s.URL()))
+	s := simengine.Start(t, nil)
+	td := startDaemon(t, testinfra.DaemonConfig(t, s.URL()))
 	getBody(t, td.statusURL+"/healthz")
 	until := time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
 	td.configYAML += "overrides:\n  - key: watchdog.saturated_waiting\n    value: \"12\"\n    until: " + until + "\n    reason: batch night OPS-4\n"
@@ -291,8 +294,8 @@ func TestSIGHUPRefusalsAndNoChange(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := startEngine(t, nil)
-			td := startDaemon(t, tc.yml(daemonConfig(t, s.URL())))
+			s := simengine.Start(t, nil)
+			td := startDaemon(t, tc.yml(testinfra.DaemonConfig(t, s.URL())))
 			tc.edit(t, td)
 			td.d.reload(td.cfgPath, false)
 			tc.check(t, td, td.statusDoc(t).Config)

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/enginesim"
+
+	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/internal/testinfra/simengine"
 )
 
 // dupListener is another descriptor of the same listening socket, as
@@ -69,8 +72,8 @@ func TestARestartOfVigilCutsNoStreamAndLosesNoConnection(t *testing.T) {
 	// the fifth waits in the engine for a whole stream and the sixth in
 	// vigil's queue past ttft_target (auto: 500 ms here), which answers it
 	// 503 on any vigil, restarted or not.
-	s := startEngine(t, func(c *enginesim.Config) { c.Scale, c.MaxNumSeqs = 1, 8 })
-	yml := daemonConfig(t, s.URL())
+	s := simengine.Start(t, func(c *enginesim.Config) { c.Scale, c.MaxNumSeqs = 1, 8 })
+	yml := testinfra.DaemonConfig(t, s.URL())
 	addr := strings.TrimPrefix(strings.SplitN(strings.SplitN(yml, "admission:\n  listen: ", 2)[1], "\n", 2)[0], "http://")
 	sock, err := net.Listen("tcp", addr)
 	if err != nil {

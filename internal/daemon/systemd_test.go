@@ -89,7 +89,7 @@ func TestRunWarnsAtStartWhenWatchdogSecIsTooShort(t *testing.T) {
 	t.Setenv("WATCHDOG_USEC", "4000000") // the test config's cycle: 200ms + 1s + 1s > 2s
 	t.Setenv("WATCHDOG_PID", strconv.Itoa(os.Getpid()))
 	// A taken status port makes vigil exit right after the check.
-	yml := replaceListen(daemonConfig(t, "http://"+testinfra.FreeAddr(t)), "status", taken.Addr().String())
+	yml := replaceListen(testinfra.DaemonConfig(t, "http://"+testinfra.FreeAddr(t)), "status", taken.Addr().String())
 	_, stderr := runVigil(t, yml, 10*time.Second)
 	if !strings.Contains(stderr, "WatchdogSec (from $WATCHDOG_USEC) is 4s") || !strings.Contains(stderr, "watchdog.interval") {
 		t.Fatalf("no WatchdogSec warning at start:\n%s", stderr)

@@ -6,7 +6,12 @@
 // them, what the end-to-end harnesses share: vigil itself run as a
 // subprocess (StartVigil, which fails rather than skips: it is the code
 // under test) and closed-loop clients (StartLoad). LaunchEtcd starts etcd
-// without a test, for a bench main.
+// without a test, for a bench main. And the set-up several packages'
+// tests repeat: a fast config for the daemon (DaemonConfig; the simulated
+// engine it is aimed at is started by the subpackage simengine, apart
+// because enginesim's own tests use this package), a slow backend and a
+// served agent or health check behind HAProxy (SlowBackend, Serve,
+// HAProxyHead).
 //
 // A package whose tests use StartDockerd must stop the daemon at the end:
 //
