@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,6 +54,19 @@ func LaunchEtcd(dir string) (*Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (install etcd-server)", err)
 	}
+	// A free port is only free until etcd binds it: tests running beside
+	// this one pick ports too, so a port taken in between is tried again
+	// with new ports rather than failing the test.
+	for attempt := 1; ; attempt++ {
+		e, err := launchEtcdOnFreePorts(bin, dir)
+		if err == nil || attempt == 5 || !strings.Contains(err.Error(), "address already in use") {
+			return e, err
+		}
+		_ = os.RemoveAll(filepath.Join(dir, "data"))
+	}
+}
+
+func launchEtcdOnFreePorts(bin, dir string) (*Etcd, error) {
 	client, err := freeAddr()
 	if err != nil {
 		return nil, err
