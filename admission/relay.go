@@ -8,6 +8,7 @@ import (
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/usage"
 )
 
 // Relay is one call's way to an engine (engineloss.Relay): sent again,
@@ -41,7 +42,7 @@ const (
 func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont bool, tk *core.Listener, o *core.Outcome) (res sendResult, complete bool, failure *rejection) {
 	actx, cut := context.WithCancelCause(ex.Context())
 	defer cut(nil)
-	m := meter{sent: l.clock.Now()}
+	m := meter{Meter: usage.Meter{Sent: l.clock.Now()}}
 	answered := false
 	if d.peer == nil {
 		m.call = l.startCall(tk, cut)
@@ -77,8 +78,8 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return sentRefused, false, nil
 	}
-	m.sse = isSSE(resp.Header)
-	if cont && (resp.StatusCode != http.StatusOK || !m.sse) {
+	m.SSE = isSSE(resp.Header)
+	if cont && (resp.StatusCode != http.StatusOK || !m.SSE) {
 		l.lose(ex, rl, engineloss.LossRefused)
 		return sentDone, true, nil
 	}
@@ -101,9 +102,9 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		return sentDone, false, nil
 	}
 	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.Streamed = m.sse
+	o.Streamed = m.SSE
 	if tk != nil {
-		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
+		o.CompletionTokens, o.TotalTokens = m.Tokens(tk.Prompt())
 	}
 	answered = true
 	return sentDone, true, nil
@@ -141,7 +142,7 @@ func (l *Limiter) tee(ex *calls.Execution, resp *http.Response, m *meter, tk *co
 	}
 	var pend engineloss.EventBuffer
 	_, readErr := l.pump(resp, m, tk, func(p []byte) error {
-		if !m.sse {
+		if !m.SSE {
 			l.co.Append(ex, p)
 			return nil
 		}

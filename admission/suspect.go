@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/usage"
 )
 
 // The stall suspicion at work (engineloss.Suspicion watches for it): what
@@ -50,12 +50,10 @@ func (h suspicionHost) Unsuspect()                 { h.l.unsuspect() }
 
 // ReadCounters reads the engine's counters once.
 func (h suspicionHost) ReadCounters() (engineloss.Counters, bool) {
-	if h.l.reader == nil {
+	if h.l.poll == nil {
 		return engineloss.Counters{}, false
 	}
-	ctx, cancel := context.WithTimeout(h.l.base, pollTimeout)
-	g, err := h.l.readEngineQueue(ctx)
-	cancel()
+	g, err := h.l.poll.Read(h.l.base)
 	return engineloss.Counters{PromptTokens: g.PromptTokens, FirstTokens: g.FirstTokens}, err == nil
 }
 
@@ -151,7 +149,7 @@ func (a *attempt) sendToPeer(p *Peer, body []byte) (done, taken bool) {
 	if stream {
 		_ = rc.Flush()
 	}
-	m := meter{sent: l.clock.Now()}
+	m := meter{Meter: usage.Meter{Sent: l.clock.Now()}}
 	sinkErr, readErr := l.pump(resp, &m, nil, func(b []byte) error {
 		if _, err := a.w.Write(b); err != nil {
 			return err
