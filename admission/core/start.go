@@ -62,13 +62,53 @@ func (s startState) bound(limit float64) float64 {
 	return limit
 }
 
+// toldSeats is how many requests the engine runs at once as it was told:
+// the seat limit it exposes, else the operator's engine_max_seqs (its
+// max_num_seqs, which vLLM does not export); 0 when neither.
+func (a *autoLimit) toldSeats() int {
+	if a.start.seats > 0 {
+		return a.start.seats
+	}
+	return a.prefill.seats
+}
+
+// startLimit is where the cap starts, and starts again after the engine's
+// restart: the engine's seats when told (all of them run at once, so the
+// first second of a burst needs no probing to reach them), else
+// autoInitial. A configured seat count is a start, not a ceiling: the
+// engine's gauges sum its data-parallel ranks, each with max_num_seqs of
+// its own, and what runs past it is for the gauges to show (probeGainFor
+// grows past it only when they do). Started at 16 beside the AI SDK's
+// burst at twice what 64 seats serve, the cap took 3 s of the burst to
+// reach them while 120 calls queued (bench/README.md, issue 41).
+func (a *autoLimit) startLimit() float64 {
+	if n := a.toldSeats(); n > 0 {
+		return max(autoMin, min(autoMax, float64(n)))
+	}
+	return autoInitial
+}
+
+// seatsTaken reports whether the engine runs all the seats it was told
+// (r running): an empty queue beside it proves no room, since every
+// request past the seats waits in the engine's own queue (the cap doubled
+// from 64 to 128 there, and 64 calls then waited out a whole answer in
+// the engine, most past their clients' timeout). An engine that runs more
+// than it was told has more seats than that (data-parallel ranks, each
+// with the configured max_num_seqs): the told count says nothing then.
+func (a *autoLimit) seatsTaken(r float64) bool {
+	n := float64(a.toldSeats())
+	return n > 0 && r >= seatsFull*n && r <= n
+}
+
 // probeGainFor is the growth factor of one probing window whose engine
 // gauges averaged w waiting and r running (gauges: how many readings). An
 // engine that started all of the cap with nothing waiting has shown room
 // for more: the cap doubles, and grows again only once a reading shows
 // the engine holding most of the doubled cap. Otherwise, or with no
-// reading to go by, the gentle probeGain. Not over streams: their first
-// tokens judge each growth a prefill later (see grow), and doubled
+// reading to go by, the gentle probeGain. The engine's seats, when told,
+// bound the doubling, and an engine running all of them gets no growth
+// but the step the law always allows (seatsTaken). Not over streams:
+// their first tokens judge each growth a prefill later (see grow), and doubled
 // past what the engine prefills in time the cap ran the fast engines of
 // the goodput family at 31-50 in flight against 26 (0.2-0.8x the best
 // fixed cap against 0.5-1.3x, same machine and load: bench/README.md,
@@ -81,9 +121,21 @@ func (a *autoLimit) probeGainFor(w, r float64, gauges int) float64 {
 		}
 		a.start.await = 0
 	}
+	if a.seatsTaken(r) {
+		return 1
+	}
 	if gauges > 0 && w == 0 && r >= fullShare*a.limit && !a.streams && a.start.pressed {
-		a.start.await = a.limit * burstGain
-		return burstGain
+		gain := burstGain
+		if n := float64(a.toldSeats()); n > 0 && r <= n {
+			// Up to the seats, not past them: past them only the
+			// gauges tell whether more runs (data-parallel ranks).
+			if a.limit >= n {
+				return probeGain
+			}
+			gain = min(gain, n/a.limit)
+		}
+		a.start.await = a.limit * gain
+		return gain
 	}
 	return probeGain
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -191,9 +192,35 @@ func compareNode(t *testing.T, dir, client string, seed int, arm nodeArm) (direc
 	recvD, recvV := engD.Engine.Stats().Received, engV.Engine.Stats().Received
 	var wg sync.WaitGroup
 	var errD, errV error
-	wg.Go(func() { direct, errD = runNode(ctx, dir, client, engD.URL(), nodeEngineKey, rate, seed, arm.warm) })
-	wg.Go(func() { vigil, errV = runNode(ctx, dir, client, lim.URL(), nodeClientKey, rate, seed, arm.warm) })
+	sctx, stopSampler := context.WithCancel(ctx)
+	var timeline []string
+	if testing.Verbose() {
+		// vigil's cap and queues beside its engine's gauges, for the log.
+		wg.Go(func() {
+			t0 := time.Now()
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case <-tick.C:
+				}
+				e, s := engV.Engine.Stats(), lim.Stats()
+				timeline = append(timeline, fmt.Sprintf("%4.1fs cap=%d in_flight=%d queue=%d engine running=%d waiting=%d completed=%d rejected=%d abandoned=%d cancelled=%d",
+					time.Since(t0).Seconds(), s.Cap, s.InFlight, s.QueueDepth, e.Running, e.Waiting+e.Pending, e.Completed, sumRejected(s.Rejected), s.QueueAbandoned, s.CancelledImmediate))
+			}
+		})
+	}
+	var runs sync.WaitGroup
+	runs.Go(func() { direct, errD = runNode(ctx, dir, client, engD.URL(), nodeEngineKey, rate, seed, arm.warm) })
+	runs.Go(func() { vigil, errV = runNode(ctx, dir, client, lim.URL(), nodeClientKey, rate, seed, arm.warm) })
+	runs.Wait()
+	stopSampler()
 	wg.Wait()
+	if testing.Verbose() {
+		t.Logf("%s, %s, through vigil:\n  %s", client, arm.name, strings.Join(timeline, "\n  "))
+	}
 	if errD != nil || errV != nil {
 		t.Fatalf("direct: %v; vigil: %v\n  limiter: %s", errD, errV, lim.Summary())
 	}
