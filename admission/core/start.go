@@ -49,6 +49,10 @@ type startState struct {
 	// cap last changed. Filling the cap is not enough to double it: 16
 	// clients fill a cap of 16 and need no more.
 	pressed bool
+	// overTold: the engine's gauges read more running than the seats the
+	// operator configured (data-parallel ranks, each with max_num_seqs of
+	// its own, or a wrong figure): they no longer bound the cap.
+	overTold bool
 }
 
 // kept is what survives the cap's reset.
@@ -75,10 +79,9 @@ func (a *autoLimit) toldSeats() int {
 // startLimit is where the cap starts, and starts again after the engine's
 // restart: the engine's seats when told (all of them run at once, so the
 // first second of a burst needs no probing to reach them), else
-// autoInitial. A configured seat count is a start, not a ceiling: the
-// engine's gauges sum its data-parallel ranks, each with max_num_seqs of
-// its own, and what runs past it is for the gauges to show (probeGainFor
-// grows past it only when they do). Started at 16 beside the AI SDK's
+// autoInitial. A configured seat count bounds the cap only until the
+// engine's gauges read more running (settle): they sum its data-parallel
+// ranks, each with max_num_seqs of its own. Started at 16 beside the AI SDK's
 // burst at twice what 64 seats serve, the cap took 3 s of the burst to
 // reach them while 120 calls queued (bench/README.md, issue 41).
 func (a *autoLimit) startLimit() float64 {
@@ -141,7 +144,13 @@ func (a *autoLimit) probeGainFor(w, r float64, gauges int) float64 {
 }
 
 // settle ends a window's change of the cap (from old): no growth while a
-// doubling waits for the engine to show it, and never past the seats.
+// doubling waits for the engine to show it, and never past the seats: the
+// ones the engine exposes, or those configured until the engine is seen
+// running more. Past them every request waits in the engine's own queue
+// for a whole answer to free a seat: the cap grew by a quarter from 64 to
+// 80 whenever a window read a batch between two turnovers, and the 16
+// then waited out a turnover in the engine, many past their clients'
+// timeout.
 func (a *autoLimit) settle(old float64) {
 	if a.limit != old {
 		a.start.pressed = false
@@ -152,6 +161,14 @@ func (a *autoLimit) settle(old float64) {
 	}
 	if !a.probing {
 		a.start.await = 0
+	}
+	if n := float64(a.prefill.seats); n > 0 && a.start.seats == 0 {
+		if a.gauges > 0 && a.running/float64(a.gauges) > n {
+			a.start.overTold = true
+		}
+		if !a.start.overTold {
+			a.limit = min(a.limit, n)
+		}
 	}
 	a.limit = a.start.bound(a.limit)
 }

@@ -197,7 +197,8 @@ func TestConfiguredSeatsStartTheCapAndBoundItsDoubling(t *testing.T) {
 		limit, running float64
 		want           int
 	}{
-		{"at the seats, all running, nothing waiting: one more, not double", 64, 64, 64, 65},
+		{"at the seats, all running, nothing waiting: held at them", 64, 64, 64, 64},
+		{"at the seats, a batch between turnovers: held at them", 64, 64, 56, 64},
 		{"under the seats: doubled up to them, not past", 64, 40, 40, 64},
 		{"far under the seats: doubled", 64, 16, 16, 32},
 		{"more running than the seats (data-parallel ranks): they say nothing, doubled", 64, 80, 80, 160},
