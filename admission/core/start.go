@@ -55,6 +55,13 @@ type startState struct {
 	overTold bool
 }
 
+// seatsSlack: the share of the configured seats (one at least) the cap may
+// run past them. A data-parallel engine has max_num_seqs a rank, and its
+// gauges, summed over the ranks, can only show it running more than the
+// seats when the cap lets more in; the slack lets them show it at the cost
+// of a few requests waiting a turnover in an engine that has no more.
+const seatsSlack = 1.0 / 16
+
 // kept is what survives the cap's reset.
 func (s startState) kept() startState { return startState{seats: s.seats} }
 
@@ -145,12 +152,12 @@ func (a *autoLimit) probeGainFor(w, r float64, gauges int) float64 {
 
 // settle ends a window's change of the cap (from old): no growth while a
 // doubling waits for the engine to show it, and never past the seats: the
-// ones the engine exposes, or those configured until the engine is seen
-// running more. Past them every request waits in the engine's own queue
-// for a whole answer to free a seat: the cap grew by a quarter from 64 to
-// 80 whenever a window read a batch between two turnovers, and the 16
-// then waited out a turnover in the engine, many past their clients'
-// timeout.
+// ones the engine exposes, or, by seatsSlack at most, those configured
+// until the engine is seen running more. Past them every request waits in
+// the engine's own queue for a whole answer to free a seat: the cap grew
+// by a quarter from 64 to 80 whenever a window read a batch between two
+// turnovers, and the 16 then waited out a turnover in the engine, many
+// past their clients' timeout.
 func (a *autoLimit) settle(old float64) {
 	if a.limit != old {
 		a.start.pressed = false
@@ -167,7 +174,7 @@ func (a *autoLimit) settle(old float64) {
 			a.start.overTold = true
 		}
 		if !a.start.overTold {
-			a.limit = min(a.limit, n)
+			a.limit = min(a.limit, n+max(1, n*seatsSlack))
 		}
 	}
 	a.limit = a.start.bound(a.limit)

@@ -191,14 +191,24 @@ func TestConfiguredSeatsStartTheCapAndBoundItsDoubling(t *testing.T) {
 			t.Errorf("cap %d without seats, want %d", b.cap(), autoInitial)
 		}
 	})
+	t.Run("a data-parallel engine of 2 x 64 seats: the cap gets past the 64 told and finds its 128", func(t *testing.T) {
+		a := newAutoLimit(0, 64, t0)
+		at := t0
+		for range 8 {
+			at = window(a, at, min(float64(a.cap()), 128))
+		}
+		if a.cap() < 120 {
+			t.Errorf("cap %d after 8 windows of an engine running all it got up to 128, want near 128", a.cap())
+		}
+	})
 	for _, tc := range []struct {
 		name           string
 		seats          int
 		limit, running float64
 		want           int
 	}{
-		{"at the seats, all running, nothing waiting: held at them", 64, 64, 64, 64},
-		{"at the seats, a batch between turnovers: held at them", 64, 64, 56, 64},
+		{"at the seats, all running, nothing waiting: one more, not double", 64, 64, 64, 65},
+		{"at the seats, a batch between turnovers: a sixteenth past them at most", 64, 64, 56, 68},
 		{"under the seats: doubled up to them, not past", 64, 40, 40, 64},
 		{"far under the seats: doubled", 64, 16, 16, 32},
 		{"more running than the seats (data-parallel ranks): they say nothing, doubled", 64, 80, 80, 160},
