@@ -94,20 +94,31 @@ type decodeScan struct {
 	// Known: the engine exports the decode counters.
 	Known bool
 	// Stall is how long decode has been owed and frozen: from the first
-	// sample at which more requests had their first token than finished
-	// (aborts left out) since decode tokens last moved.
+	// sample at which requests were proven owed (see Owed) since decode
+	// tokens last moved.
 	Stall time.Duration
 	// FirstTokens is how many first tokens were given after decode was
 	// first owed; a stall needs at least one (the engine admits and
 	// prefills, but nobody gets a second token).
 	FirstTokens float64
+	// Owed is how many requests are proven to wait for a second token at
+	// the last scrape: first tokens since the base, less the requests
+	// finished and (where the engine counts them) aborted since. Every
+	// abort is taken off, since any of them may be a request that had its
+	// first token, so this never counts a request whose client left: an
+	// engine whose callers all give up between their first and second
+	// token (the queue as long as their patience) steps on, and is not
+	// stalled.
+	Owed float64
 	// Running is the running gauge at the last scrape.
 	Running float64
+	// AbortsKnown: the engine counts aborted requests.
+	AbortsKnown bool
 }
 
 // Stalled reports a decode stall of at least hangAfter.
 func (d decodeScan) Stalled(hangAfter time.Duration) bool {
-	return d.Known && hangAfter > 0 && d.Stall >= hangAfter && d.FirstTokens > 0 && d.Running > 0
+	return d.Known && hangAfter > 0 && d.Stall >= hangAfter && d.FirstTokens > 0 && d.Running > 0 && d.Owed > 0
 }
 
 // decodeTolerance is how far decode tokens (generation less first tokens)
@@ -121,14 +132,20 @@ const decodeTolerance = 8
 // scanDecode walks the readable samples once. A max_tokens=1 workload
 // gives first tokens and finishes in the same step, so it never owes
 // decode; a long chunked prefill gives no first token, so it never owes
-// decode either; an aborted request owes nothing but is not counted as
-// finished, which is why a stall also needs first tokens given after it
-// began and requests still running.
+// decode either; an aborted request owes nothing, so aborts are taken off
+// what is owed, and a sample at which nothing is proven owed is the new
+// base: what was owed before it may all have left.
+//
+// Without an abort count (an engine that has no finished_reason="abort"
+// series) an abort cannot be told from a request still waiting; the rule
+// then counts first tokens less finishes, as it always did, and a stall
+// also needs first tokens given after it began and requests still running.
 func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 	var (
 		base       *probes.DecodeCounters
 		owedSince  time.Time
 		owedFirsts float64
+		owed       float64
 		last       *probes.Metrics
 	)
 	for i := range history {
@@ -140,18 +157,23 @@ func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 		d := last.Decode
 		switch {
 		case d == nil:
-			base, owedSince = nil, time.Time{}
+			base, owedSince, owed = nil, time.Time{}, 0
 			continue
 		case base == nil,
 			d.DecodeTokens() > base.DecodeTokens()+decodeTolerance,
-			d.FirstTokens < base.FirstTokens, d.Finished < base.Finished:
-			base, owedSince = d, time.Time{}
+			d.FirstTokens < base.FirstTokens, d.Finished < base.Finished, d.Aborted < base.Aborted:
+			base, owedSince, owed = d, time.Time{}, 0
 			continue
 		}
-		owed := (d.FirstTokens - base.FirstTokens) - (d.Finished - base.Finished)
+		owed = (d.FirstTokens - base.FirstTokens) - (d.Finished - base.Finished)
+		if d.AbortsKnown && base.AbortsKnown {
+			owed -= d.Aborted - base.Aborted
+		}
 		switch {
 		case owed <= 0:
-			owedSince = time.Time{}
+			// Nothing proven owed: every request with a first token
+			// since the base may have finished or left. Count afresh.
+			base, owedSince, owed = d, time.Time{}, 0
 		case owedSince.IsZero():
 			owedSince, owedFirsts = s.At, d.FirstTokens
 		}
@@ -159,10 +181,11 @@ func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 	if last == nil || last.Decode == nil {
 		return decodeScan{}
 	}
-	ds := decodeScan{Known: true, Running: last.Running}
+	ds := decodeScan{Known: true, Running: last.Running, AbortsKnown: last.Decode.AbortsKnown}
 	if !owedSince.IsZero() {
 		ds.Stall = frozenFor(owedSince, now, spans)
 		ds.FirstTokens = last.Decode.FirstTokens - owedFirsts
+		ds.Owed = owed
 	}
 	return ds
 }
