@@ -184,6 +184,25 @@ func TestClassifyPartialFailures(t *testing.T) {
 			want: StateHealthy, never: []State{StateHung},
 		},
 		{
+			name: "without an abort count, vigil's two-token probe completing proves decode moves",
+			hist: func() *sim {
+				s := newSim().withDecode()
+				s.m.Decode.AbortsKnown = false
+				return s.work(56, 90).tick(2, func(s *sim) { s.firstTokens(3); s.decode(400); s.finished(3) }).
+					work(300, 2).tick(3, func(s *sim) { s.firstTokens(2); s.m.Heartbeats["vllm:request_success_total"] += 150 }).
+					work(0, 1).tick(14, func(s *sim) {
+					s.m.Heartbeats["vllm:iteration_tokens_total_count"]++
+					if s.at.Sub(t0)%(4*iv) == 0 {
+						s.firstTokens(1)
+						s.decode(1)
+						s.finished(1)
+						s.probeOK(40 * time.Millisecond)
+					}
+				})
+			},
+			want: StateHealthy, never: []State{StateHung},
+		},
+		{
 			name: "a decode stall on an engine that does not count aborts is judged as before: hung",
 			hist: func() *sim {
 				s := newSim().withDecode()

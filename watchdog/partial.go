@@ -183,6 +183,13 @@ func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 	}
 	ds := decodeScan{Known: true, Running: last.Running, AbortsKnown: last.Decode.AbortsKnown}
 	if !owedSince.IsZero() {
+		// vigil's probe asks for two tokens: one sent after decode was
+		// owed that completed had a decode step, whatever the counters
+		// say (an engine whose abort series does not count the callers
+		// who left keeps them owed for ever). Decode is timed from there.
+		if done, ok := probeCompletedSince(history, owedSince); ok && done.After(owedSince) {
+			owedSince = done
+		}
 		ds.Stall = frozenFor(owedSince, now, spans)
 		ds.FirstTokens = last.Decode.FirstTokens - owedFirsts
 		ds.Owed = owed
