@@ -102,13 +102,12 @@ type decodeScan struct {
 	// prefills, but nobody gets a second token).
 	FirstTokens float64
 	// Owed is how many requests are proven to wait for a second token at
-	// the last scrape: first tokens since the base, less the requests
-	// finished and (where the engine counts them) aborted since. Every
-	// abort is taken off, since any of them may be a request that had its
-	// first token, so this never counts a request whose client left: an
-	// engine whose callers all give up between their first and second
-	// token (the queue as long as their patience) steps on, and is not
-	// stalled.
+	// the last scrape (scanDecode): first tokens less the requests
+	// finished and (where the engine counts them) aborted. Every abort is
+	// taken off, since any of them may be a request that had its first
+	// token, so this never counts a request whose client left: an engine
+	// whose callers all give up between their first and second token (the
+	// queue as long as their patience) steps on, and is not stalled.
 	Owed float64
 	// Running is the running gauge at the last scrape.
 	Running float64
@@ -129,25 +128,37 @@ func (d decodeScan) Stalled(hangAfter time.Duration) bool {
 // few seconds.
 const decodeTolerance = 8
 
-// scanDecode walks the readable samples once. A max_tokens=1 workload
-// gives first tokens and finishes in the same step, so it never owes
-// decode; a long chunked prefill gives no first token, so it never owes
-// decode either; an aborted request owes nothing, so aborts are taken off
-// what is owed, and a sample at which nothing is proven owed is the new
-// base: what was owed before it may all have left.
+// scanDecode walks the readable samples once. Decode is frozen since
+// the base, the last sample at which decode tokens moved; requests are
+// owed while some request that got a first token is proven still there.
+//
+// The proof: let x = first tokens - finishes - aborts, cumulative. Any
+// request that got a first token after an earlier sample T and is gone
+// finished or was aborted after T, so at least x(now) - x(T) requests
+// with a first token are still there (an abort of a request that never
+// had one only makes this smaller), and the best bound is x(now) less
+// the least x seen since the counters last reset. It reaches back past
+// the base: requests that got their first token in the very interval in
+// which decode last moved, and never a second, are counted too. A
+// max_tokens=1 workload finishes what it gives a first token, a long
+// prefill gives none, callers who all leave between their first and
+// second token leave nothing owed; none of them is a stall.
 //
 // Without an abort count (an engine that has no finished_reason="abort"
 // series) an abort cannot be told from a request still waiting; the rule
-// then counts first tokens less finishes, as it always did, and a stall
-// also needs first tokens given after it began and requests still running.
+// then counts first tokens less finishes since the base, as it always
+// did, and a stall also needs first tokens given after it began and
+// requests still running.
 func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 	var (
 		base       *probes.DecodeCounters
 		owedSince  time.Time
 		owedFirsts float64
 		owed       float64
+		least      float64 // the least x since the counters last reset
 		last       *probes.Metrics
 	)
+	x := func(d *probes.DecodeCounters) float64 { return d.FirstTokens - d.Finished - d.Aborted }
 	for i := range history {
 		s := &history[i]
 		if !s.readable() {
@@ -159,21 +170,23 @@ func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 		case d == nil:
 			base, owedSince, owed = nil, time.Time{}, 0
 			continue
-		case base == nil,
-			d.DecodeTokens() > base.DecodeTokens()+decodeTolerance,
-			d.FirstTokens < base.FirstTokens, d.Finished < base.Finished, d.Aborted < base.Aborted:
+		case base == nil, d.FirstTokens < base.FirstTokens, d.Finished < base.Finished, d.Aborted < base.Aborted:
+			base, owedSince, owed, least = d, time.Time{}, 0, x(d)
+			continue
+		}
+		least = min(least, x(d))
+		if d.DecodeTokens() > base.DecodeTokens()+decodeTolerance {
 			base, owedSince, owed = d, time.Time{}, 0
 			continue
 		}
-		owed = (d.FirstTokens - base.FirstTokens) - (d.Finished - base.Finished)
 		if d.AbortsKnown && base.AbortsKnown {
-			owed -= d.Aborted - base.Aborted
+			owed = x(d) - least
+		} else {
+			owed = (d.FirstTokens - base.FirstTokens) - (d.Finished - base.Finished)
 		}
 		switch {
 		case owed <= 0:
-			// Nothing proven owed: every request with a first token
-			// since the base may have finished or left. Count afresh.
-			base, owedSince, owed = d, time.Time{}, 0
+			owedSince, owed = time.Time{}, 0
 		case owedSince.IsZero():
 			owedSince, owedFirsts = s.At, d.FirstTokens
 		}
