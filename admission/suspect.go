@@ -42,11 +42,11 @@ type suspicionHost struct {
 	tick chan struct{}
 }
 
-func (h suspicionHost) Now() time.Time             { return h.l.clock.Now() }
-func (h suspicionHost) Sleep(d time.Duration) bool { return h.l.sleepOn(d, h.tick) }
-func (h suspicionHost) Recovering() bool           { return h.l.out.Active() }
-func (h suspicionHost) Suspect(now time.Time)      { h.l.suspect(now) }
-func (h suspicionHost) Unsuspect()                 { h.l.unsuspect() }
+func (h suspicionHost) Now() time.Time                                { return h.l.clock.Now() }
+func (h suspicionHost) Sleep(d time.Duration) bool                    { return h.l.sleepOn(d, h.tick) }
+func (h suspicionHost) Recovering() bool                              { return h.l.out.Active() }
+func (h suspicionHost) Suspect(now time.Time, ev engineloss.Evidence) { h.l.suspect(now, ev) }
+func (h suspicionHost) Unsuspect()                                    { h.l.unsuspect() }
 
 // ReadCounters reads the engine's counters once.
 func (h suspicionHost) ReadCounters() (engineloss.Counters, bool) {
@@ -61,12 +61,14 @@ func (h suspicionHost) ReadCounters() (engineloss.Counters, bool) {
 
 // suspect holds the engine: nothing new goes to it, the queue goes to a
 // peer when one is known.
-func (l *Limiter) suspect(now time.Time) {
+func (l *Limiter) suspect(now time.Time, ev engineloss.Evidence) {
 	l.c.suspicions.Add(1)
 	l.out.Open(now)
 	peer := l.peerFor(nil) != nil
 	l.core.SetSuspected(true, peer)
 	n, _ := l.inflight.snapshot()
+	l.log.WithFields(logrus.Fields{"silence": ev.Silence, "threshold": ev.Threshold, "step": ev.Step, "watched": ev.InFlight,
+		"stream": ev.Stream, "started": ev.Started, "waited": ev.Waited, "prompt": ev.Prompt, "ahead": ev.Ahead, "output": ev.Output}).Warn("EVIDENCE")
 	if peer {
 		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
 			"of its step times with calls in flight): new calls go to a peer until it progresses")

@@ -26,8 +26,8 @@ func (h *hostLog) ReadCounters() (Counters, bool) {
 	}
 	return Counters{PromptTokens: 100, FirstTokens: 1}, true
 }
-func (h *hostLog) Suspect(time.Time) { h.events = append(h.events, "suspect") }
-func (h *hostLog) Unsuspect()        { h.events = append(h.events, "unsuspect") }
+func (h *hostLog) Suspect(time.Time, Evidence) { h.events = append(h.events, "suspect") }
+func (h *hostLog) Unsuspect()                  { h.events = append(h.events, "unsuspect") }
 
 // TestSuspicionRun: a call the engine never answers is suspected; the
 // engine's counters advancing past the quiet spell's first read clear the

@@ -70,6 +70,22 @@ type Watch struct {
 	// raised counts suspicions; falseAlarms those progress cleared
 	// before a verdict.
 	raised, falseAlarms int
+	evidence            Evidence // what raised the last suspicion
+}
+
+// Evidence is what the watch saw when it raised a suspicion: for the log
+// line an operator reads, and for the tests that pin why.
+type Evidence struct {
+	Silence   time.Duration // since the engine's last progress
+	Threshold time.Duration // the silence that raises a suspicion then
+	Step      time.Duration // the learned step time (0: none yet)
+	InFlight  int           // calls in flight
+	// The overdue call: a stream under way (Started) silent for Waited,
+	// or a call Waited since it was sent with no byte yet, of Prompt
+	// tokens behind Ahead more still to prefill, asking for Output.
+	Stream, Started       bool
+	Waited                time.Duration
+	Prompt, Ahead, Output int
 }
 
 // watched is one call in flight as the stall watch sees it.
@@ -182,11 +198,22 @@ func (s *Watch) Check(now time.Time) bool {
 		if now.After(s.due(w, th, ahead)) {
 			s.suspected, s.since = true, now
 			s.raised++
+			s.evidence = Evidence{Silence: now.Sub(s.last), Threshold: th, Step: s.step, InFlight: len(s.calls),
+				Stream: w.stream, Started: !w.lastByte.IsZero(), Prompt: w.prompt, Output: w.output}
+			if w.lastByte.IsZero() {
+				s.evidence.Waited = now.Sub(w.sent)
+				s.evidence.Ahead = ahead.upTo(w.sent) - w.prompt
+			} else {
+				s.evidence.Waited = now.Sub(w.lastByte)
+			}
 			return true
 		}
 	}
 	return false
 }
+
+// Evidence is what raised the last suspicion.
+func (s *Watch) Evidence() Evidence { return s.evidence }
 
 // Last is when the engine last progressed.
 func (s *Watch) Last() time.Time { return s.last }
