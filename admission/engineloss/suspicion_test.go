@@ -49,6 +49,11 @@ func TestSuspicionRun(t *testing.T) {
 			if tc.advance > 0 {
 				h.advanceAt = t0.Add(tc.advance)
 			}
+			// One call answered first: an engine's silence is judged
+			// only once it has answered through the watch.
+			s.Sent(0, t0.Add(-time.Second), 100, 1, true)
+			s.Chunk(0, t0.Add(-500*time.Millisecond))
+			s.Done(0, t0.Add(-500*time.Millisecond), true, 1)
 			s.Sent(1, t0, 100, 50, true)
 			s.Run(h)
 			// A silent call suspected again after the progress is right:

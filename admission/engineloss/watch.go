@@ -33,6 +33,10 @@ const (
 	// stepWeight and prefillWeight weigh each new sample of the learned
 	// step time and prefill rate (exponential averages over about 20).
 	stepWeight, prefillWeight = 0.05, 0.05
+	// plainSlack multiplies a plain answer's expected decode: the step it
+	// is judged by is an average over answers the engine's other prefills
+	// interrupt at random, and nothing of it shows before its end.
+	plainSlack = 2
 	// maxBackoff bounds how far false suspicions lengthen the silence
 	// needed (the hysteresis); backoffDecay of quiet halves it again.
 	maxBackoff   = 8
@@ -48,20 +52,31 @@ const (
 // done, an engine counter that advanced. The engine is suspected stalled
 // when, with calls in flight, nothing progressed for max(stallSteps step
 // times, stallFloor) (times the backoff) and at least one call is overdue:
-// a stream under way that sent nothing for that long, or a call whose
-// first byte is later than its prefill (its prompt at the learned prefill
-// rate) and, for a plain answer, its whole decode (its max tokens at the
-// learned step) allow. A lone long prefill or a long plain answer is not
-// overdue; a saturated engine keeps progressing; a slow one has a long
-// step.
+// a stream under way that sent nothing for that long plus the prefill of
+// the prompts sent before its last byte that have no first byte yet (the
+// engine's step that prefills them is long, and every stream beside it
+// waits for it: on a slow model, tens of its decode steps), or a call
+// whose first byte is later than the prefill of its prompt and of those
+// that share the engine's steps with it (at the learned prefill rate,
+// from the last first byte: the engine prefills first come, first served)
+// and, for a plain answer, twice its decode (its max tokens at the learned
+// step) allow. A lone long prefill or a long plain answer is not overdue;
+// a saturated engine keeps progressing; a slow one has a long step. An
+// engine that has answered nothing yet is not judged: its pace is unknown.
 type Watch struct {
 	step time.Duration // learned time between a stream's chunks
 	// streamTaught: streams taught the step; plain answers (whose time
 	// includes the engine's queue) no longer do.
 	streamTaught bool
-	prefillRate  float64   // learned prompt tokens a second
-	last         time.Time // the last progress
-	calls        map[any]*watched
+	prefillRate  float64 // learned prompt tokens a second
+	// answered: the engine has sent a byte of a call the watch saw; its
+	// silence is judged only from then (its pace is unknown before).
+	answered bool
+	// firstAt: when a call last had its first byte, the engine done with
+	// a prompt and on to the next.
+	firstAt time.Time
+	last    time.Time // the last progress
+	calls   map[any]*watched
 
 	suspected bool
 	since     time.Time // when the suspicion was raised
@@ -117,9 +132,11 @@ func (s *Watch) Chunk(c any, now time.Time) {
 	}
 	th := s.threshold()
 	s.Progress(now)
+	s.answered = true
 	switch {
 	case !w.stream:
 	case w.lastByte.IsZero():
+		s.firstAt = now
 		if d := now.Sub(w.sent).Seconds(); d > 0 && w.prompt > 0 {
 			s.prefillRate = ewma(s.prefillRate, float64(w.prompt)/d, prefillWeight)
 		}
@@ -150,6 +167,7 @@ func (s *Watch) Done(c any, now time.Time, answered bool, output int) {
 		return
 	}
 	s.Progress(now)
+	s.answered = true
 	if !w.stream && output > 0 && !s.streamTaught {
 		d := now.Sub(w.sent) - s.prefill(w.prompt)
 		if d > 0 {
@@ -186,7 +204,7 @@ func (s *Watch) Check(now time.Time) bool {
 		s.backoff /= 2
 		s.calm = now
 	}
-	if s.suspected || len(s.calls) == 0 {
+	if s.suspected || len(s.calls) == 0 || !s.answered {
 		return s.suspected
 	}
 	th := s.threshold()
@@ -205,6 +223,7 @@ func (s *Watch) Check(now time.Time) bool {
 				s.evidence.Ahead = ahead.upTo(w.sent) - w.prompt
 			} else {
 				s.evidence.Waited = now.Sub(w.lastByte)
+				s.evidence.Ahead = ahead.upTo(w.lastByte.Add(2 * s.stepTime()))
 			}
 			return true
 		}
@@ -239,17 +258,27 @@ func (s *Watch) threshold() time.Duration {
 // that prompt's prefill too.
 func (s *Watch) due(w *watched, th time.Duration, ahead prefillQueue) time.Time {
 	if !w.lastByte.IsZero() {
-		return w.lastByte.Add(th)
+		return w.lastByte.Add(th + s.prefill(ahead.upTo(w.lastByte.Add(2*s.stepTime()))))
 	}
+	// The engine prefills first come, first served: it came to the
+	// calls still waiting for a first byte no earlier than the last first
+	// byte (the prompt before theirs done).
+	from := w.sent
+	if s.firstAt.After(from) {
+		from = s.firstAt
+	}
+	// Its prefill, and (chunked prefill) those of the calls sent while it
+	// prefills, which share its steps.
 	d := s.prefill(ahead.upTo(w.sent))
+	d = s.prefill(ahead.upTo(from.Add(d)))
 	if !w.stream {
 		step := s.step
 		if step <= 0 {
 			step = defaultDecodeStep
 		}
-		d += time.Duration(w.output) * step
+		d += plainSlack * time.Duration(w.output) * step
 	}
-	return w.sent.Add(d + th)
+	return from.Add(d + th)
 }
 
 // prefillQueue is the prompts of the calls in flight that have had no

@@ -61,7 +61,7 @@ type simEvent struct {
 // the engine stopped from stopAt on (0: never): nothing it would have
 // sent from then comes. It returns the first tick suspected (-1: none)
 // and the false alarms counted.
-func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration, falseAlarms int) {
+func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration, falseAlarms int, s *Watch) {
 	var evs []simEvent
 	for i, c := range calls {
 		evs = append(evs, simEvent{c.sent, 0, i})
@@ -83,7 +83,7 @@ func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
-	s := NewWatch()
+	s = NewWatch()
 	ups := make([]*int, len(calls))
 	first = -1
 	next := 0
@@ -105,11 +105,11 @@ func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration
 				s.Done(ups[e.c], now, true, c.output)
 			}
 		}
-		if s.Check(t0.Add(tick)) && first < 0 {
+		if first < 0 && s.Check(t0.Add(tick)) {
 			first = tick
 		}
 	}
-	return first, s.falseAlarms
+	return first, s.falseAlarms, s
 }
 
 // The stall suspicion on the engines it must leave alone and on one that
@@ -230,7 +230,10 @@ func TestStallSuspicion(t *testing.T) {
 			if tc.stopAt > 0 {
 				stopAt = tc.stopAt
 			}
-			first, falseAlarms := runStall(tc.calls, until, stopAt)
+			first, falseAlarms, s := runStall(tc.calls, until, stopAt)
+			if first >= 0 {
+				t.Logf("evidence %+v; prefill rate %.0f", s.Evidence(), s.prefillRate)
+			}
 			switch {
 			case stopAt == 0 && first >= 0:
 				t.Fatalf("suspected at %v on an engine that never stopped", first)
@@ -297,5 +300,23 @@ func TestStallWatchIgnoresCallsItDoesNotWatch(t *testing.T) {
 	}
 	if !s.Check(t0.Add(2 * time.Second)) {
 		t.Fatal("passed-through answers hid the stall")
+	}
+}
+
+// An engine that has answered nothing through the watch has no pace to
+// judge its silence by (a slow model's first prefill takes seconds): its
+// calls are not overdue until it answers one.
+func TestStallWatchJudgesOnlyAnEngineThatAnswered(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	s := NewWatch()
+	c := new(int)
+	s.Sent(c, t0, 9, 300, true)
+	if s.Check(t0.Add(time.Minute)) {
+		t.Fatal("suspected an engine that never answered")
+	}
+	s.Chunk(c, t0.Add(time.Minute))
+	if !s.Check(t0.Add(time.Minute + 2*time.Second)) {
+		t.Fatal("not suspected once it answered and went silent")
 	}
 }
