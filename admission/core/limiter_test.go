@@ -190,6 +190,49 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatal("Divert with no suspicion took a request")
 			}
 		}},
+		{"a false suspicion without a peer holds a wait only while it lasts", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			l.SetSuspected(true, false) // no peer: nothing stops, nobody is refused meanwhile
+			ch := acquireAsync(context.Background(), l, Request{Timeout: time.Hour})
+			untilQueued(t, l, 1)
+			advance(3 * time.Second)
+			if s := l.Stats(); s.QueueDepth != 1 || s.HeldWaits == 0 {
+				t.Fatalf("depth %d, held waits %d; want the wait held past its bound while suspected", s.QueueDepth, s.HeldWaits)
+			}
+			// Progress: the engine was healthy, its pace judges the wait
+			// again, a whole bound from then (the stall's seconds were not
+			// its queue's). Before, the wait stayed held for its client's
+			// hour.
+			l.SetSuspected(false, false)
+			advance(1900 * time.Millisecond)
+			if l.Stats().QueueDepth != 1 {
+				t.Fatal("refused within a bound of the suspicion's end")
+			}
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout within two bounds of the suspicion's end", a)
+			}
+		}},
+		{"a suspicion the verdict confirms keeps its waits held", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			l.SetSuspected(true, false)
+			ch := acquireAsync(context.Background(), l, Request{Timeout: time.Hour})
+			untilQueued(t, l, 1)
+			advance(3 * time.Second)
+			l.SetRecovering(true) // the verdict, then the suspicion ends in it
+			l.SetSuspected(false, false)
+			l.SetRecovering(false)
+			advance(10 * time.Second)
+			select {
+			case a := <-ch:
+				t.Fatalf("got %+v, want the wait the hang held still held after the recovery", a)
+			default:
+			}
+			advance(time.Hour)
+		}},
 		{"a moved call waits its client's bound, even while this engine is held", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {

@@ -34,8 +34,13 @@ type waiter struct {
 	// moved: another vigil moved the call here (see Request.Moved).
 	moved bool
 	// held: its bound was reached while the engine was held, and it
-	// waits on (see Limiter.expire).
-	held bool
+	// waits on (see Limiter.expire). bySuspicion: held for a suspicion
+	// alone, which a suspicion cleared as false takes back.
+	held, bySuspicion bool
+	// fresh: a suspicion that held it cleared as false; its bound runs
+	// again from then, not from when it queued (the stall's seconds are
+	// not its queue's), and no expiry before this refuses it.
+	fresh time.Time
 	// Placeholders only: the call's key and the timer that drops it.
 	placeholder bool
 	k           CallKey
