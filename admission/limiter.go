@@ -82,6 +82,11 @@ type Limiter struct {
 	sus           *engineloss.Suspicion
 	stallLoopDone chan struct{}
 	onSuspect     func(on bool) // WithSuspicionHook
+	// episodes groups the suspicions for the log (suspect.go).
+	episodes struct {
+		sync.Mutex
+		engineloss.Episodes
+	}
 
 	// keep writes what was learned across vigil's restart (learned.go);
 	// seats is the engine's own seat limit as read (seats.go).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // The stall suspicion at work (engineloss.Suspicion watches for it): what
@@ -60,22 +61,45 @@ func (h suspicionHost) ReadCounters() (engineloss.Counters, bool) {
 }
 
 // suspect holds the engine: nothing new goes to it, the queue goes to a
-// peer when one is known.
+// peer when one is known. The log tells an episode once, with what
+// raised its first suspicion (engineloss.Episodes); /metrics counts each.
 func (l *Limiter) suspect(now time.Time, ev engineloss.Evidence) {
 	l.c.suspicions.Add(1)
 	l.out.Open(now)
 	peer := l.peerFor(nil) != nil
 	l.core.SetSuspected(true, peer)
-	n, _ := l.inflight.snapshot()
-	l.log.WithFields(logrus.Fields{"silence": ev.Silence, "threshold": ev.Threshold, "step": ev.Step, "watched": ev.InFlight,
-		"stream": ev.Stream, "started": ev.Started, "waited": ev.Waited, "prompt": ev.Prompt, "ahead": ev.Ahead, "output": ev.Output}).Warn("EVIDENCE")
 	if peer {
-		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
-			"of its step times with calls in flight): new calls go to a peer until it progresses")
 		l.core.Divert()
+	}
+	l.episodes.Lock()
+	begins, ended := l.episodes.Raised(now, ev)
+	l.episodes.Unlock()
+	if ended != nil {
+		l.log.WithFields(logrus.Fields{"suspicions": ended.Raised, "since": humanize.StampUTC(ended.Start)}).
+			Infof("admission: the last episode of stall suspicions ended: %d over %s, each cleared by the engine's progress",
+				ended.Raised, humanize.Rough(ended.End.Sub(ended.Start)))
+	}
+	n, _ := l.inflight.snapshot()
+	log := l.log.WithFields(logrus.Fields{"in_flight": n, "silence": ev.Silence.Round(time.Millisecond),
+		"threshold": ev.Threshold.Round(time.Millisecond), "step": ev.Step.Round(time.Millisecond)})
+	if ev.Started {
+		log = log.WithFields(logrus.Fields{"overdue": "a stream under way", "waited": ev.Waited.Round(time.Millisecond),
+			"prefill_ahead_tokens": ev.Ahead})
 	} else {
-		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
-			"of its step times with calls in flight); no peer to send calls to: none is refused for it meanwhile")
+		log = log.WithFields(logrus.Fields{"overdue": "a call with no first byte", "waited": ev.Waited.Round(time.Millisecond),
+			"prompt_tokens": ev.Prompt, "prefill_ahead_tokens": ev.Ahead, "stream": ev.Stream})
+	}
+	switch {
+	case !begins:
+		log.Debug("admission: the engine is suspected stalled again (the same episode)")
+	case peer:
+		log.Warn("admission: the engine is suspected stalled (no progress for several of its step times with calls " +
+			"in flight): new calls go to a peer until it progresses; further suspicions within a minute of this " +
+			"episode's last are not logged (vigil_admission_stall_suspicions_total counts them)")
+	default:
+		log.Warn("admission: the engine is suspected stalled (no progress for several of its step times with calls " +
+			"in flight); no peer to send calls to: none is refused for it meanwhile; further suspicions within a " +
+			"minute of this episode's last are not logged (vigil_admission_stall_suspicions_total counts them)")
 	}
 	if l.onSuspect != nil {
 		l.onSuspect(true)
@@ -87,7 +111,15 @@ func (l *Limiter) unsuspect() {
 	l.c.falseSuspicions.Add(1)
 	l.out.CloseFalse()
 	l.core.SetSuspected(false, false)
-	l.log.Info("admission: the engine progresses again; the suspicion was false")
+	l.episodes.Lock()
+	n := l.episodes.Cleared(l.clock.Now())
+	l.episodes.Unlock()
+	log := l.log.WithField("episode_suspicions", n)
+	if n == 1 {
+		log.Info("admission: the engine progresses again; the suspicion was false")
+	} else {
+		log.Debug("admission: the engine progresses again; the suspicion was false")
+	}
 	if l.onSuspect != nil {
 		l.onSuspect(false)
 	}

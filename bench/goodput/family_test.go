@@ -99,8 +99,9 @@ func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 				t.Fatalf("no fixed cap scored: the objective %v is out of the engine's reach", f.objective)
 			}
 			auto := run(arm{name: "vigil defaults"})
-			line := fmt.Sprintf("%s: %s; vigil defaults %.3f/s = %.2fx the best fixed cap (in flight %d, first-token limit %.1f on average)",
-				m.Name, strings.Join(fixed, ", "), auto.goodput, auto.goodput/best.goodput, auto.meanInFlight, auto.meanFirstToken)
+			line := fmt.Sprintf("%s: %s; vigil defaults %.3f/s = %.2fx the best fixed cap (in flight %d, first-token limit %.1f on average; stall suspicions %d, cap %d's %d)",
+				m.Name, strings.Join(fixed, ", "), auto.goodput, auto.goodput/best.goodput, auto.meanInFlight, auto.meanFirstToken,
+				auto.suspicions, best.arm.cap, best.suspicions)
 			summary = append(summary, line)
 			t.Log(line)
 			if ratio := auto.goodput / best.goodput; ratio < check.floor {
