@@ -27,6 +27,14 @@ import (
 // drains and restores the node itself. It must not block.
 func WithSuspicionHook(f func(on bool)) Option { return func(l *Limiter) { l.onSuspect = f } }
 
+// WithStallFloor sets the shortest silence of the engine that raises a
+// suspicion (default a second; longer when the engine's step times are).
+// For a benchmark that runs the limiter on a time-scaled engine's clock:
+// its own pauses (a loaded machine's timers, tens of milliseconds of wall
+// time) are that many times longer in engine time, silences no engine
+// made.
+func WithStallFloor(d time.Duration) Option { return func(l *Limiter) { l.stallFloor = d } }
+
 // Suspected reports whether the engine is suspected stalled now.
 func (l *Limiter) Suspected() bool { return l.sus.Suspected() }
 

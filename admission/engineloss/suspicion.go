@@ -52,8 +52,13 @@ type Suspicion struct {
 	quiet    bool // the engine is quiet (Watch.Quiet): its counters are read
 }
 
-// NewSuspicion is a watch with nothing seen.
-func NewSuspicion() *Suspicion { return &Suspicion{w: NewWatch()} }
+// NewSuspicion is a watch with nothing seen; floor is the shortest
+// silence that raises a suspicion (0: the default, a second).
+func NewSuspicion(floor time.Duration) *Suspicion {
+	w := NewWatch()
+	w.Floor = floor
+	return &Suspicion{w: w}
+}
 
 // Sent notes a call c sent to the engine (Watch.Sent).
 func (s *Suspicion) Sent(c any, now time.Time, prompt, output int, stream bool) {

@@ -44,7 +44,7 @@ func TestSuspicionRun(t *testing.T) {
 		{"counters advance", 20 * time.Minute, []string{"suspect", "unsuspect"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewSuspicion()
+			s := NewSuspicion(0)
 			h := &hostLog{now: t0, end: t0.Add(30 * time.Minute)}
 			if tc.advance > 0 {
 				h.advanceAt = t0.Add(tc.advance)

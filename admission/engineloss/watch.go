@@ -1,6 +1,7 @@
 package engineloss
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -64,7 +65,10 @@ const (
 // a saturated engine keeps progressing; a slow one has a long step. An
 // engine that has answered nothing yet is not judged: its pace is unknown.
 type Watch struct {
-	step time.Duration // learned time between a stream's chunks
+	// Floor is the shortest silence that raises a suspicion (0:
+	// stallFloor).
+	Floor time.Duration
+	step  time.Duration // learned time between a stream's chunks
 	// streamTaught: streams taught the step; plain answers (whose time
 	// includes the engine's queue) no longer do.
 	streamTaught bool
@@ -247,7 +251,7 @@ func (s *Watch) Quiet(now time.Time) bool {
 
 // threshold is the silence that raises a suspicion.
 func (s *Watch) threshold() time.Duration {
-	return time.Duration(s.backoff) * max(stallSteps*s.stepTime(), stallFloor)
+	return time.Duration(s.backoff) * max(stallSteps*s.stepTime(), cmp.Or(s.Floor, stallFloor))
 }
 
 // due is when w is overdue if nothing came: th after its last byte, or
