@@ -233,6 +233,39 @@ func TestAcquireDecides(t *testing.T) {
 			}
 			advance(time.Hour)
 		}},
+		{"the calls a hang held are served first when the engine is back, oldest first", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			slot := mustAcquire(t, l, Request{})
+			before := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second}) // queued at the hang
+			untilQueued(t, l, 1)
+			l.SetRecovering(true)
+			advance(3 * time.Second) // its bound passes while the engine is recovered: held
+			during := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second})
+			untilQueued(t, l, 2)
+			advance(10 * time.Second)
+			l.SetRecovering(false)
+			after := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second}) // new, not held
+			untilQueued(t, l, 3)
+			// newest_first would serve the newest; the hang's debt is
+			// repaid in order instead: its clients have waited longest,
+			// and were kept waiting on purpose.
+			chans := []<-chan acquired{before, during, after}
+			for i := range chans {
+				slot.Release(Outcome{Success: true})
+				synctest.Wait()
+				for j, ch := range chans {
+					select {
+					case a := <-ch:
+						if j != i || a.lis == nil {
+							t.Fatalf("waiter %d got %+v first, want waiter %d the slot", j, a, i)
+						}
+						slot = a.lis
+					default:
+					}
+				}
+			}
+		}},
 		{"a moved call waits its client's bound, even while this engine is held", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {

@@ -108,7 +108,8 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 // displaces fresh work (retries are what keeps an overload going).
 // Without streams, streamed waiters are passed over (the first-token limit
 // is full): a plain call behind them still goes. Calls moved here from
-// another vigil's held engine go after this node's own first attempts.
+// another vigil's held engine go after this node's own first attempts;
+// the calls a hang held go before everything, oldest first.
 func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	live := func(e *list.Element) bool {
 		w := e.Value.(*waiter)
@@ -122,7 +123,7 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		}
 		return nil
 	}
-	var newest, onTime, oldestRetry, oldestMoved *list.Element
+	var newest, onTime, oldestRetry, oldestMoved, oldestHeld *list.Element
 	now := l.clock.Now()
 	drain := time.Duration(math.MaxInt64)
 	if rate := l.drainRateLocked(now); rate > 0 {
@@ -139,16 +140,24 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 			oldestMoved = e
 		case w.retry:
 			oldestRetry = e
+		case w.held && !w.bySuspicion:
+			oldestHeld = e
 		case l.onTimeLocked(w, now, drain, objective):
 			newest, onTime = cmp.Or(newest, e), e
 		default:
 			newest = cmp.Or(newest, e)
 		}
 	}
-	// A call moved here from a held engine goes after this node's own
-	// first attempts, oldest first: it takes the room they leave, so its
-	// clients lose nothing for it (before retries, which go last anyway).
-	return cmp.Or(onTime, newest, oldestMoved, oldestRetry)
+	// The calls a hang held (their bound passed while the engine was
+	// recovered or ramping) go first, oldest first: their clients were
+	// kept waiting on purpose, the oldest since before the hang, and
+	// newest_first would serve the calls that came after the restart
+	// ahead of them (bench/hanglost: the calls queued at the hang were
+	// still waiting when the run ended). A call moved here from a held
+	// engine goes after this node's own first attempts, oldest first: it
+	// takes the room they leave, so its clients lose nothing for it
+	// (before retries, which go last anyway).
+	return cmp.Or(oldestHeld, onTime, newest, oldestMoved, oldestRetry)
 }
 
 // movedCheckLocked judges a moved call against this node's room: the
