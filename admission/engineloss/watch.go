@@ -200,6 +200,9 @@ func (s *Watch) Confirmed(now time.Time) {
 	s.suspected = false
 	s.last = now
 	s.calls = map[any]*watched{}
+	// The engine is restarted: its first prefill (a cold cache, its CUDA
+	// graphs captured) is no pace to judge by until it answers.
+	s.answered = false
 }
 
 // Check reports whether the engine is suspected stalled at now.

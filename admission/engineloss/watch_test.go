@@ -319,4 +319,11 @@ func TestStallWatchJudgesOnlyAnEngineThatAnswered(t *testing.T) {
 	if !s.Check(t0.Add(time.Minute + 2*time.Second)) {
 		t.Fatal("not suspected once it answered and went silent")
 	}
+	// The verdict: the engine is restarted, and not judged again until
+	// the restarted one answers.
+	s.Confirmed(t0.Add(2 * time.Minute))
+	s.Sent(c, t0.Add(3*time.Minute), 9, 300, true)
+	if s.Check(t0.Add(4 * time.Minute)) {
+		t.Fatal("suspected the restarted engine before it answered")
+	}
 }
