@@ -31,7 +31,8 @@ func (l *Limiter) SetSaturated(on bool) {
 // size and bytes, and their clients' timeouts) for the restarted engine,
 // unless the transport diverts them to a peer first (Divert). Held places
 // of keyed calls are dropped: the engine they waited for is gone.
-// Clearing it does not start a slow start by itself: the recovery calls
+// The calls queued now go first once the engine is back, oldest first
+// (nextWaiterLocked). Clearing it does not start a slow start by itself: the recovery calls
 // SlowStart once the engine is back, and a recovery that failed leaves
 // the cap as it was.
 func (l *Limiter) SetRecovering(on bool) {
@@ -47,6 +48,7 @@ func (l *Limiter) SetRecovering(on bool) {
 			next := e.Next()
 			w := e.Value.(*waiter)
 			w.bySuspicion = false // the hang held it: held for good
+			w.atVerdict = true
 			if w.placeholder {
 				l.removeWaiterLocked(e)
 			}

@@ -75,6 +75,10 @@ type Request struct {
 	// Undivertible: the call was offered to a peer already (or must not
 	// move); Divert leaves it queued.
 	Undivertible bool
+	// Diverted: Divert took the call out of this queue and no peer took
+	// it; queued again while the engine is recovered, it keeps its
+	// standing as a call queued at the verdict (SetRecovering).
+	Diverted bool
 	// Moved: another vigil moved the call here (its own engine is held or
 	// lost). It queues whatever the cap, after this node's own first
 	// attempts (nextWaiterLocked): it takes the room they leave, and this
@@ -351,6 +355,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	w := l.enqueueLocked(now, r, ph, lis)
 	w.deadline = now.Add(maxWait)
 	w.undivertible, w.moved = r.Undivertible, r.Moved
+	w.atVerdict = r.Diverted && l.recovering
 	// Queued while the engine is held: its bound would judge a pace the
 	// engine does not have (see expire).
 	l.markHeldLocked(now, w)

@@ -233,7 +233,7 @@ func TestAcquireDecides(t *testing.T) {
 			}
 			advance(time.Hour)
 		}},
-		{"the calls a hang held are served first when the engine is back, oldest first", func(c *configs.Admission) {
+		{"the calls queued at the verdict are served first when the engine is back, oldest first", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
 		}, func(t *testing.T, l *Limiter) {
 			slot := mustAcquire(t, l, Request{})
@@ -247,10 +247,10 @@ func TestAcquireDecides(t *testing.T) {
 			l.SetRecovering(false)
 			after := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second}) // new, not held
 			untilQueued(t, l, 3)
-			// newest_first would serve the newest; the hang's debt is
-			// repaid in order instead: its clients have waited longest,
-			// and were kept waiting on purpose.
-			chans := []<-chan acquired{before, during, after}
+			// newest_first would serve the newest; the calls the hang
+			// held since before the verdict go first, then newest_first
+			// as ever.
+			chans := []<-chan acquired{before, after, during}
 			for i := range chans {
 				slot.Release(Outcome{Success: true})
 				synctest.Wait()
@@ -264,6 +264,28 @@ func TestAcquireDecides(t *testing.T) {
 					default:
 					}
 				}
+			}
+		}},
+		{"a call diverted at the verdict that no peer took keeps its standing", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			slot := mustAcquire(t, l, Request{})
+			l.SetRecovering(true)
+			back := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second, Diverted: true, Undivertible: true})
+			untilQueued(t, l, 1)
+			advance(time.Second)
+			newer := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second})
+			untilQueued(t, l, 2)
+			advance(5 * time.Second)
+			l.SetRecovering(false)
+			slot.Release(Outcome{Success: true})
+			if a := get(t, back); a.lis == nil {
+				t.Fatalf("got %+v, want the call diverted at the verdict served first", a)
+			} else {
+				a.lis.Release(Outcome{Success: true})
+			}
+			if a := get(t, newer); a.lis == nil {
+				t.Fatalf("got %+v, want the newer call served next", a)
 			}
 		}},
 		{"a moved call waits its client's bound, even while this engine is held", func(c *configs.Admission) {

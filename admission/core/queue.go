@@ -37,6 +37,9 @@ type waiter struct {
 	// waits on (see Limiter.expire). bySuspicion: held for a suspicion
 	// alone, which a suspicion cleared as false takes back.
 	held, bySuspicion bool
+	// atVerdict: it was queued when the engine was declared lost
+	// (SetRecovering), and goes first when it is back.
+	atVerdict bool
 	// fresh: a suspicion that held it cleared as false; its bound runs
 	// again from then, not from when it queued (the stall's seconds are
 	// not its queue's), and no expiry before this refuses it.
@@ -109,7 +112,7 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 // Without streams, streamed waiters are passed over (the first-token limit
 // is full): a plain call behind them still goes. Calls moved here from
 // another vigil's held engine go after this node's own first attempts;
-// the calls a hang held go before everything, oldest first.
+// the calls queued at a hang's verdict go before everything, oldest first.
 func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	live := func(e *list.Element) bool {
 		w := e.Value.(*waiter)
@@ -123,7 +126,7 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		}
 		return nil
 	}
-	var newest, onTime, oldestRetry, oldestMoved, oldestHeld *list.Element
+	var newest, onTime, oldestRetry, oldestMoved, oldestAtVerdict *list.Element
 	now := l.clock.Now()
 	drain := time.Duration(math.MaxInt64)
 	if rate := l.drainRateLocked(now); rate > 0 {
@@ -140,24 +143,23 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 			oldestMoved = e
 		case w.retry:
 			oldestRetry = e
-		case w.held && !w.bySuspicion:
-			oldestHeld = e
+		case w.atVerdict:
+			oldestAtVerdict = e
 		case l.onTimeLocked(w, now, drain, objective):
 			newest, onTime = cmp.Or(newest, e), e
 		default:
 			newest = cmp.Or(newest, e)
 		}
 	}
-	// The calls a hang held (their bound passed while the engine was
-	// recovered or ramping) go first, oldest first: their clients were
-	// kept waiting on purpose, the oldest since before the hang, and
-	// newest_first would serve the calls that came after the restart
-	// ahead of them (bench/hanglost: the calls queued at the hang were
-	// still waiting when the run ended). A call moved here from a held
-	// engine goes after this node's own first attempts, oldest first: it
-	// takes the room they leave, so its clients lose nothing for it
-	// (before retries, which go last anyway).
-	return cmp.Or(oldestHeld, onTime, newest, oldestMoved, oldestRetry)
+	// The calls queued at the verdict go first, oldest first: the hang
+	// held them, the oldest since before it, and newest_first would serve
+	// the calls that came during the recovery and after the restart ahead
+	// of them (none of them on time any more: in bench/hanglost the calls
+	// queued at the hang were still waiting when the run ended). A call
+	// moved here from a held engine goes after this node's own first
+	// attempts, oldest first: it takes the room they leave, so its
+	// clients lose nothing for it (before retries, which go last anyway).
+	return cmp.Or(oldestAtVerdict, onTime, newest, oldestMoved, oldestRetry)
 }
 
 // movedCheckLocked judges a moved call against this node's room: the
