@@ -38,6 +38,10 @@ const (
 	// is judged by is an average over answers the engine's other prefills
 	// interrupt at random, and nothing of it shows before its end.
 	plainSlack = 2
+	// stepSlack steps after a stream's last byte, a call sent is taken for
+	// one the engine had before its step began (what the limiter sees of
+	// both comes a little late).
+	stepSlack = 2
 	// maxBackoff bounds how far false suspicions lengthen the silence
 	// needed (the hysteresis); backoffDecay of quiet halves it again.
 	maxBackoff   = 8
@@ -230,7 +234,7 @@ func (s *Watch) Check(now time.Time) bool {
 				s.evidence.Ahead = ahead.upTo(w.sent) - w.prompt
 			} else {
 				s.evidence.Waited = now.Sub(w.lastByte)
-				s.evidence.Ahead = ahead.upTo(w.lastByte.Add(2 * s.stepTime()))
+				s.evidence.Ahead = s.pendingAt(w, ahead)
 			}
 			return true
 		}
@@ -257,15 +261,15 @@ func (s *Watch) threshold() time.Duration {
 	return time.Duration(s.backoff) * max(stallSteps*s.stepTime(), cmp.Or(s.Floor, stallFloor))
 }
 
-// due is when w is overdue if nothing came: th after its last byte, or
-// after its prefill and (a plain answer) its decode would have sent its
-// first. Its prefill is the engine's, first come first served: its own
-// prompt and those of the calls sent before it that have not had a first
-// byte either (ahead), so a short call behind a long prompt waits for
-// that prompt's prefill too.
+// due is when w is overdue if nothing came: th after its last byte and
+// the prefill pending then (pendingAt), or after its prefill and (a plain
+// answer) its decode would have sent its first. Its prefill is the
+// engine's, first come first served: its own prompt and those of the
+// calls sent before it that have not had a first byte either (ahead), so
+// a short call behind a long prompt waits for that prompt's prefill too.
 func (s *Watch) due(w *watched, th time.Duration, ahead prefillQueue) time.Time {
 	if !w.lastByte.IsZero() {
-		return w.lastByte.Add(th + s.prefill(ahead.upTo(w.lastByte.Add(2*s.stepTime()))))
+		return w.lastByte.Add(th + s.prefill(s.pendingAt(w, ahead)))
 	}
 	// The engine prefills first come, first served: it came to the
 	// calls still waiting for a first byte no earlier than the last first
@@ -286,6 +290,15 @@ func (s *Watch) due(w *watched, th time.Duration, ahead prefillQueue) time.Time 
 		d += plainSlack * time.Duration(w.output) * step
 	}
 	return from.Add(d + th)
+}
+
+// pendingAt is the prompt tokens a stream under way waits for after its
+// last byte: those of the calls sent before it (give or take
+// stepSlack steps, where the engine's step began) with no first byte
+// yet. The engine's next step prefills them, and a step that prefills is
+// long: the stream's next token comes after it.
+func (s *Watch) pendingAt(w *watched, ahead prefillQueue) int {
+	return ahead.upTo(w.lastByte.Add(stepSlack * s.stepTime()))
 }
 
 // prefillQueue is the prompts of the calls in flight that have had no
