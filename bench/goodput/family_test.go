@@ -111,7 +111,9 @@ func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 			// cores, 17 once at 18; before #36's fix 30-60 an arm on slow10
 			// and slow20 (bench/README.md, "False stall suspicions on slow
 			// models").
-			if limit := max(2, uint64(f.window/(5*time.Minute))); auto.suspicions > limit || best.suspicions > limit {
+			// The default model (scale 30) read 2 in an arm at load 10, its
+			// silences 40-330 ms of wall time: 5 at least.
+			if limit := max(5, uint64(f.window/(5*time.Minute))); auto.suspicions > limit || best.suspicions > limit {
 				t.Errorf("stall suspicions %d (vigil's defaults) and %d (cap %d) on an engine that never stopped, want at most %d each",
 					auto.suspicions, best.suspicions, best.arm.cap, limit)
 			}
