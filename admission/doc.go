@@ -27,7 +27,8 @@
 // engineloss decides the rest (docs/design.md, the hang window): the stall
 // suspicion and its loop (Suspicion, asking the limiter through a Host),
 // where a cut call moves (Mover, Relay), a stream's continuation, the
-// outage's accounting. Package enginepoll reads the engine's load for the
+// outage's accounting; package inflight follows the calls on the engine
+// and cuts them when it is lost. Package enginepoll reads the engine's load for the
 // cap (through package probes: its /metrics, and llama.cpp's seats);
 // package stats is the limiter's report of itself (Stats, the metrics).
 //

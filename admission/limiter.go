@@ -19,6 +19,7 @@ import (
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
 	"github.com/vigil-dev/vigil/admission/enginepoll"
+	"github.com/vigil-dev/vigil/admission/inflight"
 	"github.com/vigil-dev/vigil/admission/stats"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
@@ -72,7 +73,7 @@ type Limiter struct {
 	core *core.Limiter
 
 	c        counters
-	inflight inFlight
+	inflight inflight.Calls
 
 	// out is the engine's recovery as the limiter sees it; peers and node
 	// are where cut calls may move and this vigil's name (outage.go).

@@ -8,6 +8,7 @@ import (
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/inflight"
 	"github.com/vigil-dev/vigil/admission/usage"
 )
 
@@ -48,7 +49,7 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		m.call = l.startCall(tk, cut)
 		l.stallSent(m.call, tk)
 		defer func() {
-			l.inflight.done(m.call)
+			l.inflight.Done(m.call)
 			l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 		}()
 	}
@@ -113,11 +114,11 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 // startCall records a call to the engine in flight, cut by cut when the
 // engine is lost (moving on), and cuts it at once when the engine is
 // already lost: it must not go into a hung engine.
-func (l *Limiter) startCall(tk *core.Listener, cut context.CancelCauseFunc) *upstreamCall {
+func (l *Limiter) startCall(tk *core.Listener, cut context.CancelCauseFunc) *inflight.Call {
 	if l.cfg.MaxMoves == 0 {
-		return l.inflight.start(promptOf(tk), nil)
+		return l.inflight.Start(promptOf(tk), nil)
 	}
-	c := l.inflight.start(promptOf(tk), cut)
+	c := l.inflight.Start(promptOf(tk), cut)
 	if l.out.Active() {
 		cut(errEngineLost)
 	}

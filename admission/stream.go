@@ -11,6 +11,7 @@ import (
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/inflight"
 	"github.com/vigil-dev/vigil/admission/usage"
 )
 
@@ -56,11 +57,11 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	}
 	// Not cut when the engine is lost: without an execution that outlives
 	// it, the call has nowhere to move (admission.coalesce off).
-	m := meter{Meter: usage.Meter{Sent: l.clock.Now()}, call: l.inflight.start(promptOf(tk), nil)}
+	m := meter{Meter: usage.Meter{Sent: l.clock.Now()}, call: l.inflight.Start(promptOf(tk), nil)}
 	l.stallSent(m.call, tk)
 	answered := false
 	defer func() {
-		l.inflight.done(m.call)
+		l.inflight.Done(m.call)
 		l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 	}()
 	resp, err := l.transport.RoundTrip(req)
@@ -142,7 +143,7 @@ func (l *Limiter) upstreamFailed(w http.ResponseWriter, err error) {
 // answer).
 type meter struct {
 	usage.Meter
-	call *upstreamCall
+	call *inflight.Call
 }
 
 // pump copies the engine's answer into sink chunk by chunk, metering each

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/inflight"
 	"github.com/vigil-dev/vigil/admission/usage"
 	"github.com/vigil-dev/vigil/util/humanize"
 )
@@ -39,7 +40,7 @@ func WithStallFloor(d time.Duration) Option { return func(l *Limiter) { l.stallF
 func (l *Limiter) Suspected() bool { return l.sus.Suspected() }
 
 // stallSent notes a call sent to the engine (tk: its slot) to the watch.
-func (l *Limiter) stallSent(c *upstreamCall, tk *core.Listener) {
+func (l *Limiter) stallSent(c *inflight.Call, tk *core.Listener) {
 	if tk != nil && l.sus != nil {
 		l.sus.Sent(c, l.clock.Now(), tk.Prompt(), tk.Output(), tk.Stream())
 	}
@@ -85,7 +86,7 @@ func (l *Limiter) suspect(now time.Time, ev engineloss.Evidence) {
 			Infof("admission: the last episode of stall suspicions ended: %d over %s, each cleared by the engine's progress",
 				ended.Raised, humanize.Rough(ended.End.Sub(ended.Start)))
 	}
-	n, _ := l.inflight.snapshot()
+	n, _ := l.inflight.Snapshot()
 	log := l.log.WithFields(logrus.Fields{"in_flight": n, "silence": ev.Silence.Round(time.Millisecond),
 		"threshold": ev.Threshold.Round(time.Millisecond), "step": ev.Step.Round(time.Millisecond)})
 	if ev.Started {
