@@ -248,6 +248,9 @@ type autoLimit struct {
 
 	// start: the engine's own seat limit (start.go).
 	start startState
+
+	// trace, when set, is told every control step (trace.go).
+	trace func(Step)
 }
 
 func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
@@ -261,7 +264,7 @@ func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
 func (a *autoLimit) reset(now time.Time) {
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
 		prefill: newPrefillMeter(a.prefill.seats), gate: newFirstTokenGate(a.target, now),
-		lastChange: now, winStart: now, start: a.start.kept()}
+		lastChange: now, winStart: now, start: a.start.kept(), trace: a.trace}
 	a.limit = a.start.bound(a.limit)
 }
 
@@ -281,6 +284,12 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 	a.gate.prefilled = a.prefill.prefilled()
 	a.streams = true
 	gated := a.gate.observe(admitted, ttft, now, a.cap())
+	if gated && a.trace != nil {
+		j := a.gate.judged
+		a.trace(Step{At: now, Was: a.limit, Cap: a.limit, Gate: a.gate.bound(), Objective: a.gate.objective(),
+			P90: j.p90, Mean: j.mean, TTFTs: j.n,
+			Turn: a.gate.turn, LeanTurn: a.gate.leanTurn, Prefilled: a.gate.prefilled, Why: j.why})
+	}
 	if admitted.Before(a.lastChange) {
 		return gated
 	}
@@ -457,13 +466,16 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	ev := a.evidence()
 	a.endProbing(ev)
 	old := a.limit
+	var why string
 	if ev.congested() {
 		a.cut(ev)
+		why = ev.why()
 	} else {
-		a.grow(ev, now)
+		why = a.grow(ev, now)
 	}
 	a.boundGrowth(ev, old)
 	a.settle(old)
+	a.step(ev, old, why, now)
 	return a.closeWindow(old, now)
 }
 

@@ -144,6 +144,16 @@ type firstTokenGate struct {
 	// prefill at light load, for prompts of any length.
 	prefilled float64
 	leanTurn  float64
+	// judged: the last judgement (the control step's trace, trace.go).
+	judged judgement
+}
+
+// judgement is what the first-token limit last judged by (first tokens'
+// p90 and mean in seconds, n of them) and what it did.
+type judgement struct {
+	p90, mean float64
+	n         int
+	why       string
 }
 
 func newFirstTokenGate(target time.Duration, now time.Time) firstTokenGate {
@@ -225,25 +235,31 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 	}
 	old := g.bound()
 	target := g.objective()
+	g.judged = judgement{p90: p90, mean: mean, n: n}
 	switch {
 	case p90 > target && g.limit > 1:
+		g.judged.why = "gate cut"
 		g.change(max(1, g.limit*max(0.5, min(0.9, target/p90))), now)
 	case n < kneeSamples:
 	case g.moved > 0 && !g.worth(g.from, g.limit, g.fromRate, g.rate(), g.fromTTFT, g.ttfts.mean()):
 		// Past the knee: back to where the limit came from, and no
 		// growth for a while (the mix of prompts may change).
+		g.judged.why = "gate back: not worth it"
 		g.change(g.from, now)
 		g.probeAfter = now.Add(g.hold())
 	case g.moved < 0 && g.worth(g.limit, g.from, g.rate(), g.fromRate, g.ttfts.mean(), g.fromTTFT):
+		g.judged.why = "gate up again: worth it"
 		g.change(g.from, now) // the larger limit was worth it after all
 	case g.moved != 0:
 		g.moved = 0 // the move stays
 	case g.demand && p90 <= growBand*target && g.limit < float64(cap) && !now.Before(g.probeAfter):
+		g.judged.why = "gate grew"
 		g.move(+1, min(float64(cap), max(g.limit+1, g.limit*(1+firstTokenGain))), now)
 	case g.limit > 1 && now.Sub(g.changed) >= g.hold():
 		// Held this long: probe below, so that a growth that passed on a
 		// lucky judgement (an engine's hiccup in the rate it was judged
 		// against) is judged again instead of staying for good.
+		g.judged.why = "gate probed down"
 		g.move(-1, max(1, g.limit/(1+firstTokenGain)), now)
 	}
 	return g.bound() != old

@@ -124,17 +124,22 @@ func (a *autoLimit) cut(ev window) {
 
 // grow raises the cap when nothing holds it: by probeGain a window while
 // probing or under a known deadline ceiling, else by turnoverGain per
-// answer finished.
-func (a *autoLimit) grow(ev window, now time.Time) {
+// answer finished. It reports what it did, or what held the cap (the
+// control step's trace, trace.go).
+func (a *autoLimit) grow(ev window, now time.Time) string {
 	switch {
-	case (a.hold && !a.backlog) || !a.demand:
+	case a.hold && !a.backlog:
 		// Held while the watchdog says saturated, unless what it saw is a
 		// prefill backlog on an engine with room (see tighten).
+		return "held: saturated"
+	case !a.demand:
+		return "held: no demand"
 	case a.samples == 0 && a.finished == 0:
 		// Nothing started or finished: no sign the engine is moving (it
 		// may be hung), so no reason to send it more. Any answer counts
 		// here, whenever admitted: answers as long as a minute would
 		// otherwise allow one step per minute.
+		return "held: no answers"
 	case ev.target > 0 && ev.p90 > growBand*ev.target:
 		// First tokens near the objective: more in flight only makes each
 		// engine step longer, whichever limit cuts when they pass it. Only
@@ -143,10 +148,13 @@ func (a *autoLimit) grow(ev window, now time.Time) {
 		// tokens wait on its steps, not on each other's prefill
 		// (decode-bound: the cap ran to 233, the p99 first token to 1.5 s,
 		// though much of that lateness was the benchmark's machine).
+		return "held: first tokens near the objective"
 	case ev.kneeJudges && a.svc > growBand*ev.knee:
 		// Near the knee: more in flight would only slow every answer.
+		return "held: near the knee"
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
 		// The engine's queue is readable but was not read this window.
+		return "held: gauges unread"
 	case a.probing && a.streams && len(a.ttfts) == 0:
 		// Probing over streams: no first token yet of those admitted
 		// since the last growth, so no evidence of what it did. Growth
@@ -154,12 +162,15 @@ func (a *autoLimit) grow(ev window, now time.Time) {
 		// a second, and on an engine whose prefill takes seconds x1.25 a
 		// window ran the cap to many times what the engine prefills in
 		// time before its first token showed.
+		return "held: no first token yet"
 	case a.probing || ev.ceiling > 0:
 		// Start-up, or a known ceiling (the clients' deadlines) that
 		// already bounds the step: no need to creep up a turnover at a time.
 		a.limit = min(autoMax, max(a.limit+1, a.limit*a.probeGainFor(ev.w, ev.r, a.gauges)))
+		return "grew: probing"
 	default:
 		a.limit = min(autoMax, a.limit+turnoverGain*float64(a.finished))
+		return "grew: turnover"
 	}
 }
 

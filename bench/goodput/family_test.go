@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,16 @@ func TestVigilsDefaultsKeepGoodputOnEveryCostModel(t *testing.T) {
 	testinfra.Long(t, "runs the simulated engine of every cost model")
 	o := options{seed: 1, load: 2, limiterTime: harness.TimeClock,
 		long: longOptions{scale: 30, window: 90 * time.Second, objective: 690 * time.Millisecond}}
+	if path := os.Getenv("VIGIL_GOODPUT_STEPS"); path != "" {
+		// The automatic cap's control steps, to read a run step by step
+		// (see bench/README.md, reading a family run's steps).
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		o.steps = f
+	}
 	var summary []string
 	for _, m := range enginesim.CostModels() {
 		t.Run(m.Name, func(t *testing.T) {
