@@ -44,7 +44,7 @@ func (ev window) congested() bool {
 
 // evidence reads the window. A fresh service-time estimate is used once.
 func (a *autoLimit) evidence() window {
-	ev := window{p90: a.ttfts.p90(), target: a.gate.objective(), drops: a.drops}
+	ev := window{p90: a.ttfts.p90Sound(), target: a.gate.objective(), drops: a.drops}
 	if a.gauges > 0 {
 		ev.w, ev.r = a.waiting/float64(a.gauges), a.running/float64(a.gauges)
 	}
