@@ -249,6 +249,11 @@ type autoLimit struct {
 	// start: the engine's own seat limit (start.go).
 	start startState
 
+	// streamKnee: the throughput knee for streams (knee.go); kneeHit: it
+	// set a ceiling since the last window.
+	streamKnee throughputKnee
+	kneeHit    bool
+
 	// trace, when set, is told every control step (trace.go).
 	trace func(Step)
 }
@@ -319,6 +324,9 @@ func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration,
 	} else {
 		a.judged = 0
 		a.observeService(now.Sub(admitted), size, streamed, now)
+		if streamed && a.streamKnee.observe(now.Sub(admitted), inFlight, size, now) > 0 {
+			a.kneeHit = true
+		}
 	}
 	a.finished++
 	if admitted.Before(a.lastChange) {
@@ -463,7 +471,7 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	if !a.windowDone(now) {
 		return false
 	}
-	ev := a.evidence()
+	ev := a.evidence(now)
 	a.endProbing(ev)
 	old := a.limit
 	var why string

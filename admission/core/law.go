@@ -34,16 +34,21 @@ type window struct {
 	ceiling     float64 // the deadline ceiling (0: unknown)
 	near        bool    // it comes from answers beside most of the cap
 	late        bool    // the cap is over a near ceiling
+	// streams: the throughput knee's ceiling for streams (knee.go; 0:
+	// none), and whether the cap is past it on fresh evidence.
+	streams     float64
+	pastStreams bool
 	drops       int
 }
 
 // congested: any evidence that the cap is too high.
 func (ev window) congested() bool {
-	return ev.queued || ev.slow || ev.pastKnee || ev.late || ev.drops > 0
+	return ev.queued || ev.slow || ev.pastKnee || ev.late || ev.pastStreams || ev.drops > 0
 }
 
-// evidence reads the window. A fresh service-time estimate is used once.
-func (a *autoLimit) evidence() window {
+// evidence reads the window. A fresh service-time estimate is used once,
+// and so is a fresh throughput knee.
+func (a *autoLimit) evidence(now time.Time) window {
 	ev := window{p90: a.ttfts.p90Sound(), target: a.gate.objective(), drops: a.drops}
 	if a.gauges > 0 {
 		ev.w, ev.r = a.waiting/float64(a.gauges), a.running/float64(a.gauges)
@@ -71,6 +76,13 @@ func (a *autoLimit) evidence() window {
 	a.svcFresh = false
 	ev.ceiling, ev.near = a.deadlineCeiling()
 	ev.late = ev.near && a.limit > ev.ceiling
+	if !ev.kneeJudges {
+		// Streams under an objective: the service time's knee does not
+		// judge them, their throughput's does.
+		ev.streams = a.streamKnee.bound(now)
+		ev.pastStreams = a.kneeHit && ev.streams > 0 && a.limit > ev.streams
+	}
+	a.kneeHit = false
 	return ev
 }
 
@@ -111,6 +123,10 @@ func (a *autoLimit) cut(ev window) {
 			f = min(f, ev.target/ev.p90)
 		}
 		next = a.limit * max(0.5, f)
+	}
+	if ev.pastStreams {
+		// Back to the level of in flight that completed as much.
+		next = min(next, max(0.5*a.limit, ev.streams))
 	}
 	if ev.queued {
 		// To what the engine runs, not by a ratio: the queue lasts
@@ -175,8 +191,12 @@ func (a *autoLimit) grow(ev window, now time.Time) string {
 }
 
 // boundGrowth keeps a growth under the deadline ceiling (twice it while
-// the engine's queue is empty and the ceiling comes from lighter load).
+// the engine's queue is empty and the ceiling comes from lighter load),
+// and under the throughput knee's while it holds.
 func (a *autoLimit) boundGrowth(ev window, old float64) {
+	if ev.streams > 0 && a.limit > old {
+		a.limit = max(old, min(a.limit, ev.streams))
+	}
 	bound := ev.ceiling
 	if bound <= 0 || a.limit <= old {
 		return

@@ -69,6 +69,7 @@ func (ev window) why() string {
 	add(ev.slow, "slow")
 	add(ev.pastKnee, "past knee")
 	add(ev.late, "late")
+	add(ev.pastStreams, "past the streams' throughput knee")
 	add(ev.drops > 0, fmt.Sprintf("%d drops", ev.drops))
 	return "cut: " + s
 }
