@@ -72,8 +72,9 @@ type arm struct {
 	cap        int
 	ttftTarget time.Duration
 	noQueue    bool
-	// atObjective marks the family's arm of vigil told the objective.
-	atObjective bool
+	// atObjective marks the family's arm of vigil told the objective;
+	// lax its arm told a lax one (-lax-arm).
+	atObjective, lax bool
 }
 
 // spec is a workload: its engine's time scale, its calls and its clients.
@@ -103,6 +104,11 @@ type options struct {
 	limiterTime harness.TimeMode
 	caps        []int
 	sloArm      bool
+	// laxArm, when > 0: the family also runs vigil's automatic cap told
+	// a ttft_target this many times the model's objective, one its first
+	// tokens do not reach, so that what bounds the cap past the
+	// objective shows (the throughput knee).
+	laxArm float64
 	// allGateways runs the no-queue gateway at every fixed cap instead of
 	// at the best one only.
 	allGateways bool
@@ -132,6 +138,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.traceTo = stderr
 	stepsTo := fs.String("trace-steps", "", "write the automatic cap's every control step (cap, objective, first tokens, what moved or held it) to this file")
 	fs.BoolVar(&o.sloArm, "slo-arm", true, "also run vigil's automatic cap with ttft_target set to the measured SLO")
+	fs.Float64Var(&o.laxArm, "lax-arm", 0, "family: also run vigil's automatic cap with ttft_target this many times the model's objective (0: not)")
 	limiterTime := fs.String("limiter-time", "clock", "how vigil keeps time beside the time-scaled engine: clock or config (see bench/README.md)")
 	fs.StringVar(&o.workload, "workload", "both", "chat, longprompt, both, or family (every arm on each -models engine)")
 	models := fs.String("models", "all", "family: the cost models to run, comma-separated, or all ("+strings.Join(enginesim.CostModelNames(), ", ")+")")
