@@ -221,7 +221,7 @@ func (g *firstTokenGate) observe(admitted time.Time, ttft time.Duration, now tim
 	if n < ttftMin {
 		return false
 	}
-	p90 := g.ttfts.p90()
+	p90 := g.ttfts.p90Sound()
 	mean := g.ttfts.mean()
 	if streams(g.limit) == 1 {
 		if g.turn == 0 || mean < g.turn {
