@@ -46,8 +46,8 @@ const (
 	// a window of two gauge readings sees zero or one of them. Over 5 s
 	// alone an engine ten times slower than the default (a 12,000-token
 	// prompt in 4 s) averaged one or two prefills, and the mean prompt
-	// read 9,700 to 13,100 tokens from reading to reading for prompts of
-	// 10,000 (see note); in prefills, the mean holds on any engine.
+	// swung by a prompt's prefix from reading to reading (see note); in
+	// prefills, the mean holds on any engine.
 	prefillMemory = 5 * time.Second
 	prefillKeep   = 8
 	// kvFull and seatsFull: the engine cannot take more when its KV cache

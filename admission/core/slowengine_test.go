@@ -17,7 +17,7 @@ import (
 // (prompt_tokens) at its first token, one prefill later. Read twice a
 // second on an engine that prefills one such prompt every 4 s, the meter
 // subtracted the hits reading by reading, clipped at zero, and kept 5 s of
-// readings: the mean prompt prefilled read 9,700-13,100 tokens for 10,000
+// readings: the mean prompt prefilled read 8,000-13,100 tokens for 10,000
 // in the benchmark's trace (11,200-12,800 here: the prefix lost whenever
 // its hits came a reading after the prompt's first token),
 // the auto objective's light-load prefill a token (a minimum over those
