@@ -19,12 +19,12 @@ import (
 //
 // Throughput by Little's law, per answer: an answer that ran beside n
 // requests in flight (itself included) for s seconds, of size z (its work
-// in decode steps, answerSize), says the engine completes n*z/s work a
-// second at n in flight. Averaged as n / (s/z) over an answer's level, not
-// counted in completions a second: answers' sizes vary (lognormal, sigma
-// 0.5), and a count over a span carries that noise and the lag of a
-// service time between a change of the cap and its completions, where the
-// pace s/z of each answer already belongs to the level it ran at.
+// in decode steps, answerSize), says the engine completes x = n*z/s work
+// a second at n in flight. Averaged over an answer's level, not counted in
+// completions a second: answers' sizes vary (lognormal, sigma 0.5), and a
+// count over a span carries that noise and the lag of a service time
+// between a change of the cap and its completions, where each answer's x
+// already belongs to the level it ran at.
 const (
 	// kneeLevel: levels of in flight are powers of this ratio (a level
 	// holds answers whose n is within it).
@@ -41,10 +41,15 @@ const (
 	// of all answers, so a level not visited for a while fades and the
 	// engine's mix of calls is relearned.
 	kneeMemory = 400
-	// kneeMargin: the higher level completes no more when its throughput
-	// is under (1+kneeMargin) times the lower's: a gain that small is
-	// within the noise of kneeAnswers paces.
+	// kneeMargin and kneeSure: the higher level completes no more when
+	// its throughput is under (1+kneeMargin) times the lower's by
+	// kneeSure standard errors of the two levels' means: a gain
+	// that small is no gain, and a shortfall within the noise of the
+	// answers no evidence. decode-bound gains 5% from 160 to 250 in
+	// flight, within a rate's noise over 100 answers counted (10%), and a
+	// test without the answers' own spread stopped it at random.
 	kneeMargin = 0.02
+	kneeSure   = 2.0
 	// kneeHoldTurns: after a back-off the cap grows past the level it
 	// backed off to only after this many service times (the mean in the
 	// levels, kneeHoldMin at least), and is then judged again.
@@ -63,10 +68,10 @@ type throughputKnee struct {
 	answers float64
 }
 
-// kneeLevelStats: decayed sums of a level's answers' in flight, pace and
-// service time, and their weight.
+// kneeLevelStats: decayed sums of a level's answers' in flight,
+// throughput (x and its square) and service time, and their weight.
 type kneeLevelStats struct {
-	w, n, pace, svc float64
+	w, n, x, x2, svc float64
 	at              float64 // answers (all levels) when last updated
 	// since: answers since the level was last judged; it is judged every
 	// kneeAnswers/4 of them.
@@ -77,19 +82,29 @@ func kneeLevelOf(n float64) int {
 	return int(math.Round(math.Log(max(1, n)) / math.Log(kneeLevel)))
 }
 
-// throughput of a level: its mean in flight over its mean pace (work a
-// second).
+// throughput of a level: its answers' mean x (work a second).
 func (l *kneeLevelStats) throughput() float64 {
-	if l.pace <= 0 {
+	if l.w <= 0 {
 		return 0
 	}
-	return l.n / l.pace
+	return l.x / l.w
+}
+
+// relVar is the relative variance of the level's throughput: its
+// answers' squared coefficient of variation of x over their weight.
+func (l *kneeLevelStats) relVar() float64 {
+	if l.w <= 1 || l.x <= 0 {
+		return 0
+	}
+	mean := l.x / l.w
+	v := max(0, l.x2/l.w-mean*mean)
+	return v / (mean * mean) / l.w
 }
 
 // decay brings a level's sums to the answers count now.
 func (l *kneeLevelStats) decay(now float64) {
 	k := math.Exp(-(now - l.at) / kneeMemory)
-	l.w, l.n, l.pace, l.svc = l.w*k, l.n*k, l.pace*k, l.svc*k
+	l.w, l.n, l.x, l.x2, l.svc = l.w*k, l.n*k, l.x*k, l.x2*k, l.svc*k
 	l.at = now
 }
 
@@ -116,7 +131,9 @@ func (k *throughputKnee) observe(svc time.Duration, n, size int, now time.Time) 
 	s := svc.Seconds()
 	l.w++
 	l.n += float64(n)
-	l.pace += s / float64(max(1, size))
+	x := float64(n) * float64(max(1, size)) / s
+	l.x += x
+	l.x2 += x * x
 	l.svc += s
 	if l.since++; l.w < kneeAnswers || l.since < kneeAnswers/4 {
 		return 0
@@ -136,11 +153,26 @@ func (k *throughputKnee) observe(svc time.Duration, n, size int, now time.Time) 
 			best = lo
 		}
 	}
-	if best == nil || hi >= best.throughput()*(1+kneeMargin) {
+	if best == nil {
 		return 0
 	}
-	k.ceiling = best.n / best.w
-	hold := max(kneeHoldMin, time.Duration(kneeHoldTurns*best.svc/best.w*float64(time.Second)))
+	se := math.Sqrt(l.relVar() + best.relVar())
+	if hi >= best.throughput()*(1+kneeMargin-kneeSure*se) {
+		return 0
+	}
+	// Back to the fewest in flight that complete about as much as the
+	// best: on an engine whose throughput is flat past a point, any
+	// level past it is as good as the best, and the fewest in flight
+	// start their first tokens soonest.
+	to := best
+	for lb, lo := range k.levels {
+		if lb <= b-kneeGap && lo.w >= kneeAnswers && lo.n/lo.w < to.n/to.w &&
+			lo.throughput() >= best.throughput()*(1-kneeMargin) {
+			to = lo
+		}
+	}
+	k.ceiling = to.n / to.w
+	hold := max(kneeHoldMin, time.Duration(kneeHoldTurns*to.svc/to.w*float64(time.Second)))
 	k.holdUntil = now.Add(hold)
 	// The levels above the ceiling were judged: forget them, so the next
 	// probe past it is judged by its own answers.

@@ -38,10 +38,11 @@ func flatPast48(n int) time.Duration {
 }
 
 // TestTheThroughputKneeFindsWhereMoreStreamsCompleteNoMore feeds the knee
-// answers as the cap climbs a level of in flight at a time, 60 answers a
-// level, each answer's service time jittered by up to +-noise: it must
-// set a ceiling where throughput stops growing, and none on an engine
-// whose throughput grows to its seats.
+// answers as the cap climbs a level of in flight at a time to the seats
+// (256), 60 answers a level, then 400 more there, each answer's service
+// time jittered by up to +-noise: it must set a ceiling where throughput
+// stops growing, and none on an engine whose throughput grows to its
+// seats. A flat throughput under noisy answers takes more of them.
 func TestTheThroughputKneeFindsWhereMoreStreamsCompleteNoMore(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
@@ -53,14 +54,18 @@ func TestTheThroughputKneeFindsWhereMoreStreamsCompleteNoMore(t *testing.T) {
 		{"decode-bound with answers 20% apart: no ceiling", decodeBound, 0.2, 0, 0},
 		{"preempting past a KV cache for 64: back to about 64", preempting, 0, 40, 80},
 		{"preempting, answers 20% apart: back to about 64", preempting, 0.2, 40, 80},
-		{"flat past 48: back to about 48", flatPast48, 0.2, 30, 64},
+		{"flat past 48: back to about 48", flatPast48, 0, 30, 64},
+		{"flat past 48, answers 20% apart: back from the seats", flatPast48, 0.2, 30, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			var k throughputKnee
 			now := time.Unix(1000, 0)
 			ceiling := 0.0
-			for n := 8.0; n <= autoMax && ceiling == 0; n *= kneeLevel {
+			for n := 8.0; ceiling == 0; n = min(autoMax, n*kneeLevel) {
+				if n == autoMax && k.answers > 1000 {
+					break
+				}
 				for range 60 {
 					now = now.Add(100 * time.Millisecond)
 					size := 100 + rng.IntN(200)
