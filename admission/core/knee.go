@@ -72,7 +72,7 @@ type throughputKnee struct {
 // throughput (x and its square) and service time, and their weight.
 type kneeLevelStats struct {
 	w, n, x, x2, svc float64
-	at              float64 // answers (all levels) when last updated
+	at               float64 // answers (all levels) when last updated
 	// since: answers since the level was last judged; it is judged every
 	// kneeAnswers/4 of them.
 	since int
