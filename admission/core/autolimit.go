@@ -3,6 +3,7 @@ package core
 import (
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -483,6 +484,9 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	}
 	a.boundGrowth(ev, old)
 	a.settle(old)
+	if a.limit <= old && strings.HasPrefix(why, "grew") {
+		why = "held: at a ceiling"
+	}
 	a.step(ev, old, why, now)
 	return a.closeWindow(old, now)
 }
