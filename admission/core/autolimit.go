@@ -268,9 +268,10 @@ func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
 // reset forgets the evidence and probes again: used after an engine
 // restart, whose capacity may differ from the old one.
 func (a *autoLimit) reset(now time.Time) {
+	defer func(trace func(Step)) { a.trace = trace }(a.trace) // the tracer stays
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
 		prefill: newPrefillMeter(a.prefill.seats), gate: newFirstTokenGate(a.target, now),
-		lastChange: now, winStart: now, start: a.start.kept(), trace: a.trace}
+		lastChange: now, winStart: now, start: a.start.kept()}
 	a.limit = a.start.bound(a.limit)
 }
 
