@@ -162,6 +162,9 @@ const (
 //     it S grows in proportion to N while X stays flat. This is what stops
 //     the cap when the engine starts every request it gets (chunked
 //     prefill: no queue to read) and only gets slower;
+//   - streams under an objective, which that knee does not judge: the
+//     throughput each level of in flight completes (knee.go), where a
+//     level well above another completes no more;
 //   - plain answers whose client announced its timeout: the deadline
 //     ceiling (deadlineCeiling), the most in flight at which the slowest 1%
 //     still finish within the timeout;

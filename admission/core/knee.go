@@ -111,8 +111,8 @@ func (l *kneeLevelStats) decay(now float64) {
 // observe feeds one successful answer: its service time svc, the mean
 // number in flight n while it ran (itself included) and its size. It
 // reports a new ceiling (> 0) when the answer's level completes no more
-// than one kneeGap levels or more below it: the cap should back off to
-// that lower level's in flight.
+// than a level kneeGap or more below it: the cap should back off to the
+// in flight of the fewest that complete about as much.
 func (k *throughputKnee) observe(svc time.Duration, n, size int, now time.Time) float64 {
 	if svc <= 0 || n < 1 {
 		return 0
