@@ -82,6 +82,13 @@ type DecodeCounters struct {
 	Generation float64 `json:"generation_tokens"`
 	// Finished: requests finished other than by abort.
 	Finished float64 `json:"finished"`
+	// Aborted: requests finished by abort (their client went away), the
+	// finished counter's finished_reason="abort" series; AbortsKnown is
+	// false when the engine has no such series. A request that got its
+	// first token and was then aborted owes no decode: without this count
+	// it would look owed for ever.
+	Aborted     float64 `json:"aborted,omitempty"`
+	AbortsKnown bool    `json:"aborts_known,omitempty"`
 }
 
 // DecodeTokens are the output tokens after the first: the work a decode
@@ -288,6 +295,11 @@ func extract(fams map[string]*dto.MetricFamily, names configs.MetricNames) (m Me
 		}
 		if ok1 && ok2 && ok3 {
 			m.Decode = &DecodeCounters{FirstTokens: first, Generation: gen, Finished: fin}
+			// The abort series is optional: the rule without it is as it
+			// was, and says so (decodeScan).
+			if ab, ok, aerr := lookupWhere(fams, d.Finished, aborted); aerr == nil && ok {
+				m.Decode.Aborted, m.Decode.AbortsKnown = ab, true
+			}
 		}
 		for _, x := range []struct {
 			name string
@@ -404,7 +416,10 @@ func eachSeries(fams map[string]*dto.MetricFamily, name string, fn func(mt *dto.
 
 // notAborted keeps the series of a finished-requests counter whose
 // finished_reason is not "abort".
-func notAborted(mt *dto.Metric) bool { return labelValue(mt, "finished_reason") != "abort" }
+func notAborted(mt *dto.Metric) bool { return !aborted(mt) }
+
+// aborted keeps the finished_reason="abort" series.
+func aborted(mt *dto.Metric) bool { return labelValue(mt, "finished_reason") == "abort" }
 
 func labelValue(mt *dto.Metric, name string) string {
 	for _, l := range mt.GetLabel() {

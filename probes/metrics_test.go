@@ -192,6 +192,9 @@ func TestParseMetricsRanksAndDecode(t *testing.T) {
 	if got := *m.Decode; got.FirstTokens != 10 || got.Generation != 30 || got.Finished != 5 {
 		t.Errorf("decode %+v, want first 10, generation 30, finished 5 (the 5 aborted left out)", got)
 	}
+	if got := *m.Decode; got.Aborted != 5 || !got.AbortsKnown {
+		t.Errorf("decode %+v, want the 5 aborted counted apart", got)
+	}
 	if got := m.Decode.DecodeTokens(); got != 20 {
 		t.Errorf("decode tokens %v, want 20", got)
 	}

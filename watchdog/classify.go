@@ -221,8 +221,13 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	// hung: decode stalled while prefill goes on.
 	if sc.decode.Stalled(p.HangAfter - p.Tolerance) {
 		ev.Hang = HangDecode
-		return say(StateHung, "HUNG (decode stalled): no decode token for %s while %s requests got their first token since (prefill goes on, nobody gets a second token); %s running, %s waiting; probe %s",
-			humanize.Duration(sc.decode.Stall), humanize.Count(sc.decode.FirstTokens), humanize.Count(m.Running), humanize.Count(m.Waiting), ev.Probe)
+		still := "first tokens less finishes and aborts"
+		if !sc.decode.AbortsKnown {
+			still = "first tokens less finishes; the engine counts no aborts"
+		}
+		return say(StateHung, "HUNG (decode stalled): no decode token for %s while %s requests got their first token since, at least %s of them still waiting (%s) (prefill goes on, nobody gets a second token); %s running, %s waiting; probe %s",
+			humanize.Duration(sc.decode.Stall), humanize.Count(sc.decode.FirstTokens), humanize.Count(sc.decode.Owed), still,
+			humanize.Count(m.Running), humanize.Count(m.Waiting), ev.Probe)
 	}
 
 	// saturated at the limiter: it sheds or queues while the engine,

@@ -35,8 +35,15 @@ func (s *sim) serveRank(id string, tokens float64) {
 
 // withDecode gives the scrape decode counters.
 func (s *sim) withDecode() *sim {
-	s.m.Decode = &probes.DecodeCounters{FirstTokens: 201, Generation: 60_300, Finished: 201}
+	s.m.Decode = &probes.DecodeCounters{FirstTokens: 201, Generation: 60_300, Finished: 201, AbortsKnown: true}
 	return s
+}
+
+// aborts: n requests' clients went away (vLLM counts them under
+// finished_reason="abort", in the summed heartbeat too).
+func (s *sim) aborts(n float64) {
+	s.m.Decode.Aborted += n
+	s.m.Heartbeats["vllm:request_success_total"] += n
 }
 
 // firstTokens: n requests finish their prefill and get a first token.
@@ -126,10 +133,82 @@ func TestClassifyPartialFailures(t *testing.T) {
 			reason: []string{"HUNG (decode stalled): no decode token for 3m15s", "prefill goes on"},
 		},
 		{
-			name: "a decode stall whose clients give up (aborts are not finishes) is still hung",
+			name: "a decode stall whose clients give up after a minute (aborts are not finishes) is still hung",
 			hist: func() *sim {
+				gave := 0
 				return newSim().withDecode().work(30, 40).tick(2, func(s *sim) { s.firstTokens(3); s.decode(400); s.finished(3) }).
-					tick(14, func(s *sim) { s.firstTokens(4); s.m.Heartbeats["vllm:request_success_total"] += 4 })
+					tick(14, func(s *sim) {
+						s.firstTokens(4)
+						// Each tick's four wait a minute (4 ticks) for a
+						// second token, then their clients leave.
+						if gave++; gave > 4 {
+							s.aborts(4)
+						}
+					})
+			},
+			want: StateHung, hang: HangDecode,
+			reason: []string{"at least 16 of them still waiting"},
+		},
+		// The demo's false HUNG (cmd/vigil-demo, the overload straight at
+		// the engine): 2.5x capacity of 12k-token prompts from callers
+		// with a 50 s timeout. The queue grew to 400, every call reached
+		// the head just as its caller gave up, and the one or two a cycle
+		// that got a first token were aborted before their second: decode
+		// frozen, first tokens trickling, 1-4 running, hundreds of aborts.
+		// The engine stepped all along (heartbeat, prefix-cache queries).
+		{
+			name: "an overload whose callers leave before their second token (401 waiting, 1 running, aborts) is saturated, never a decode stall",
+			hist: func() *sim {
+				n := 0
+				return newSim().withDecode().work(56, 90).tick(2, func(s *sim) { s.firstTokens(3); s.decode(400); s.finished(3) }).
+					work(401, 1).tick(16, func(s *sim) {
+					s.m.Heartbeats["vllm:iteration_tokens_total_count"] += 40
+					s.m.Heartbeats["vllm:prefix_cache_queries_total"] += 120_000
+					if n++; n%3 == 1 {
+						s.firstTokens(1)
+					}
+					s.aborts(35) // the waiting callers' timeouts, and the one that got its first token
+					s.probeOut(s.at.Add(-600 * time.Millisecond))
+				})
+			},
+			want: StateSaturated, never: []State{StateHung},
+		},
+		{
+			name: "after an overload's callers have all left, an engine serving vigil's two-token probe owes no decode",
+			hist: func() *sim {
+				return newSim().withDecode().work(56, 90).tick(2, func(s *sim) { s.firstTokens(3); s.decode(400); s.finished(3) }).
+					work(300, 2).tick(3, func(s *sim) { s.firstTokens(2); s.aborts(150) }).
+					work(0, 1).tick(14, func(s *sim) { s.m.Heartbeats["vllm:iteration_tokens_total_count"]++ }).
+					tick(1, func(s *sim) { s.firstTokens(1); s.decode(1); s.finished(1); s.probeOK(40 * time.Millisecond) })
+			},
+			want: StateHealthy, never: []State{StateHung},
+		},
+		{
+			name: "without an abort count, vigil's two-token probe completing proves decode moves",
+			hist: func() *sim {
+				s := newSim().withDecode()
+				s.m.Decode.AbortsKnown = false
+				return s.work(56, 90).tick(2, func(s *sim) { s.firstTokens(3); s.decode(400); s.finished(3) }).
+					work(300, 2).tick(3, func(s *sim) { s.firstTokens(2); s.m.Heartbeats["vllm:request_success_total"] += 150 }).
+					work(0, 1).tick(14, func(s *sim) {
+					s.m.Heartbeats["vllm:iteration_tokens_total_count"]++
+					if s.at.Sub(t0)%(4*iv) == 0 {
+						s.firstTokens(1)
+						s.decode(1)
+						s.finished(1)
+						s.probeOK(40 * time.Millisecond)
+					}
+				})
+			},
+			want: StateHealthy, never: []State{StateHung},
+		},
+		{
+			name: "a decode stall on an engine that does not count aborts is judged as before: hung",
+			hist: func() *sim {
+				s := newSim().withDecode()
+				s.m.Decode.AbortsKnown = false
+				return s.work(30, 40).tick(2, func(s *sim) { s.firstTokens(3); s.decode(400); s.finished(3) }).
+					tick(14, func(s *sim) { s.firstTokens(2) })
 			},
 			want: StateHung, hang: HangDecode,
 		},

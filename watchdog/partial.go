@@ -94,20 +94,30 @@ type decodeScan struct {
 	// Known: the engine exports the decode counters.
 	Known bool
 	// Stall is how long decode has been owed and frozen: from the first
-	// sample at which more requests had their first token than finished
-	// (aborts left out) since decode tokens last moved.
+	// sample at which requests were proven owed (see Owed) since decode
+	// tokens last moved.
 	Stall time.Duration
 	// FirstTokens is how many first tokens were given after decode was
 	// first owed; a stall needs at least one (the engine admits and
 	// prefills, but nobody gets a second token).
 	FirstTokens float64
+	// Owed is how many requests are proven to wait for a second token at
+	// the last scrape (scanDecode): first tokens less the requests
+	// finished and (where the engine counts them) aborted. Every abort is
+	// taken off, since any of them may be a request that had its first
+	// token, so this never counts a request whose client left: an engine
+	// whose callers all give up between their first and second token (the
+	// queue as long as their patience) steps on, and is not stalled.
+	Owed float64
 	// Running is the running gauge at the last scrape.
 	Running float64
+	// AbortsKnown: the engine counts aborted requests.
+	AbortsKnown bool
 }
 
 // Stalled reports a decode stall of at least hangAfter.
 func (d decodeScan) Stalled(hangAfter time.Duration) bool {
-	return d.Known && hangAfter > 0 && d.Stall >= hangAfter && d.FirstTokens > 0 && d.Running > 0
+	return d.Known && hangAfter > 0 && d.Stall >= hangAfter && d.FirstTokens > 0 && d.Running > 0 && d.Owed > 0
 }
 
 // decodeTolerance is how far decode tokens (generation less first tokens)
@@ -118,19 +128,37 @@ func (d decodeScan) Stalled(hangAfter time.Duration) bool {
 // few seconds.
 const decodeTolerance = 8
 
-// scanDecode walks the readable samples once. A max_tokens=1 workload
-// gives first tokens and finishes in the same step, so it never owes
-// decode; a long chunked prefill gives no first token, so it never owes
-// decode either; an aborted request owes nothing but is not counted as
-// finished, which is why a stall also needs first tokens given after it
-// began and requests still running.
+// scanDecode walks the readable samples once. Decode is frozen since
+// the base, the last sample at which decode tokens moved; requests are
+// owed while some request that got a first token is proven still there.
+//
+// The proof: let x = first tokens - finishes - aborts, cumulative. Any
+// request that got a first token after an earlier sample T and is gone
+// finished or was aborted after T, so at least x(now) - x(T) requests
+// with a first token are still there (an abort of a request that never
+// had one only makes this smaller), and the best bound is x(now) less
+// the least x seen since the counters last reset. It reaches back past
+// the base: requests that got their first token in the very interval in
+// which decode last moved, and never a second, are counted too. A
+// max_tokens=1 workload finishes what it gives a first token, a long
+// prefill gives none, callers who all leave between their first and
+// second token leave nothing owed; none of them is a stall.
+//
+// Without an abort count (an engine that has no finished_reason="abort"
+// series) an abort cannot be told from a request still waiting; the rule
+// then counts first tokens less finishes since the base, as it always
+// did, and a stall also needs first tokens given after it began and
+// requests still running.
 func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 	var (
 		base       *probes.DecodeCounters
 		owedSince  time.Time
 		owedFirsts float64
+		owed       float64
+		least      float64 // the least x since the counters last reset
 		last       *probes.Metrics
 	)
+	x := func(d *probes.DecodeCounters) float64 { return d.FirstTokens - d.Finished - d.Aborted }
 	for i := range history {
 		s := &history[i]
 		if !s.readable() {
@@ -140,18 +168,25 @@ func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 		d := last.Decode
 		switch {
 		case d == nil:
-			base, owedSince = nil, time.Time{}
+			base, owedSince, owed = nil, time.Time{}, 0
 			continue
-		case base == nil,
-			d.DecodeTokens() > base.DecodeTokens()+decodeTolerance,
-			d.FirstTokens < base.FirstTokens, d.Finished < base.Finished:
-			base, owedSince = d, time.Time{}
+		case base == nil, d.FirstTokens < base.FirstTokens, d.Finished < base.Finished, d.Aborted < base.Aborted:
+			base, owedSince, owed, least = d, time.Time{}, 0, x(d)
 			continue
 		}
-		owed := (d.FirstTokens - base.FirstTokens) - (d.Finished - base.Finished)
+		least = min(least, x(d))
+		if d.DecodeTokens() > base.DecodeTokens()+decodeTolerance {
+			base, owedSince, owed = d, time.Time{}, 0
+			continue
+		}
+		if d.AbortsKnown && base.AbortsKnown {
+			owed = x(d) - least
+		} else {
+			owed = (d.FirstTokens - base.FirstTokens) - (d.Finished - base.Finished)
+		}
 		switch {
 		case owed <= 0:
-			owedSince = time.Time{}
+			owedSince, owed = time.Time{}, 0
 		case owedSince.IsZero():
 			owedSince, owedFirsts = s.At, d.FirstTokens
 		}
@@ -159,10 +194,18 @@ func scanDecode(history []Sample, spans []span, now time.Time) decodeScan {
 	if last == nil || last.Decode == nil {
 		return decodeScan{}
 	}
-	ds := decodeScan{Known: true, Running: last.Running}
+	ds := decodeScan{Known: true, Running: last.Running, AbortsKnown: last.Decode.AbortsKnown}
 	if !owedSince.IsZero() {
+		// vigil's probe asks for two tokens: one sent after decode was
+		// owed that completed had a decode step, whatever the counters
+		// say (an engine whose abort series does not count the callers
+		// who left keeps them owed for ever). Decode is timed from there.
+		if done, ok := probeCompletedSince(history, owedSince); ok && done.After(owedSince) {
+			owedSince = done
+		}
 		ds.Stall = frozenFor(owedSince, now, spans)
 		ds.FirstTokens = last.Decode.FirstTokens - owedFirsts
+		ds.Owed = owed
 	}
 	return ds
 }

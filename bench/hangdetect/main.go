@@ -234,6 +234,15 @@ type hangResult struct {
 	// stalled is Evidence.Stalled at each cycle between the hang and the
 	// HUNG verdict (engine time): how close each came to the window.
 	stalled []time.Duration
+	// closest is the longest stall the watchdog timed before the hang,
+	// and closestWindow the window it was judged by (engine time): how
+	// near the healthy engine came to a false HUNG.
+	closest, closestWindow time.Duration
+	// pause is the simulated engine's own longest pause between steps
+	// with work before the hang (engine time): when it is as long as
+	// closest, the counters really stood still (a CPU-starved engine),
+	// and the watchdog read them right.
+	pause time.Duration
 }
 
 // detect loads a fresh rig for o.warmup, hangs the engine, and times the
@@ -260,10 +269,17 @@ func detect(ctx context.Context, o options, wl workload, c float64, hangAfter ti
 	last := r.rec.lastBefore(hungAt)
 	h.before, h.beforeWhy = r.engine(last.Evidence.HangAfter), engineWhy(last.Evidence.HangAfterWhy, o.scale)
 	for _, v := range r.rec.all() {
-		if v.State == watchdog.StateHung && v.At.Before(hungAt) {
+		if !v.At.Before(hungAt) {
+			continue
+		}
+		if v.State == watchdog.StateHung {
 			h.falseBefore++
 		}
+		if s := r.engine(v.Evidence.Stalled); s > h.closest {
+			h.closest, h.closestWindow = s, r.engine(v.Evidence.HangAfter)
+		}
 	}
+	h.pause = r.longestPause(hungAt)
 	// Wait up to the longest window the watchdog may use, plus cycles.
 	deadline := hungAt.Add(r.watch.HangAfterCeiling() + 4*r.watch.Interval)
 	for time.Now().Before(deadline) {

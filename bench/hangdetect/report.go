@@ -73,6 +73,8 @@ func (r *report) printDetection(w io.Writer) {
 				if n := h.falseBefore + falseBefore(ar.fixed, i); n > 0 {
 					fmt.Fprintf(w, "; %d HUNG verdicts before the hang", n)
 				}
+				fmt.Fprintf(w, "; before the hang the longest stall timed %s s of a %s s window, the engine's longest pause between steps with work %s s",
+					secs(h.closest), secs(h.closestWindow), secs(h.pause))
 				fmt.Fprintln(w)
 			}
 		}

@@ -111,6 +111,72 @@ type rig struct {
 	cancel         context.CancelFunc
 	calls, wd      sync.WaitGroup
 	sent, answered atomic.Int64
+	// pauses are the simulated engine's own pauses: no step for longer
+	// than pauseMin of wall time while it held work (stepWatch).
+	pausesMu sync.Mutex
+	pauses   []pause
+}
+
+// pause is a wall-time stretch in which the simulated engine completed
+// no step although it held work: the engine really made no progress, as
+// a CPU-starved process on a loaded machine does, whatever the watchdog
+// reads.
+type pause struct {
+	end time.Time
+	d   time.Duration
+}
+
+// pauseMin is the shortest pause stepWatch records, and pausePoll how
+// often it looks: a step under load is ~11 ms of wall time at scale 25.
+const (
+	pauseMin  = 50 * time.Millisecond
+	pausePoll = 5 * time.Millisecond
+)
+
+// stepWatch polls the engine's step count until ctx ends and records
+// every pause.
+func (r *rig) stepWatch(ctx context.Context) {
+	t := time.NewTicker(pausePoll)
+	defer t.Stop()
+	var steps uint64
+	var since time.Time // the last step seen, or when work appeared
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			st := r.eng.Stats()
+			busy := st.Running+st.Waiting+st.Pending > 0 && st.Fault == "none"
+			switch {
+			case st.Steps != steps || !busy:
+				if d := now.Sub(since); busy && !since.IsZero() && d >= pauseMin {
+					r.pausesMu.Lock()
+					r.pauses = append(r.pauses, pause{end: now, d: d})
+					r.pausesMu.Unlock()
+				}
+				steps, since = st.Steps, now
+				if !busy {
+					since = time.Time{}
+				}
+			case since.IsZero():
+				since = now
+			}
+		}
+	}
+}
+
+// longestPause is the longest pause of the engine that ended before t,
+// engine time (0: none).
+func (r *rig) longestPause(t time.Time) time.Duration {
+	r.pausesMu.Lock()
+	defer r.pausesMu.Unlock()
+	var longest time.Duration
+	for _, p := range r.pauses {
+		if p.end.Before(t) {
+			longest = max(longest, p.d)
+		}
+	}
+	return r.engine(longest)
 }
 
 // startRig serves an engine behind the limiter with its defaults, watches
@@ -170,6 +236,7 @@ func startRig(parent context.Context, o options, wl workload, rate float64, hang
 	r.clock = simclient.NewClock(o.scale)
 	r.started = time.Now()
 	r.wd.Go(func() { w.Run(ctx) })
+	r.wd.Go(func() { r.stepWatch(ctx) })
 	switch {
 	case a.light:
 		r.calls.Go(func() { r.offerOne(ctx, wl, r.clientsOf(a), seed) })
