@@ -3,7 +3,6 @@ package core
 import (
 	"math"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -486,9 +485,10 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	} else {
 		why = a.grow(ev, now)
 	}
+	grown := a.limit
 	a.boundGrowth(ev, old)
 	a.settle(old)
-	if a.limit <= old && strings.HasPrefix(why, "grew") {
+	if a.limit < grown && a.limit <= old {
 		why = "held: at a ceiling"
 	}
 	a.step(ev, old, why, now)

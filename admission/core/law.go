@@ -184,6 +184,8 @@ func (a *autoLimit) grow(ev window, now time.Time) string {
 		// already bounds the step: no need to creep up a turnover at a time.
 		a.limit = min(autoMax, max(a.limit+1, a.limit*a.probeGainFor(ev.w, ev.r, a.gauges)))
 		return "grew: probing"
+	case a.finished == 0:
+		return "held: no answer finished"
 	default:
 		a.limit = min(autoMax, a.limit+turnoverGain*float64(a.finished))
 		return "grew: turnover"
