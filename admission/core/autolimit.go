@@ -274,7 +274,7 @@ func (a *autoLimit) reset(now time.Time) {
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
 		prefill: newPrefillMeter(a.prefill.seats), gate: newFirstTokenGate(a.target, now),
 		lastChange: now, winStart: now, start: a.start.kept()}
-	a.limit = a.start.bound(a.limit)
+	a.limit = a.start.bound(a.startLimit())
 }
 
 // cap is the current limit as a request count.

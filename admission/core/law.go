@@ -156,7 +156,7 @@ func (a *autoLimit) grow(ev window, now time.Time) string {
 		// here, whenever admitted: answers as long as a minute would
 		// otherwise allow one step per minute.
 		return "held: no answers"
-	case ev.target > 0 && ev.p90 > growBand*ev.target:
+	case ev.target > 0 && ev.p90 > growBand*ev.target && a.gate.batchSlows():
 		// First tokens near the objective: more in flight only makes each
 		// engine step longer, whichever limit cuts when they pass it. Only
 		// at the first-token limit's floor did this hold the cap: above it
@@ -164,6 +164,9 @@ func (a *autoLimit) grow(ev window, now time.Time) string {
 		// tokens wait on its steps, not on each other's prefill
 		// (decode-bound: the cap ran to 233, the p99 first token to 1.5 s,
 		// though much of that lateness was the benchmark's machine).
+		// Not where a lone long prefill takes what it took at light load:
+		// the streams in flight do not slow first tokens there
+		// (batchSlows, streamgrowth.go).
 		return "held: first tokens near the objective"
 	case ev.kneeJudges && a.svc > growBand*ev.knee:
 		// Near the knee: more in flight would only slow every answer.

@@ -260,6 +260,9 @@ type result struct {
 	// meanFirstToken is the first-token limit averaged over the window
 	// (0: none).
 	meanFirstToken float64
+	// suspicions: stall suspicions the limiter raised (issue #36); on
+	// an engine that never stops each one is false.
+	suspicions uint64
 }
 
 func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error {
@@ -494,6 +497,7 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 	}
 	if lim != nil {
 		r.limiter = lim.Summary()
+		r.suspicions = lim.Stats().Suspicions
 	}
 	return r, nil
 }
