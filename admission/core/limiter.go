@@ -217,6 +217,7 @@ func New(cfg configs.Admission, opts ...Option) *Limiter {
 	if l.auto == nil {
 		l.auto = NewAuto(cfg.TTFTTarget, cfg.EngineMaxSeqs, l.clock.Now())
 	}
+	traceSteps(l.auto, l.log)
 	if l.fixed > 0 {
 		l.fixedCap = NewFixed(l.fixed, cfg.EngineMaxSeqs)
 	}
