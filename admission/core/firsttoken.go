@@ -125,7 +125,6 @@ type firstTokenGate struct {
 	// pay off).
 	moved                    int
 	from, fromTTFT, fromRate float64
-	fromDemand               bool // streams waited at from (see waitedAt)
 	probeAfter               time.Time
 	// long: the prompts are long (a step's token budget or more each), so
 	// two of them never share a step, or not known to be short; the
@@ -284,9 +283,9 @@ func (g *firstTokenGate) hold() time.Duration {
 
 // move changes the limit to limit, to be judged by its knee.
 func (g *firstTokenGate) move(dir int, limit float64, now time.Time) {
-	from, mean, rate, waited := g.limit, g.ttfts.mean(), g.rate(), g.demand
+	from, mean, rate := g.limit, g.ttfts.mean(), g.rate()
 	g.change(limit, now)
-	g.moved, g.from, g.fromTTFT, g.fromRate, g.fromDemand = dir, from, mean, rate, waited
+	g.moved, g.from, g.fromTTFT, g.fromRate = dir, from, mean, rate
 }
 
 // worth tells whether the larger of two limits (big over small, with
@@ -314,9 +313,6 @@ func (g *firstTokenGate) worth(small, big, smallRate, bigRate, smallTTFT, bigTTF
 	n, m := float64(streams(small)), float64(streams(big))
 	if !g.long {
 		return bigRate >= smallRate*(1+kneeShare*(m-n)/n)
-	}
-	if g.waitedAt(big) {
-		return pairsWorth(small, big, smallRate, bigRate) // pairs.go
 	}
 	// Long prompts: the rate measured must grow by kneeShare of the
 	// growth, and the rate the TTFTs imply by Little's law (limit/TTFT) by
