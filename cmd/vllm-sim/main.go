@@ -26,10 +26,21 @@ func run() int {
 // runWith is main without the process: started, when set, sees the server
 // once it is listening (tests use it to learn the ports).
 func runWith(ctx context.Context, args []string, stderr io.Writer, started func(*enginesim.Server)) int {
-	cfg := enginesim.DefaultConfig()
+	cfg, listen, code := parseFlags(args, stderr)
+	if code >= 0 {
+		return code
+	}
+	return serve(ctx, listen, cfg, stderr, started)
+}
+
+// parseFlags reads the command line into the engine's config and its API
+// address; code is the exit code when the command ends here (help,
+// -version, a bad flag), else -1.
+func parseFlags(args []string, stderr io.Writer) (cfg enginesim.Config, listen string, code int) {
+	cfg = enginesim.DefaultConfig()
 	fs := flag.NewFlagSet("vllm-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8000", "API listen address (OpenAI API, /metrics, /health, /version)")
+	listenFlag := fs.String("listen", "127.0.0.1:8000", "API listen address (OpenAI API, /metrics, /health, /version)")
 	fs.StringVar(&cfg.ControlAddr, "control", "127.0.0.1:8100", "fault-control listen address")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "served model name")
 	keyFile := fs.String("api-key-file", "", "file holding the API key required on /v1/* (empty: no key)")
@@ -54,19 +65,19 @@ func runWith(ctx context.Context, args []string, stderr io.Writer, started func(
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return cfg, "", 0
 		}
-		return 2
+		return cfg, "", 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "vllm-sim: unexpected arguments %q\n", fs.Args())
-		return 2
+		return cfg, "", 2
 	}
 	if *costModel != "" {
 		m, err := enginesim.CostModelByName(*costModel)
 		if err != nil {
 			fmt.Fprintf(stderr, "vllm-sim: -cost-model: %v\n", err)
-			return 2
+			return cfg, "", 2
 		}
 		var clash []string
 		fs.Visit(func(f *flag.Flag) {
@@ -77,33 +88,39 @@ func runWith(ctx context.Context, args []string, stderr io.Writer, started func(
 		})
 		if len(clash) > 0 {
 			fmt.Fprintf(stderr, "vllm-sim: -cost-model %s sets the cost itself; drop %s\n", m.Name, strings.Join(clash, ", "))
-			return 2
+			return cfg, "", 2
 		}
 		m.Apply(&cfg)
 	}
 	if *version {
 		fmt.Fprintln(stderr, enginesim.Version)
-		return 0
+		return cfg, "", 0
 	}
 	if *keyFile != "" {
 		b, err := os.ReadFile(*keyFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "vllm-sim: -api-key-file: %v\n", err)
-			return 2
+			return cfg, "", 2
 		}
 		cfg.APIKey = strings.TrimSpace(string(b))
 		if cfg.APIKey == "" {
 			fmt.Fprintf(stderr, "vllm-sim: -api-key-file %s is empty\n", *keyFile)
-			return 2
+			return cfg, "", 2
 		}
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "vllm-sim: %v\n", err)
-		return 2
+		return cfg, "", 2
 	}
+	return cfg, *listenFlag, -1
+}
+
+// serve runs the simulated engine on listen until ctx ends or its core
+// crashes (an injected fault), and returns the exit code.
+func serve(ctx context.Context, listen string, cfg enginesim.Config, stderr io.Writer, started func(*enginesim.Server)) int {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	srv, err := enginesim.Start(ctx, *listen, cfg)
+	srv, err := enginesim.Start(ctx, listen, cfg)
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
