@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // inFlight follows the upstream calls in flight and the longest prompt
@@ -12,9 +13,16 @@ import (
 // not only until its first byte: the decode steps right after a long
 // prefill are as slow as its chunks were, and a unary call's first byte is
 // its whole answer anyway.
+//
+// It also counts, since the limiter started, the reads of the engine's
+// answers and the calls the engine answered: the watchdog's evidence that
+// the engine serves while its API server times out on every probe (a
+// wedge under load is not hung while bytes flow to vigil's clients).
 type inFlight struct {
 	mu    sync.Mutex
 	calls map[*upstreamCall]struct{}
+
+	reads, answered atomic.Uint64
 }
 
 // upstreamCall is one call sent to the engine; cut ends it when the
@@ -36,8 +44,14 @@ func (f *inFlight) start(prompt int, cut context.CancelCauseFunc) *upstreamCall 
 	return c
 }
 
-// done forgets the call.
-func (f *inFlight) done(c *upstreamCall) {
+// read notes bytes of an answer from the engine.
+func (f *inFlight) read() { f.reads.Add(1) }
+
+// done forgets the call; answered: the engine's answer came to its end.
+func (f *inFlight) done(c *upstreamCall, answered bool) {
+	if answered {
+		f.answered.Add(1)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.calls, c)
@@ -69,10 +83,13 @@ func (f *inFlight) snapshot() (n, longest int) {
 // reads each cycle (it converts to watchdog.LimiterLoad, field for field):
 // calls seen and answered 429/503 by the limiter itself since it started,
 // calls in its queue, calls sent to the engine now and the estimated
-// prompt tokens of the longest of them.
+// prompt tokens of the longest of them; and since it started, the reads
+// of the engine's answers (EngineReads: any byte, of any call it sent the
+// engine) and the calls the engine answered to their end (Answered).
 type Load struct {
 	Calls, Shed                     uint64
 	Queued, InFlight, LongestPrompt int
+	EngineReads, Answered           uint64
 }
 
 // Load reads the limiter's side of the load now.
@@ -83,5 +100,6 @@ func (l *Limiter) Load() Load {
 		ld.Shed += n
 	}
 	ld.InFlight, ld.LongestPrompt = l.inflight.snapshot()
+	ld.EngineReads, ld.Answered = l.inflight.reads.Load(), l.inflight.answered.Load()
 	return ld
 }

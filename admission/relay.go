@@ -47,7 +47,7 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		m.call = l.startCall(tk, cut)
 		l.stallSent(m.call, tk)
 		defer func() {
-			l.inflight.done(m.call)
+			l.inflight.done(m.call, answered)
 			l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 		}()
 	}

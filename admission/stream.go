@@ -59,7 +59,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	l.stallSent(m.call, tk)
 	answered := false
 	defer func() {
-		l.inflight.done(m.call)
+		l.inflight.done(m.call, answered)
 		l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 	}()
 	resp, err := l.transport.RoundTrip(req)
@@ -153,6 +153,7 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink fu
 			m.chunk(buf[:n], now)
 			if m.call != nil {
 				l.sus.Chunk(m.call, now)
+				l.inflight.read()
 			}
 			if first && tk != nil && m.sse && resp.StatusCode < 300 {
 				tk.FirstToken(now.Sub(m.sent))
