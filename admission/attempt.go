@@ -110,7 +110,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 			if a.toPeer(body) {
 				return nil, false
 			}
-			req.Undivertible = true // the peer would not take it: it waits here
+			req.Undivertible, req.Diverted = true, true // the peer would not take it: it waits here
 			continue
 		case err != nil:
 			a.leftUnanswered(false) // the client left while queued; nobody to answer

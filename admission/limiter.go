@@ -82,6 +82,12 @@ type Limiter struct {
 	sus           *engineloss.Suspicion
 	stallLoopDone chan struct{}
 	onSuspect     func(on bool) // WithSuspicionHook
+	stallFloor    time.Duration // WithStallFloor
+	// episodes groups the suspicions for the log (suspect.go).
+	episodes struct {
+		sync.Mutex
+		engineloss.Episodes
+	}
 
 	// keep writes what was learned across vigil's restart (learned.go);
 	// seats is the engine's own seat limit as read (seats.go).
@@ -144,7 +150,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	l.log = l.log.WithField("component", "admission")
 	copts := []core.Option{core.WithClock(l.clock), core.WithLogger(l.log)}
 	if cfg.SuspectStalls {
-		l.sus = engineloss.NewSuspicion()
+		l.sus = engineloss.NewSuspicion(l.stallFloor)
 		copts = append(copts, core.WithProgress(l.sus.Last))
 	}
 	l.core = core.New(cfg, copts...)

@@ -55,6 +55,9 @@ func (l *Limiter) SetRecovering(on bool) {
 	l.core.SetRecovering(true)
 	if l.sus.Confirmed(now) {
 		l.core.SetSuspected(false, false) // the recovery holds the engine now
+		l.episodes.Lock()
+		l.episodes.Confirmed()
+		l.episodes.Unlock()
 	}
 	// The calls stuck on the engine first: they are the oldest, and a
 	// peer's queue takes moved calls in the order they come.

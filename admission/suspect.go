@@ -9,6 +9,7 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/util/humanize"
 )
 
 // The stall suspicion at work (engineloss.Suspicion watches for it): what
@@ -26,6 +27,14 @@ import (
 // drains and restores the node itself. It must not block.
 func WithSuspicionHook(f func(on bool)) Option { return func(l *Limiter) { l.onSuspect = f } }
 
+// WithStallFloor sets the shortest silence of the engine that raises a
+// suspicion (default a second; longer when the engine's step times are).
+// For a benchmark that runs the limiter on a time-scaled engine's clock:
+// its own pauses (a loaded machine's timers, tens of milliseconds of wall
+// time) are that many times longer in engine time, silences no engine
+// made.
+func WithStallFloor(d time.Duration) Option { return func(l *Limiter) { l.stallFloor = d } }
+
 // Suspected reports whether the engine is suspected stalled now.
 func (l *Limiter) Suspected() bool { return l.sus.Suspected() }
 
@@ -42,11 +51,11 @@ type suspicionHost struct {
 	tick chan struct{}
 }
 
-func (h suspicionHost) Now() time.Time             { return h.l.clock.Now() }
-func (h suspicionHost) Sleep(d time.Duration) bool { return h.l.sleepOn(d, h.tick) }
-func (h suspicionHost) Recovering() bool           { return h.l.out.Active() }
-func (h suspicionHost) Suspect(now time.Time)      { h.l.suspect(now) }
-func (h suspicionHost) Unsuspect()                 { h.l.unsuspect() }
+func (h suspicionHost) Now() time.Time                                { return h.l.clock.Now() }
+func (h suspicionHost) Sleep(d time.Duration) bool                    { return h.l.sleepOn(d, h.tick) }
+func (h suspicionHost) Recovering() bool                              { return h.l.out.Active() }
+func (h suspicionHost) Suspect(now time.Time, ev engineloss.Evidence) { h.l.suspect(now, ev) }
+func (h suspicionHost) Unsuspect()                                    { h.l.unsuspect() }
 
 // ReadCounters reads the engine's counters once.
 func (h suspicionHost) ReadCounters() (engineloss.Counters, bool) {
@@ -60,20 +69,45 @@ func (h suspicionHost) ReadCounters() (engineloss.Counters, bool) {
 }
 
 // suspect holds the engine: nothing new goes to it, the queue goes to a
-// peer when one is known.
-func (l *Limiter) suspect(now time.Time) {
+// peer when one is known. The log tells an episode once, with what
+// raised its first suspicion (engineloss.Episodes); /metrics counts each.
+func (l *Limiter) suspect(now time.Time, ev engineloss.Evidence) {
 	l.c.suspicions.Add(1)
 	l.out.Open(now)
 	peer := l.peerFor(nil) != nil
 	l.core.SetSuspected(true, peer)
-	n, _ := l.inflight.snapshot()
 	if peer {
-		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
-			"of its step times with calls in flight): new calls go to a peer until it progresses")
 		l.core.Divert()
+	}
+	l.episodes.Lock()
+	begins, ended := l.episodes.Raised(now, ev)
+	l.episodes.Unlock()
+	if ended != nil {
+		l.log.WithFields(logrus.Fields{"suspicions": ended.Raised, "since": humanize.StampUTC(ended.Start)}).
+			Infof("admission: the last episode of stall suspicions ended: %d over %s, each cleared by the engine's progress",
+				ended.Raised, humanize.Rough(ended.End.Sub(ended.Start)))
+	}
+	n, _ := l.inflight.snapshot()
+	log := l.log.WithFields(logrus.Fields{"in_flight": n, "silence": ev.Silence.Round(time.Millisecond),
+		"threshold": ev.Threshold.Round(time.Millisecond), "step": ev.Step.Round(time.Millisecond)})
+	if ev.Started {
+		log = log.WithFields(logrus.Fields{"overdue": "a stream under way", "waited": ev.Waited.Round(time.Millisecond),
+			"prefill_ahead_tokens": ev.Ahead})
 	} else {
-		l.log.WithField("in_flight", n).Warn("admission: the engine is suspected stalled (no progress for several " +
-			"of its step times with calls in flight); no peer to send calls to: none is refused for it meanwhile")
+		log = log.WithFields(logrus.Fields{"overdue": "a call with no first byte", "waited": ev.Waited.Round(time.Millisecond),
+			"prompt_tokens": ev.Prompt, "prefill_ahead_tokens": ev.Ahead, "stream": ev.Stream})
+	}
+	switch {
+	case !begins:
+		log.Debug("admission: the engine is suspected stalled again (the same episode)")
+	case peer:
+		log.Warn("admission: the engine is suspected stalled (no progress for several of its step times with calls " +
+			"in flight): new calls go to a peer until it progresses; further suspicions within a minute of this " +
+			"episode's last are not logged (vigil_admission_stall_suspicions_total counts them)")
+	default:
+		log.Warn("admission: the engine is suspected stalled (no progress for several of its step times with calls " +
+			"in flight); no peer to send calls to: none is refused for it meanwhile; further suspicions within a " +
+			"minute of this episode's last are not logged (vigil_admission_stall_suspicions_total counts them)")
 	}
 	if l.onSuspect != nil {
 		l.onSuspect(true)
@@ -85,7 +119,15 @@ func (l *Limiter) unsuspect() {
 	l.c.falseSuspicions.Add(1)
 	l.out.CloseFalse()
 	l.core.SetSuspected(false, false)
-	l.log.Info("admission: the engine progresses again; the suspicion was false")
+	l.episodes.Lock()
+	n := l.episodes.Cleared(l.clock.Now())
+	l.episodes.Unlock()
+	log := l.log.WithField("episode_suspicions", n)
+	if n == 1 {
+		log.Info("admission: the engine progresses again; the suspicion was false")
+	} else {
+		log.Debug("admission: the engine progresses again; the suspicion was false")
+	}
 	if l.onSuspect != nil {
 		l.onSuspect(false)
 	}

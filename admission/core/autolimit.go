@@ -161,6 +161,9 @@ const (
 //     it S grows in proportion to N while X stays flat. This is what stops
 //     the cap when the engine starts every request it gets (chunked
 //     prefill: no queue to read) and only gets slower;
+//   - streams under an objective, which that knee does not judge: the
+//     throughput each level of in flight completes (knee.go), where a
+//     level well above another completes no more;
 //   - plain answers whose client announced its timeout: the deadline
 //     ceiling (deadlineCeiling), the most in flight at which the slowest 1%
 //     still finish within the timeout;
@@ -248,6 +251,14 @@ type autoLimit struct {
 
 	// start: the engine's own seat limit (start.go).
 	start startState
+
+	// streamKnee: the throughput knee for streams (knee.go); kneeHit: it
+	// set a ceiling since the last window.
+	streamKnee throughputKnee
+	kneeHit    bool
+
+	// trace, when set, is told every control step (trace.go).
+	trace func(Step)
 }
 
 func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
@@ -259,10 +270,11 @@ func newAutoLimit(target time.Duration, seats int, now time.Time) *autoLimit {
 // reset forgets the evidence and probes again: used after an engine
 // restart, whose capacity may differ from the old one.
 func (a *autoLimit) reset(now time.Time) {
+	defer func(trace func(Step)) { a.trace = trace }(a.trace) // the tracer stays
 	*a = autoLimit{limit: autoInitial, probing: true, target: a.target, hold: a.hold,
 		prefill: newPrefillMeter(a.prefill.seats), gate: newFirstTokenGate(a.target, now),
 		lastChange: now, winStart: now, start: a.start.kept()}
-	a.limit = a.start.bound(a.limit)
+	a.limit = a.start.bound(a.startLimit())
 }
 
 // cap is the current limit as a request count.
@@ -281,6 +293,12 @@ func (a *autoLimit) observeTTFT(admitted time.Time, ttft time.Duration, now time
 	a.gate.prefilled = a.prefill.prefilled()
 	a.streams = true
 	gated := a.gate.observe(admitted, ttft, now, a.cap())
+	if gated && a.trace != nil {
+		j := a.gate.judged
+		a.trace(Step{At: now, Was: a.limit, Cap: a.limit, Gate: a.gate.bound(), Objective: a.gate.objective(),
+			P90: j.p90, Mean: j.mean, TTFTs: j.n,
+			Turn: a.gate.turn, LeanTurn: a.gate.leanTurn, Prefilled: a.gate.prefilled, Why: j.why})
+	}
 	if admitted.Before(a.lastChange) {
 		return gated
 	}
@@ -310,6 +328,9 @@ func (a *autoLimit) observeDone(admitted, now time.Time, deadline time.Duration,
 	} else {
 		a.judged = 0
 		a.observeService(now.Sub(admitted), size, streamed, now)
+		if streamed && a.streamKnee.observe(now.Sub(admitted), inFlight, size, now) > 0 {
+			a.kneeHit = true
+		}
 	}
 	a.finished++
 	if admitted.Before(a.lastChange) {
@@ -454,16 +475,23 @@ func (a *autoLimit) maybeUpdate(now time.Time) bool {
 	if !a.windowDone(now) {
 		return false
 	}
-	ev := a.evidence()
+	ev := a.evidence(now)
 	a.endProbing(ev)
 	old := a.limit
+	var why string
 	if ev.congested() {
 		a.cut(ev)
+		why = ev.why()
 	} else {
-		a.grow(ev, now)
+		why = a.grow(ev, now)
 	}
+	grown := a.limit
 	a.boundGrowth(ev, old)
 	a.settle(old)
+	if a.limit < grown && a.limit <= old {
+		why = "held: at a ceiling"
+	}
+	a.step(ev, old, why, now)
 	return a.closeWindow(old, now)
 }
 

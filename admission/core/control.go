@@ -31,7 +31,8 @@ func (l *Limiter) SetSaturated(on bool) {
 // size and bytes, and their clients' timeouts) for the restarted engine,
 // unless the transport diverts them to a peer first (Divert). Held places
 // of keyed calls are dropped: the engine they waited for is gone.
-// Clearing it does not start a slow start by itself: the recovery calls
+// The calls queued now go first once the engine is back, oldest first
+// (nextWaiterLocked). Clearing it does not start a slow start by itself: the recovery calls
 // SlowStart once the engine is back, and a recovery that failed leaves
 // the cap as it was.
 func (l *Limiter) SetRecovering(on bool) {
@@ -45,7 +46,10 @@ func (l *Limiter) SetRecovering(on bool) {
 	if on {
 		for e := l.waiters.Front(); e != nil; {
 			next := e.Next()
-			if e.Value.(*waiter).placeholder {
+			w := e.Value.(*waiter)
+			w.bySuspicion = false // the hang held it: held for good
+			w.atVerdict = true
+			if w.placeholder {
 				l.removeWaiterLocked(e)
 			}
 			e = next
@@ -65,13 +69,25 @@ func (l *Limiter) SetRecovering(on bool) {
 // suspicion stops nothing: a call sent into a hung engine is cut and held
 // at the verdict as one held here would be, and one sent to a healthy
 // engine the suspicion misjudged is served. Clearing it hands the queue
-// the slots free.
+// the slots free, and, unless the engine is being recovered (the verdict
+// confirmed the suspicion), gives the waits held for it alone back their
+// bounds: the engine progressed, so its pace judges them again, and a
+// suspicion misjudged costs nothing past its own seconds.
 func (l *Limiter) SetSuspected(on, stop bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	stop = on && stop
 	if on == l.suspected && stop == l.suspectStop {
 		return
+	}
+	if !on && l.suspected && !l.recovering {
+		now := l.clock.Now()
+		for e := l.waiters.Front(); e != nil; e = e.Next() {
+			if w := e.Value.(*waiter); w.bySuspicion {
+				w.held, w.bySuspicion = false, false
+				w.fresh = now.Add(w.deadline.Sub(w.at))
+			}
+		}
 	}
 	l.suspected, l.suspectStop = on, stop
 	if !stop {

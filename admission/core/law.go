@@ -34,17 +34,22 @@ type window struct {
 	ceiling     float64 // the deadline ceiling (0: unknown)
 	near        bool    // it comes from answers beside most of the cap
 	late        bool    // the cap is over a near ceiling
+	// streams: the throughput knee's ceiling for streams (knee.go; 0:
+	// none), and whether the cap is past it on fresh evidence.
+	streams     float64
+	pastStreams bool
 	drops       int
 }
 
 // congested: any evidence that the cap is too high.
 func (ev window) congested() bool {
-	return ev.queued || ev.slow || ev.pastKnee || ev.late || ev.drops > 0
+	return ev.queued || ev.slow || ev.pastKnee || ev.late || ev.pastStreams || ev.drops > 0
 }
 
-// evidence reads the window. A fresh service-time estimate is used once.
-func (a *autoLimit) evidence() window {
-	ev := window{p90: a.ttfts.p90(), target: a.gate.objective(), drops: a.drops}
+// evidence reads the window. A fresh service-time estimate is used once,
+// and so is a fresh throughput knee.
+func (a *autoLimit) evidence(now time.Time) window {
+	ev := window{p90: a.ttfts.p90Sound(), target: a.gate.objective(), drops: a.drops}
 	if a.gauges > 0 {
 		ev.w, ev.r = a.waiting/float64(a.gauges), a.running/float64(a.gauges)
 	}
@@ -71,6 +76,13 @@ func (a *autoLimit) evidence() window {
 	a.svcFresh = false
 	ev.ceiling, ev.near = a.deadlineCeiling()
 	ev.late = ev.near && a.limit > ev.ceiling
+	if !ev.kneeJudges {
+		// Streams under an objective: the service time's knee does not
+		// judge them, their throughput's does.
+		ev.streams = a.streamKnee.bound(now)
+		ev.pastStreams = a.kneeHit && ev.streams > 0 && a.limit > ev.streams
+	}
+	a.kneeHit = false
 	return ev
 }
 
@@ -112,6 +124,10 @@ func (a *autoLimit) cut(ev window) {
 		}
 		next = a.limit * max(0.5, f)
 	}
+	if ev.pastStreams {
+		// Back to the level of in flight that completed as much.
+		next = min(next, max(0.5*a.limit, ev.streams))
+	}
 	if ev.queued {
 		// To what the engine runs, not by a ratio: the queue lasts
 		// until answers free the seats, so the same evidence comes
@@ -124,18 +140,23 @@ func (a *autoLimit) cut(ev window) {
 
 // grow raises the cap when nothing holds it: by probeGain a window while
 // probing or under a known deadline ceiling, else by turnoverGain per
-// answer finished.
-func (a *autoLimit) grow(ev window, now time.Time) {
+// answer finished. It reports what it did, or what held the cap (the
+// control step's trace, trace.go).
+func (a *autoLimit) grow(ev window, now time.Time) string {
 	switch {
-	case (a.hold && !a.backlog) || !a.demand:
+	case a.hold && !a.backlog:
 		// Held while the watchdog says saturated, unless what it saw is a
 		// prefill backlog on an engine with room (see tighten).
+		return "held: saturated"
+	case !a.demand:
+		return "held: no demand"
 	case a.samples == 0 && a.finished == 0:
 		// Nothing started or finished: no sign the engine is moving (it
 		// may be hung), so no reason to send it more. Any answer counts
 		// here, whenever admitted: answers as long as a minute would
 		// otherwise allow one step per minute.
-	case ev.target > 0 && ev.p90 > growBand*ev.target:
+		return "held: no answers"
+	case ev.target > 0 && ev.p90 > growBand*ev.target && a.gate.batchSlows():
 		// First tokens near the objective: more in flight only makes each
 		// engine step longer, whichever limit cuts when they pass it. Only
 		// at the first-token limit's floor did this hold the cap: above it
@@ -143,10 +164,16 @@ func (a *autoLimit) grow(ev window, now time.Time) {
 		// tokens wait on its steps, not on each other's prefill
 		// (decode-bound: the cap ran to 233, the p99 first token to 1.5 s,
 		// though much of that lateness was the benchmark's machine).
+		// Not where a lone long prefill takes what it took at light load:
+		// the streams in flight do not slow first tokens there
+		// (batchSlows, streamgrowth.go).
+		return "held: first tokens near the objective"
 	case ev.kneeJudges && a.svc > growBand*ev.knee:
 		// Near the knee: more in flight would only slow every answer.
+		return "held: near the knee"
 	case a.gauges == 0 && now.Sub(a.gaugeAt) < gaugeFresh:
 		// The engine's queue is readable but was not read this window.
+		return "held: gauges unread"
 	case a.probing && a.streams && len(a.ttfts) == 0:
 		// Probing over streams: no first token yet of those admitted
 		// since the last growth, so no evidence of what it did. Growth
@@ -154,18 +181,27 @@ func (a *autoLimit) grow(ev window, now time.Time) {
 		// a second, and on an engine whose prefill takes seconds x1.25 a
 		// window ran the cap to many times what the engine prefills in
 		// time before its first token showed.
+		return "held: no first token yet"
 	case a.probing || ev.ceiling > 0:
 		// Start-up, or a known ceiling (the clients' deadlines) that
 		// already bounds the step: no need to creep up a turnover at a time.
 		a.limit = min(autoMax, max(a.limit+1, a.limit*a.probeGainFor(ev.w, ev.r, a.gauges)))
+		return "grew: probing"
+	case a.finished == 0:
+		return "held: no answer finished"
 	default:
 		a.limit = min(autoMax, a.limit+turnoverGain*float64(a.finished))
+		return "grew: turnover"
 	}
 }
 
 // boundGrowth keeps a growth under the deadline ceiling (twice it while
-// the engine's queue is empty and the ceiling comes from lighter load).
+// the engine's queue is empty and the ceiling comes from lighter load),
+// and under the throughput knee's while it holds.
 func (a *autoLimit) boundGrowth(ev window, old float64) {
+	if ev.streams > 0 && a.limit > old {
+		a.limit = max(old, min(a.limit, ev.streams))
+	}
 	bound := ev.ceiling
 	if bound <= 0 || a.limit <= old {
 		return

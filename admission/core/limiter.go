@@ -75,6 +75,10 @@ type Request struct {
 	// Undivertible: the call was offered to a peer already (or must not
 	// move); Divert leaves it queued.
 	Undivertible bool
+	// Diverted: Divert took the call out of this queue and no peer took
+	// it; queued again while the engine is recovered, it keeps its
+	// standing as a call queued at the verdict (SetRecovering).
+	Diverted bool
 	// Moved: another vigil moved the call here (its own engine is held or
 	// lost). It queues whatever the cap, after this node's own first
 	// attempts (nextWaiterLocked): it takes the room they leave, and this
@@ -213,6 +217,7 @@ func New(cfg configs.Admission, opts ...Option) *Limiter {
 	if l.auto == nil {
 		l.auto = NewAuto(cfg.TTFTTarget, cfg.EngineMaxSeqs, l.clock.Now())
 	}
+	traceSteps(l.auto, l.log)
 	if l.fixed > 0 {
 		l.fixedCap = NewFixed(l.fixed, cfg.EngineMaxSeqs)
 	}
@@ -351,9 +356,10 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	w := l.enqueueLocked(now, r, ph, lis)
 	w.deadline = now.Add(maxWait)
 	w.undivertible, w.moved = r.Undivertible, r.Moved
+	w.atVerdict = r.Diverted && l.recovering
 	// Queued while the engine is held: its bound would judge a pace the
 	// engine does not have (see expire).
-	w.held = l.holdingLocked(now)
+	l.markHeldLocked(now, w)
 	l.mu.Unlock()
 	return l.wait(ctx, r, lis, w, maxWait, timeout)
 }
@@ -538,6 +544,10 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 	// the suspicion (package admission) is still deciding; a refusal now
 	// would be for the engine's silence, not its pace.
 	silent := l.progress != nil && l.progress().Before(w.at)
+	if !r.Moved && now.Before(w.fresh) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+		l.dispatchLocked(now)
+		return // a false suspicion held it: its bound runs again from its end
+	}
 	if !r.Moved && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
 		// Once held, always: the engine's return finds the work the
 		// hang held up ahead of it (streams continued, calls held), and
@@ -546,7 +556,7 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 		// bound refuses as usual (a long plain answer is silent too).
 		l.heldWaits++
 		if !silent || l.holdingLocked(now) {
-			w.held = true
+			l.markHeldLocked(now, w)
 		}
 		l.dispatchLocked(now) // a slow start's cap grows with time alone
 		return
@@ -570,6 +580,18 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 // window); the queue's size and bytes still bound what is held.
 func (l *Limiter) holdingLocked(now time.Time) bool {
 	return l.suspected || l.recovering || (!l.slowFrom.IsZero() && now.Sub(l.slowFrom) < l.cfg.SlowStart)
+}
+
+// markHeldLocked marks w held when the engine is (holdingLocked), and
+// whether for a suspicion alone: a suspicion cleared as false takes that
+// back (SetSuspected), since the engine was healthy and its pace judges
+// the wait again; a recovery's or a slow start's hold stays.
+func (l *Limiter) markHeldLocked(now time.Time, w *waiter) {
+	if !l.holdingLocked(now) || (w.held && !w.bySuspicion) {
+		return
+	}
+	w.held = true
+	w.bySuspicion = !l.recovering && (l.slowFrom.IsZero() || now.Sub(l.slowFrom) >= l.cfg.SlowStart)
 }
 
 // queueWaitFor bounds a request's queue wait by max_queue_wait and by its

@@ -190,6 +190,104 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatal("Divert with no suspicion took a request")
 			}
 		}},
+		{"a false suspicion without a peer holds a wait only while it lasts", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			l.SetSuspected(true, false) // no peer: nothing stops, nobody is refused meanwhile
+			ch := acquireAsync(context.Background(), l, Request{Timeout: time.Hour})
+			untilQueued(t, l, 1)
+			advance(3 * time.Second)
+			if s := l.Stats(); s.QueueDepth != 1 || s.HeldWaits == 0 {
+				t.Fatalf("depth %d, held waits %d; want the wait held past its bound while suspected", s.QueueDepth, s.HeldWaits)
+			}
+			// Progress: the engine was healthy, its pace judges the wait
+			// again, a whole bound from then (the stall's seconds were not
+			// its queue's). Before, the wait stayed held for its client's
+			// hour.
+			l.SetSuspected(false, false)
+			advance(1900 * time.Millisecond)
+			if l.Stats().QueueDepth != 1 {
+				t.Fatal("refused within a bound of the suspicion's end")
+			}
+			if a := get(t, ch); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout within two bounds of the suspicion's end", a)
+			}
+		}},
+		{"a suspicion the verdict confirms keeps its waits held", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			mustAcquire(t, l, Request{})
+			l.SetSuspected(true, false)
+			ch := acquireAsync(context.Background(), l, Request{Timeout: time.Hour})
+			untilQueued(t, l, 1)
+			advance(3 * time.Second)
+			l.SetRecovering(true) // the verdict, then the suspicion ends in it
+			l.SetSuspected(false, false)
+			l.SetRecovering(false)
+			advance(10 * time.Second)
+			select {
+			case a := <-ch:
+				t.Fatalf("got %+v, want the wait the hang held still held after the recovery", a)
+			default:
+			}
+			advance(time.Hour)
+		}},
+		{"the calls queued at the verdict are served first when the engine is back, oldest first", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			slot := mustAcquire(t, l, Request{})
+			before := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second}) // queued at the hang
+			untilQueued(t, l, 1)
+			l.SetRecovering(true)
+			advance(3 * time.Second) // its bound passes while the engine is recovered: held
+			during := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second})
+			untilQueued(t, l, 2)
+			advance(10 * time.Second)
+			l.SetRecovering(false)
+			after := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second}) // new, not held
+			untilQueued(t, l, 3)
+			// newest_first would serve the newest; the calls the hang
+			// held since before the verdict go first, then newest_first
+			// as ever.
+			chans := []<-chan acquired{before, after, during}
+			for i := range chans {
+				slot.Release(Outcome{Success: true})
+				synctest.Wait()
+				for j, ch := range chans {
+					select {
+					case a := <-ch:
+						if j != i || a.lis == nil {
+							t.Fatalf("waiter %d got %+v first, want waiter %d the slot", j, a, i)
+						}
+						slot = a.lis
+					default:
+					}
+				}
+			}
+		}},
+		{"a call diverted at the verdict that no peer took keeps its standing", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			slot := mustAcquire(t, l, Request{})
+			l.SetRecovering(true)
+			back := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second, Diverted: true, Undivertible: true})
+			untilQueued(t, l, 1)
+			advance(time.Second)
+			newer := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second})
+			untilQueued(t, l, 2)
+			advance(5 * time.Second)
+			l.SetRecovering(false)
+			slot.Release(Outcome{Success: true})
+			if a := get(t, back); a.lis == nil {
+				t.Fatalf("got %+v, want the call diverted at the verdict served first", a)
+			} else {
+				a.lis.Release(Outcome{Success: true})
+			}
+			if a := get(t, newer); a.lis == nil {
+				t.Fatalf("got %+v, want the newer call served next", a)
+			}
+		}},
 		{"a moved call waits its client's bound, even while this engine is held", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {

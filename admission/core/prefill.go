@@ -40,10 +40,16 @@ const (
 	// prompts (2,000 +- 1,000 tokens) read as long half of the time and
 	// the cap ran to its ceiling.
 	longPrompt = 8192
-	// prefillMemory: prefill progress and the mean prompt length are
-	// averaged over about this long (decaying), several long prefills: a
-	// window of two gauge readings sees zero or one of them.
+	// prefillMemory and prefillKeep: prefill progress and the mean prompt
+	// length are averaged (decaying) over about prefillMemory or the last
+	// prefillKeep prefills, whichever is longer: several long prefills, as
+	// a window of two gauge readings sees zero or one of them. Over 5 s
+	// alone an engine ten times slower than the default (a 12,000-token
+	// prompt in 4 s) averaged one or two prefills, and the mean prompt
+	// swung by a prompt's prefix from reading to reading (see note); in
+	// prefills, the mean holds on any engine.
 	prefillMemory = 5 * time.Second
+	prefillKeep   = 8
 	// kvFull and seatsFull: the engine cannot take more when its KV cache
 	// is this full, or its running batch this close to max_num_seqs
 	// (engine_max_seqs, or vLLM's default 256 when not configured): its
@@ -61,10 +67,10 @@ type prefillMeter struct {
 	// seats is the engine's max_num_seqs when configured (0: vLLM's
 	// default, autoMax).
 	seats int
-	// dPrompt is the prompt tokens prefilled (counted less those the
-	// prefix cache held), dFirst the prefills completed.
-	dPrompt, dFirst float64
-	dSpan           time.Duration
+	// dPrompt is the prompt tokens counted, dCached those the prefix
+	// cache held, dFirst the prefills completed.
+	dPrompt, dCached, dFirst float64
+	dSpan                    time.Duration
 	// The last reading (-1: none).
 	prevPrompt, prevFirst, prevCached float64
 	prevAt                            time.Time
@@ -82,18 +88,26 @@ func (m *prefillMeter) note(g EngineLoad, now time.Time) {
 	if g.PromptTokens >= 0 && g.FirstTokens >= 0 && m.prevPrompt >= 0 && m.prevFirst >= 0 &&
 		g.PromptTokens >= m.prevPrompt && g.FirstTokens >= m.prevFirst {
 		dt := now.Sub(m.prevAt)
-		keep := math.Exp(-dt.Seconds() / prefillMemory.Seconds())
-		prompt := g.PromptTokens - m.prevPrompt
+		first := g.FirstTokens - m.prevFirst
+		keep := math.Exp(-min(dt.Seconds()/prefillMemory.Seconds(), first/prefillKeep))
+		cached := 0.0
 		if g.CachedTokens >= m.prevCached && m.prevCached >= 0 {
 			// A prompt's cached prefix is no prefill: counted, prompts
 			// behind a long shared prefix are judged long and go through
 			// the first-token limit a few at a time, far under what the
 			// engine runs well. Figures: bench/README.md, "Figures once
 			// kept in code comments", a cached prefix is no prefill.
-			prompt = max(0, prompt-(g.CachedTokens-m.prevCached))
+			cached = g.CachedTokens - m.prevCached
 		}
-		m.dPrompt = m.dPrompt*keep + prompt
-		m.dFirst = m.dFirst*keep + g.FirstTokens - m.prevFirst
+		// Summed apart and subtracted in the mean, not reading by
+		// reading: vLLM counts a prompt's cached tokens when it is
+		// scheduled and its prompt tokens at its first token, a prefill
+		// later, and a reading that saw only the former cannot take them
+		// from the latter (clipped at zero, a slow engine's prompts read
+		// whole, their prefix with them, as often as not).
+		m.dPrompt = m.dPrompt*keep + g.PromptTokens - m.prevPrompt
+		m.dCached = m.dCached*keep + cached
+		m.dFirst = m.dFirst*keep + first
 		m.dSpan = time.Duration(float64(m.dSpan)*keep) + dt
 	}
 	m.prevPrompt, m.prevFirst, m.prevCached, m.prevAt = g.PromptTokens, g.FirstTokens, g.CachedTokens, now
@@ -106,20 +120,20 @@ func (m *prefillMeter) prefilled() float64 {
 	if m.dFirst <= 0 {
 		return 0
 	}
-	return m.dPrompt / m.dFirst
+	return max(0, m.dPrompt-m.dCached) / m.dFirst
 }
 
 // long reports whether the prompts prefilled lately are long (longPrompt
 // tokens or more prefilled on average, their cached prefix aside): each
 // needs a step's token budget of its own, so two never share a step.
 func (m *prefillMeter) long() bool {
-	return m.dFirst > 0 && m.dPrompt/m.dFirst >= longPrompt
+	return m.dFirst > 0 && m.prefilled() >= longPrompt
 }
 
 // measuredShort reports whether the engine's counters say the prompts
 // prefilled lately are short (not merely that their length is unknown).
 func (m *prefillMeter) measuredShort() bool {
-	return m.dFirst > 0 && m.dPrompt/m.dFirst < longPrompt
+	return m.dFirst > 0 && m.prefilled() < longPrompt
 }
 
 // short reports whether the prompts are known to be short: prefilled

@@ -34,8 +34,16 @@ type waiter struct {
 	// moved: another vigil moved the call here (see Request.Moved).
 	moved bool
 	// held: its bound was reached while the engine was held, and it
-	// waits on (see Limiter.expire).
-	held bool
+	// waits on (see Limiter.expire). bySuspicion: held for a suspicion
+	// alone, which a suspicion cleared as false takes back.
+	held, bySuspicion bool
+	// atVerdict: it was queued when the engine was declared lost
+	// (SetRecovering), and goes first when it is back.
+	atVerdict bool
+	// fresh: a suspicion that held it cleared as false; its bound runs
+	// again from then, not from when it queued (the stall's seconds are
+	// not its queue's), and no expiry before this refuses it.
+	fresh time.Time
 	// Placeholders only: the call's key and the timer that drops it.
 	placeholder bool
 	k           CallKey
@@ -103,7 +111,8 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 // displaces fresh work (retries are what keeps an overload going).
 // Without streams, streamed waiters are passed over (the first-token limit
 // is full): a plain call behind them still goes. Calls moved here from
-// another vigil's held engine go after this node's own first attempts.
+// another vigil's held engine go after this node's own first attempts;
+// the calls queued at a hang's verdict go before everything, oldest first.
 func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 	live := func(e *list.Element) bool {
 		w := e.Value.(*waiter)
@@ -117,7 +126,7 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 		}
 		return nil
 	}
-	var newest, onTime, oldestRetry, oldestMoved *list.Element
+	var newest, onTime, oldestRetry, oldestMoved, oldestAtVerdict *list.Element
 	now := l.clock.Now()
 	drain := time.Duration(math.MaxInt64)
 	if rate := l.drainRateLocked(now); rate > 0 {
@@ -134,16 +143,23 @@ func (l *Limiter) nextWaiterLocked(streams bool) *list.Element {
 			oldestMoved = e
 		case w.retry:
 			oldestRetry = e
+		case w.atVerdict:
+			oldestAtVerdict = e
 		case l.onTimeLocked(w, now, drain, objective):
 			newest, onTime = cmp.Or(newest, e), e
 		default:
 			newest = cmp.Or(newest, e)
 		}
 	}
-	// A call moved here from a held engine goes after this node's own
-	// first attempts, oldest first: it takes the room they leave, so its
+	// The calls queued at the verdict go first, oldest first: the hang
+	// held them, the oldest since before it, and newest_first would serve
+	// the calls that came during the recovery and after the restart ahead
+	// of them (none of them on time any more: in bench/hanglost the calls
+	// queued at the hang were still waiting when the run ended). A call
+	// moved here from a held engine goes after this node's own first
+	// attempts, oldest first: it takes the room they leave, so its
 	// clients lose nothing for it (before retries, which go last anyway).
-	return cmp.Or(onTime, newest, oldestMoved, oldestRetry)
+	return cmp.Or(oldestAtVerdict, onTime, newest, oldestMoved, oldestRetry)
 }
 
 // movedCheckLocked judges a moved call against this node's room: the

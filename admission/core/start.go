@@ -49,7 +49,18 @@ type startState struct {
 	// cap last changed. Filling the cap is not enough to double it: 16
 	// clients fill a cap of 16 and need no more.
 	pressed bool
+	// overTold: the engine's gauges read more running than the seats the
+	// operator configured (data-parallel ranks, each with max_num_seqs of
+	// its own, or a wrong figure): they no longer bound the cap.
+	overTold bool
 }
+
+// seatsSlack: the share of the configured seats (one at least) the cap may
+// run past them. A data-parallel engine has max_num_seqs a rank, and its
+// gauges, summed over the ranks, can only show it running more than the
+// seats when the cap lets more in; the slack lets them show it at the cost
+// of a few requests waiting a turnover in an engine that has no more.
+const seatsSlack = 1.0 / 16
 
 // kept is what survives the cap's reset.
 func (s startState) kept() startState { return startState{seats: s.seats} }
@@ -62,13 +73,52 @@ func (s startState) bound(limit float64) float64 {
 	return limit
 }
 
+// toldSeats is how many requests the engine runs at once as it was told:
+// the seat limit it exposes, else the operator's engine_max_seqs (its
+// max_num_seqs, which vLLM does not export); 0 when neither.
+func (a *autoLimit) toldSeats() int {
+	if a.start.seats > 0 {
+		return a.start.seats
+	}
+	return a.prefill.seats
+}
+
+// startLimit is where the cap starts, and starts again after the engine's
+// restart: the engine's seats when told (all of them run at once, so the
+// first second of a burst needs no probing to reach them), else
+// autoInitial. A configured seat count bounds the cap only until the
+// engine's gauges read more running (settle): they sum its data-parallel
+// ranks, each with max_num_seqs of its own. Started at 16 beside the AI SDK's
+// burst at twice what 64 seats serve, the cap took 3 s of the burst to
+// reach them while 120 calls queued (bench/README.md, issue 41).
+func (a *autoLimit) startLimit() float64 {
+	if n := a.toldSeats(); n > 0 {
+		return max(autoMin, min(autoMax, float64(n)))
+	}
+	return autoInitial
+}
+
+// seatsTaken reports whether the engine runs all the seats it was told
+// (r running): an empty queue beside it proves no room, since every
+// request past the seats waits in the engine's own queue (the cap doubled
+// from 64 to 128 there, and 64 calls then waited out a whole answer in
+// the engine, most past their clients' timeout). An engine that runs more
+// than it was told has more seats than that (data-parallel ranks, each
+// with the configured max_num_seqs): the told count says nothing then.
+func (a *autoLimit) seatsTaken(r float64) bool {
+	n := float64(a.toldSeats())
+	return n > 0 && r >= seatsFull*n && r <= n
+}
+
 // probeGainFor is the growth factor of one probing window whose engine
 // gauges averaged w waiting and r running (gauges: how many readings). An
 // engine that started all of the cap with nothing waiting has shown room
 // for more: the cap doubles, and grows again only once a reading shows
 // the engine holding most of the doubled cap. Otherwise, or with no
-// reading to go by, the gentle probeGain. Not over streams: their first
-// tokens judge each growth a prefill later (see grow), and doubled
+// reading to go by, the gentle probeGain. The engine's seats, when told,
+// bound the doubling, and an engine running all of them gets no growth
+// but the step the law always allows (seatsTaken). Not over streams:
+// their first tokens judge each growth a prefill later (see grow), and doubled
 // past what the engine prefills in time the cap ran the fast engines of
 // the goodput family at 31-50 in flight against 26 (0.2-0.8x the best
 // fixed cap against 0.5-1.3x, same machine and load: bench/README.md,
@@ -81,15 +131,33 @@ func (a *autoLimit) probeGainFor(w, r float64, gauges int) float64 {
 		}
 		a.start.await = 0
 	}
+	if a.seatsTaken(r) {
+		return 1
+	}
 	if gauges > 0 && w == 0 && r >= fullShare*a.limit && !a.streams && a.start.pressed {
-		a.start.await = a.limit * burstGain
-		return burstGain
+		gain := burstGain
+		if n := float64(a.toldSeats()); n > 0 && r <= n {
+			// Up to the seats, not past them: past them only the
+			// gauges tell whether more runs (data-parallel ranks).
+			if a.limit >= n {
+				return probeGain
+			}
+			gain = min(gain, n/a.limit)
+		}
+		a.start.await = a.limit * gain
+		return gain
 	}
 	return probeGain
 }
 
 // settle ends a window's change of the cap (from old): no growth while a
-// doubling waits for the engine to show it, and never past the seats.
+// doubling waits for the engine to show it, and never past the seats: the
+// ones the engine exposes, or, by seatsSlack at most, those configured
+// until the engine is seen running more. Past them every request waits in
+// the engine's own queue for a whole answer to free a seat: the cap grew
+// by a quarter from 64 to 80 whenever a window read a batch between two
+// turnovers, and the 16 then waited out a turnover in the engine, many
+// past their clients' timeout.
 func (a *autoLimit) settle(old float64) {
 	if a.limit != old {
 		a.start.pressed = false
@@ -100,6 +168,14 @@ func (a *autoLimit) settle(old float64) {
 	}
 	if !a.probing {
 		a.start.await = 0
+	}
+	if n := float64(a.prefill.seats); n > 0 && a.start.seats == 0 {
+		if a.gauges > 0 && a.running/float64(a.gauges) > n {
+			a.start.overTold = true
+		}
+		if !a.start.overTold {
+			a.limit = min(a.limit, n+max(1, n*seatsSlack))
+		}
 	}
 	a.limit = a.start.bound(a.limit)
 }

@@ -155,3 +155,72 @@ func TestOverStreamsTheCapStillGrowsByAQuarter(t *testing.T) {
 		t.Errorf("cap %d after a window of streams with the engine running all 16, want 20", a.cap())
 	}
 }
+
+// The seats the operator configured (engine_max_seqs, vLLM's
+// max_num_seqs) start the cap, and bound its doubling: beside the AI
+// SDK's burst at twice what 64 seats serve, the cap started at 16 and
+// took 3 s to reach them, then doubled from 64 to 128 on an engine
+// running all 64 with nothing waiting yet, and 64 calls waited out a
+// whole answer in the engine's queue, many past their clients' timeout
+// (bench/README.md, issue 41).
+func TestConfiguredSeatsStartTheCapAndBoundItsDoubling(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// window: the engine's gauges read running, nothing waiting, while
+	// requests queue past the cap; answers close the window.
+	window := func(a *autoLimit, at time.Time, running float64) time.Time {
+		a.markDemand()
+		a.start.pressed = true
+		at = at.Add(10 * time.Millisecond)
+		a.observeEngine(0, running, at)
+		for range windowMinSamples {
+			at = at.Add(24 * time.Millisecond)
+			a.observeDone(at.Add(-20*time.Millisecond), at, 0, false, int(running), 10)
+		}
+		return at
+	}
+	t.Run("the cap starts at the seats, and again after the engine's restart", func(t *testing.T) {
+		a := newAutoLimit(0, 64, t0)
+		if a.cap() != 64 {
+			t.Errorf("cap %d with engine_max_seqs 64, want 64", a.cap())
+		}
+		a.Restart(t0.Add(time.Minute))
+		if a.cap() != 64 {
+			t.Errorf("cap %d after the engine's restart, want 64", a.cap())
+		}
+		if b := newAutoLimit(0, 0, t0); b.cap() != autoInitial {
+			t.Errorf("cap %d without seats, want %d", b.cap(), autoInitial)
+		}
+	})
+	t.Run("a data-parallel engine of 2 x 64 seats: the cap gets past the 64 told and finds its 128", func(t *testing.T) {
+		a := newAutoLimit(0, 64, t0)
+		at := t0
+		for range 8 {
+			at = window(a, at, min(float64(a.cap()), 128))
+		}
+		if a.cap() < 120 {
+			t.Errorf("cap %d after 8 windows of an engine running all it got up to 128, want near 128", a.cap())
+		}
+	})
+	for _, tc := range []struct {
+		name           string
+		seats          int
+		limit, running float64
+		want           int
+	}{
+		{"at the seats, all running, nothing waiting: one more, not double", 64, 64, 64, 65},
+		{"at the seats, a batch between turnovers: a sixteenth past them at most", 64, 64, 56, 68},
+		{"under the seats: doubled up to them, not past", 64, 40, 40, 64},
+		{"far under the seats: doubled", 64, 16, 16, 32},
+		{"more running than the seats (data-parallel ranks): they say nothing, doubled", 64, 80, 80, 160},
+		{"no seats told: doubled", 0, 64, 64, 128},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAutoLimit(0, tc.seats, t0)
+			a.limit = tc.limit
+			window(a, t0, tc.running)
+			if a.cap() != tc.want {
+				t.Errorf("cap %d from %v with %v running of %d seats, want %d", a.cap(), tc.limit, tc.running, tc.seats, tc.want)
+			}
+		})
+	}
+}

@@ -8,7 +8,9 @@
 //     for a long prefill, a saturated batch or a slow engine. Every method
 //     takes the time; none reads a clock. Suspicion runs it: under a lock,
 //     checked every tick, told of progress by the engine's counters, and
-//     asking the limiter (Host) to hold or release the engine.
+//     asking the limiter (Host) to hold or release the engine, with the
+//     Evidence of what raised it; Episodes groups the suspicions for the
+//     log, one line an episode.
 //   - Relay and Mover, a cut call's way on: what it needs to be sent
 //     again, and where it goes next (a pool Peer, the restarted engine
 //     once it is ready, or nowhere, with a Loss* code), holding it against

@@ -34,9 +34,9 @@ type Host interface {
 	// ReadCounters reads the engine's counters once; ok false when they
 	// cannot be read.
 	ReadCounters() (c Counters, ok bool)
-	// Suspect holds the engine at a suspicion raised; Unsuspect releases
-	// it when progress clears it.
-	Suspect(now time.Time)
+	// Suspect holds the engine at a suspicion raised (ev: what raised
+	// it); Unsuspect releases it when progress clears it.
+	Suspect(now time.Time, ev Evidence)
 	Unsuspect()
 }
 
@@ -52,8 +52,13 @@ type Suspicion struct {
 	quiet    bool // the engine is quiet (Watch.Quiet): its counters are read
 }
 
-// NewSuspicion is a watch with nothing seen.
-func NewSuspicion() *Suspicion { return &Suspicion{w: NewWatch()} }
+// NewSuspicion is a watch with nothing seen; floor is the shortest
+// silence that raises a suspicion (0: the default, a second).
+func NewSuspicion(floor time.Duration) *Suspicion {
+	w := NewWatch()
+	w.Floor = floor
+	return &Suspicion{w: w}
+}
 
 // Sent notes a call c sent to the engine (Watch.Sent).
 func (s *Suspicion) Sent(c any, now time.Time, prompt, output int, stream bool) {
@@ -132,6 +137,7 @@ func (s *Suspicion) Run(h Host) {
 		s.mu.Lock()
 		suspected, was := s.w.Check(now), s.on
 		s.on = suspected
+		ev := s.w.Evidence()
 		quiet := s.w.Quiet(now)
 		if quiet && !s.quiet {
 			s.haveBase = false // a new quiet spell: its first read is the base
@@ -140,7 +146,7 @@ func (s *Suspicion) Run(h Host) {
 		s.mu.Unlock()
 		switch {
 		case suspected && !was:
-			h.Suspect(now)
+			h.Suspect(now, ev)
 		case !suspected && was:
 			h.Unsuspect()
 		}

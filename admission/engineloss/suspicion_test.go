@@ -26,8 +26,8 @@ func (h *hostLog) ReadCounters() (Counters, bool) {
 	}
 	return Counters{PromptTokens: 100, FirstTokens: 1}, true
 }
-func (h *hostLog) Suspect(time.Time) { h.events = append(h.events, "suspect") }
-func (h *hostLog) Unsuspect()        { h.events = append(h.events, "unsuspect") }
+func (h *hostLog) Suspect(time.Time, Evidence) { h.events = append(h.events, "suspect") }
+func (h *hostLog) Unsuspect()                  { h.events = append(h.events, "unsuspect") }
 
 // TestSuspicionRun: a call the engine never answers is suspected; the
 // engine's counters advancing past the quiet spell's first read clear the
@@ -44,11 +44,16 @@ func TestSuspicionRun(t *testing.T) {
 		{"counters advance", 20 * time.Minute, []string{"suspect", "unsuspect"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewSuspicion()
+			s := NewSuspicion(0)
 			h := &hostLog{now: t0, end: t0.Add(30 * time.Minute)}
 			if tc.advance > 0 {
 				h.advanceAt = t0.Add(tc.advance)
 			}
+			// One call answered first: an engine's silence is judged
+			// only once it has answered through the watch.
+			s.Sent(0, t0.Add(-time.Second), 100, 1, true)
+			s.Chunk(0, t0.Add(-500*time.Millisecond))
+			s.Done(0, t0.Add(-500*time.Millisecond), true, 1)
 			s.Sent(1, t0, 100, 50, true)
 			s.Run(h)
 			// A silent call suspected again after the progress is right:

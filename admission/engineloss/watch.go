@@ -1,6 +1,7 @@
 package engineloss
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -33,6 +34,14 @@ const (
 	// stepWeight and prefillWeight weigh each new sample of the learned
 	// step time and prefill rate (exponential averages over about 20).
 	stepWeight, prefillWeight = 0.05, 0.05
+	// plainSlack multiplies a plain answer's expected decode: the step it
+	// is judged by is an average over answers the engine's other prefills
+	// interrupt at random, and nothing of it shows before its end.
+	plainSlack = 2
+	// stepSlack steps after a stream's last byte, a call sent is taken for
+	// one the engine had before its step began (what the limiter sees of
+	// both comes a little late).
+	stepSlack = 2
 	// maxBackoff bounds how far false suspicions lengthen the silence
 	// needed (the hysteresis); backoffDecay of quiet halves it again.
 	maxBackoff   = 8
@@ -48,20 +57,34 @@ const (
 // done, an engine counter that advanced. The engine is suspected stalled
 // when, with calls in flight, nothing progressed for max(stallSteps step
 // times, stallFloor) (times the backoff) and at least one call is overdue:
-// a stream under way that sent nothing for that long, or a call whose
-// first byte is later than its prefill (its prompt at the learned prefill
-// rate) and, for a plain answer, its whole decode (its max tokens at the
-// learned step) allow. A lone long prefill or a long plain answer is not
-// overdue; a saturated engine keeps progressing; a slow one has a long
-// step.
+// a stream under way that sent nothing for that long plus the prefill of
+// the prompts sent before its last byte that have no first byte yet (the
+// engine's step that prefills them is long, and every stream beside it
+// waits for it: on a slow model, tens of its decode steps), or a call
+// whose first byte is later than the prefill of its prompt and of those
+// that share the engine's steps with it (at the learned prefill rate,
+// from the last first byte: the engine prefills first come, first served)
+// and, for a plain answer, twice its decode (its max tokens at the learned
+// step) allow. A lone long prefill or a long plain answer is not overdue;
+// a saturated engine keeps progressing; a slow one has a long step. An
+// engine that has answered nothing yet is not judged: its pace is unknown.
 type Watch struct {
-	step time.Duration // learned time between a stream's chunks
+	// Floor is the shortest silence that raises a suspicion (0:
+	// stallFloor).
+	Floor time.Duration
+	step  time.Duration // learned time between a stream's chunks
 	// streamTaught: streams taught the step; plain answers (whose time
 	// includes the engine's queue) no longer do.
 	streamTaught bool
-	prefillRate  float64   // learned prompt tokens a second
-	last         time.Time // the last progress
-	calls        map[any]*watched
+	prefillRate  float64 // learned prompt tokens a second
+	// answered: the engine has sent a byte of a call the watch saw; its
+	// silence is judged only from then (its pace is unknown before).
+	answered bool
+	// firstAt: when a call last had its first byte, the engine done with
+	// a prompt and on to the next.
+	firstAt time.Time
+	last    time.Time // the last progress
+	calls   map[any]*watched
 
 	suspected bool
 	since     time.Time // when the suspicion was raised
@@ -70,6 +93,22 @@ type Watch struct {
 	// raised counts suspicions; falseAlarms those progress cleared
 	// before a verdict.
 	raised, falseAlarms int
+	evidence            Evidence // what raised the last suspicion
+}
+
+// Evidence is what the watch saw when it raised a suspicion: for the log
+// line an operator reads, and for the tests that pin why.
+type Evidence struct {
+	Silence   time.Duration // since the engine's last progress
+	Threshold time.Duration // the silence that raises a suspicion then
+	Step      time.Duration // the learned step time (0: none yet)
+	InFlight  int           // calls in flight
+	// The overdue call: a stream under way (Started) silent for Waited,
+	// or a call Waited since it was sent with no byte yet, of Prompt
+	// tokens behind Ahead more still to prefill, asking for Output.
+	Stream, Started       bool
+	Waited                time.Duration
+	Prompt, Ahead, Output int
 }
 
 // watched is one call in flight as the stall watch sees it.
@@ -101,9 +140,11 @@ func (s *Watch) Chunk(c any, now time.Time) {
 	}
 	th := s.threshold()
 	s.Progress(now)
+	s.answered = true
 	switch {
 	case !w.stream:
 	case w.lastByte.IsZero():
+		s.firstAt = now
 		if d := now.Sub(w.sent).Seconds(); d > 0 && w.prompt > 0 {
 			s.prefillRate = ewma(s.prefillRate, float64(w.prompt)/d, prefillWeight)
 		}
@@ -134,6 +175,7 @@ func (s *Watch) Done(c any, now time.Time, answered bool, output int) {
 		return
 	}
 	s.Progress(now)
+	s.answered = true
 	if !w.stream && output > 0 && !s.streamTaught {
 		d := now.Sub(w.sent) - s.prefill(w.prompt)
 		if d > 0 {
@@ -162,6 +204,9 @@ func (s *Watch) Confirmed(now time.Time) {
 	s.suspected = false
 	s.last = now
 	s.calls = map[any]*watched{}
+	// The engine is restarted: its first prefill (a cold cache, its CUDA
+	// graphs captured) is no pace to judge by until it answers.
+	s.answered = false
 }
 
 // Check reports whether the engine is suspected stalled at now.
@@ -170,7 +215,7 @@ func (s *Watch) Check(now time.Time) bool {
 		s.backoff /= 2
 		s.calm = now
 	}
-	if s.suspected || len(s.calls) == 0 {
+	if s.suspected || len(s.calls) == 0 || !s.answered {
 		return s.suspected
 	}
 	th := s.threshold()
@@ -182,11 +227,23 @@ func (s *Watch) Check(now time.Time) bool {
 		if now.After(s.due(w, th, ahead)) {
 			s.suspected, s.since = true, now
 			s.raised++
+			s.evidence = Evidence{Silence: now.Sub(s.last), Threshold: th, Step: s.step, InFlight: len(s.calls),
+				Stream: w.stream, Started: !w.lastByte.IsZero(), Prompt: w.prompt, Output: w.output}
+			if w.lastByte.IsZero() {
+				s.evidence.Waited = now.Sub(w.sent)
+				s.evidence.Ahead = ahead.upTo(w.sent) - w.prompt
+			} else {
+				s.evidence.Waited = now.Sub(w.lastByte)
+				s.evidence.Ahead = s.pendingAt(w, ahead)
+			}
 			return true
 		}
 	}
 	return false
 }
+
+// Evidence is what raised the last suspicion.
+func (s *Watch) Evidence() Evidence { return s.evidence }
 
 // Last is when the engine last progressed.
 func (s *Watch) Last() time.Time { return s.last }
@@ -201,28 +258,47 @@ func (s *Watch) Quiet(now time.Time) bool {
 
 // threshold is the silence that raises a suspicion.
 func (s *Watch) threshold() time.Duration {
-	return time.Duration(s.backoff) * max(stallSteps*s.stepTime(), stallFloor)
+	return time.Duration(s.backoff) * max(stallSteps*s.stepTime(), cmp.Or(s.Floor, stallFloor))
 }
 
-// due is when w is overdue if nothing came: th after its last byte, or
-// after its prefill and (a plain answer) its decode would have sent its
-// first. Its prefill is the engine's, first come first served: its own
-// prompt and those of the calls sent before it that have not had a first
-// byte either (ahead), so a short call behind a long prompt waits for
-// that prompt's prefill too.
+// due is when w is overdue if nothing came: th after its last byte and
+// the prefill pending then (pendingAt), or after its prefill and (a plain
+// answer) its decode would have sent its first. Its prefill is the
+// engine's, first come first served: its own prompt and those of the
+// calls sent before it that have not had a first byte either (ahead), so
+// a short call behind a long prompt waits for that prompt's prefill too.
 func (s *Watch) due(w *watched, th time.Duration, ahead prefillQueue) time.Time {
 	if !w.lastByte.IsZero() {
-		return w.lastByte.Add(th)
+		return w.lastByte.Add(th + s.prefill(s.pendingAt(w, ahead)))
 	}
+	// The engine prefills first come, first served: it came to the
+	// calls still waiting for a first byte no earlier than the last first
+	// byte (the prompt before theirs done).
+	from := w.sent
+	if s.firstAt.After(from) {
+		from = s.firstAt
+	}
+	// Its prefill, and (chunked prefill) those of the calls sent while it
+	// prefills, which share its steps.
 	d := s.prefill(ahead.upTo(w.sent))
+	d = s.prefill(ahead.upTo(from.Add(d)))
 	if !w.stream {
 		step := s.step
 		if step <= 0 {
 			step = defaultDecodeStep
 		}
-		d += time.Duration(w.output) * step
+		d += plainSlack * time.Duration(w.output) * step
 	}
-	return w.sent.Add(d + th)
+	return from.Add(d + th)
+}
+
+// pendingAt is the prompt tokens a stream under way waits for after its
+// last byte: those of the calls sent before it (give or take
+// stepSlack steps, where the engine's step began) with no first byte
+// yet. The engine's next step prefills them, and a step that prefills is
+// long: the stream's next token comes after it.
+func (s *Watch) pendingAt(w *watched, ahead prefillQueue) int {
+	return ahead.upTo(w.lastByte.Add(stepSlack * s.stepTime()))
 }
 
 // prefillQueue is the prompts of the calls in flight that have had no

@@ -1,6 +1,7 @@
 package engineloss
 
 import (
+	"cmp"
 	"sort"
 	"testing"
 	"time"
@@ -12,6 +13,10 @@ type simCall struct {
 	sent, first, every, end time.Duration
 	prompt, output          int
 	stream                  bool
+	// bytes, when set, are the times of its bytes instead (first, every
+	// and end unused), and open a call still in flight when the run ends.
+	bytes []time.Duration
+	open  bool
 }
 
 // load is an engine's traffic: calls every `gap` from `from` to `to`,
@@ -56,10 +61,19 @@ type simEvent struct {
 // the engine stopped from stopAt on (0: never): nothing it would have
 // sent from then comes. It returns the first tick suspected (-1: none)
 // and the false alarms counted.
-func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration, falseAlarms int) {
+func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration, falseAlarms int, s *Watch) {
 	var evs []simEvent
 	for i, c := range calls {
 		evs = append(evs, simEvent{c.sent, 0, i})
+		if c.bytes != nil || c.open {
+			for _, t := range c.bytes {
+				evs = append(evs, simEvent{t, 1, i})
+			}
+			if !c.open {
+				evs = append(evs, simEvent{c.bytes[len(c.bytes)-1], 2, i})
+			}
+			continue
+		}
 		if c.stream {
 			for t := c.first; t < c.end; t += c.every {
 				evs = append(evs, simEvent{t, 1, i})
@@ -69,7 +83,7 @@ func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
-	s := NewWatch()
+	s = NewWatch()
 	ups := make([]*int, len(calls))
 	first = -1
 	next := 0
@@ -91,11 +105,11 @@ func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration
 				s.Done(ups[e.c], now, true, c.output)
 			}
 		}
-		if s.Check(t0.Add(tick)) && first < 0 {
+		if first < 0 && s.Check(t0.Add(tick)) {
 			first = tick
 		}
 	}
-	return first, s.falseAlarms
+	return first, s.falseAlarms, s
 }
 
 // The stall suspicion on the engines it must leave alone and on one that
@@ -150,12 +164,31 @@ func TestStallSuspicion(t *testing.T) {
 		return out
 	}
 
+	// Engines of steps (stepEngine): a limiter at its cap keeps its calls
+	// in flight on a slow model (bench/goodput's slow10 and slow20), whose
+	// step that prefills a new call's prompt (8,192 tokens of it: 2.7 s on
+	// slow10) stalls every stream beside it for 25 of its decode steps;
+	// told the prompts' sizes, or not (the bench's bodies do not show
+	// them: 9 tokens). And a saturated batch of slow10: more calls in
+	// flight than the engine has seats, its own queue full.
+	slowCap := func(f int, told int, stream bool, stop time.Duration) []simCall {
+		return slowModel(f).run(closedLoad{inFlight: 8, prompt: 10000, told: told, output: 324, stream: stream, until: run * time.Duration(f)}, 1, stop)
+	}
+	satEngine := slowModel(10)
+	satEngine.seats = 16
+	saturatedBatch := func(stream bool) []simCall {
+		return satEngine.run(closedLoad{inFlight: 48, prompt: 2000, told: 2000, output: 200, stream: stream, until: 10 * run}, 2, 0)
+	}
+
 	for _, tc := range []struct {
 		name  string
 		calls []simCall
 		stop  bool
 		// within: a stall is suspected at most this long after it began.
 		within time.Duration
+		// until and stopAt: the run's length and the stall's start when
+		// not the default's.
+		until, stopAt time.Duration
 	}{
 		{name: "healthy, streams", calls: streams(fast).calls()},
 		{name: "healthy, plain answers", calls: plain(fast).calls()},
@@ -177,19 +210,35 @@ func TestStallSuspicion(t *testing.T) {
 			within: 100*30*time.Millisecond + stallFloor + 500*time.Millisecond},
 		{name: "a real stall of a slow engine, streams", calls: streams(slow).calls(), stop: true,
 			within: stallSteps*400*time.Millisecond + 100*time.Millisecond},
+		{name: "slow10 at its cap, streams", calls: slowCap(10, 10000, true, 0), until: 10 * run},
+		{name: "slow10 at its cap, streams, prompts unsized", calls: slowCap(10, 9, true, 0), until: 10 * run},
+		{name: "slow20 at its cap, streams, prompts unsized", calls: slowCap(20, 9, true, 0), until: 20 * run},
+		{name: "slow10 at its cap, plain answers", calls: slowCap(10, 10000, false, 0), until: 10 * run},
+		{name: "saturated batch of slow10, streams", calls: saturatedBatch(true), until: 10 * run},
+		{name: "saturated batch of slow10, plain answers", calls: saturatedBatch(false), until: 10 * run},
+		// A slow engine's stall: found within a few of its steps, one
+		// that prefills among them.
+		{name: "a real stall of slow10 at its cap, streams", calls: slowCap(10, 9, true, 10*stop), until: 10 * run, stopAt: 10 * stop,
+			within: 8 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			stopAt := time.Duration(0)
+			stopAt, until := time.Duration(0), cmp.Or(tc.until, run)
 			if tc.stop {
 				stopAt = stop
 			}
-			first, falseAlarms := runStall(tc.calls, run, stopAt)
+			if tc.stopAt > 0 {
+				stopAt = tc.stopAt
+			}
+			first, falseAlarms, s := runStall(tc.calls, until, stopAt)
+			if first >= 0 {
+				t.Logf("evidence %+v; prefill rate %.0f", s.Evidence(), s.prefillRate)
+			}
 			switch {
-			case !tc.stop && first >= 0:
+			case stopAt == 0 && first >= 0:
 				t.Fatalf("suspected at %v on an engine that never stopped", first)
-			case tc.stop && (first < stop || first > stop+tc.within):
-				t.Fatalf("suspected at %v; want within %v of the stall at %v", first, tc.within, stop)
+			case stopAt > 0 && (first < stopAt || first > stopAt+tc.within):
+				t.Fatalf("suspected at %v; want within %v of the stall at %v", first, tc.within, stopAt)
 			case falseAlarms != 0:
 				t.Fatalf("%d false alarms", falseAlarms)
 			}
@@ -251,5 +300,30 @@ func TestStallWatchIgnoresCallsItDoesNotWatch(t *testing.T) {
 	}
 	if !s.Check(t0.Add(2 * time.Second)) {
 		t.Fatal("passed-through answers hid the stall")
+	}
+}
+
+// An engine that has answered nothing through the watch has no pace to
+// judge its silence by (a slow model's first prefill takes seconds): its
+// calls are not overdue until it answers one.
+func TestStallWatchJudgesOnlyAnEngineThatAnswered(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	s := NewWatch()
+	c := new(int)
+	s.Sent(c, t0, 9, 300, true)
+	if s.Check(t0.Add(time.Minute)) {
+		t.Fatal("suspected an engine that never answered")
+	}
+	s.Chunk(c, t0.Add(time.Minute))
+	if !s.Check(t0.Add(time.Minute + 2*time.Second)) {
+		t.Fatal("not suspected once it answered and went silent")
+	}
+	// The verdict: the engine is restarted, and not judged again until
+	// the restarted one answers.
+	s.Confirmed(t0.Add(2 * time.Minute))
+	s.Sent(c, t0.Add(3*time.Minute), 9, 300, true)
+	if s.Check(t0.Add(4 * time.Minute)) {
+		t.Fatal("suspected the restarted engine before it answered")
 	}
 }

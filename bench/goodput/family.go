@@ -144,6 +144,11 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 			list = append(list, arm{name: fmt.Sprintf("vigil, automatic cap, ttft_target %v", objective),
 				ttftTarget: time.Duration(float64(objective) * m.Speed), atObjective: true})
 		}
+		if o.laxArm > 0 {
+			lax := time.Duration(o.laxArm * float64(objective))
+			list = append(list, arm{name: fmt.Sprintf("vigil, automatic cap, ttft_target %v (lax)", lax),
+				ttftTarget: time.Duration(float64(lax) * m.Speed), lax: true})
+		}
 		rs, err := runArms(ctx, o, sp, list, f.rate, window, objective, stderr)
 		if err != nil {
 			return fmt.Errorf("model %s: %w", m.Name, err)
@@ -155,7 +160,7 @@ func familyExperiment(ctx context.Context, o options, models []enginesim.CostMod
 			switch r := &rs[i]; {
 			case r.arm.atObjective:
 				row.atObjective = r
-			case r.arm.cap == 0:
+			case r.arm.cap == 0 && !r.arm.lax:
 				row.vigil = r
 			}
 		}

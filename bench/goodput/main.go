@@ -35,6 +35,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
+	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/bench/harness"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
@@ -69,8 +72,9 @@ type arm struct {
 	cap        int
 	ttftTarget time.Duration
 	noQueue    bool
-	// atObjective marks the family's arm of vigil told the objective.
-	atObjective bool
+	// atObjective marks the family's arm of vigil told the objective;
+	// lax its arm told a lax one (-lax-arm).
+	atObjective, lax bool
 }
 
 // spec is a workload: its engine's time scale, its calls and its clients.
@@ -100,13 +104,21 @@ type options struct {
 	limiterTime harness.TimeMode
 	caps        []int
 	sloArm      bool
+	// laxArm, when > 0: the family also runs vigil's automatic cap told
+	// a ttft_target this many times the model's objective, one its first
+	// tokens do not reach, so that what bounds the cap past the
+	// objective shows (the throughput knee).
+	laxArm float64
 	// allGateways runs the no-queue gateway at every fixed cap instead of
 	// at the best one only.
 	allGateways bool
 	// trace prints the automatic cap's state every 10 s of engine time to
 	// traceTo (stderr).
-	trace    bool
-	traceTo  io.Writer
+	trace   bool
+	traceTo io.Writer
+	// steps, when set, gets the automatic cap's every control step
+	// (core.Step, logged at trace level).
+	steps    io.Writer
 	workload string
 	long     longOptions
 }
@@ -124,7 +136,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.allGateways, "all-gateways", false, "run the no-queue gateway at every -caps value, not only at the best fixed cap's (family: always)")
 	fs.BoolVar(&o.trace, "trace", false, "print the automatic cap's state every 10 s of engine time (stderr)")
 	o.traceTo = stderr
+	stepsTo := fs.String("trace-steps", "", "write the automatic cap's every control step (cap, objective, first tokens, what moved or held it) to this file")
 	fs.BoolVar(&o.sloArm, "slo-arm", true, "also run vigil's automatic cap with ttft_target set to the measured SLO")
+	fs.Float64Var(&o.laxArm, "lax-arm", 0, "family: also run vigil's automatic cap with ttft_target this many times the model's objective (0: not)")
 	limiterTime := fs.String("limiter-time", "clock", "how vigil keeps time beside the time-scaled engine: clock or config (see bench/README.md)")
 	fs.StringVar(&o.workload, "workload", "both", "chat, longprompt, both, or family (every arm on each -models engine)")
 	models := fs.String("models", "all", "family: the cost models to run, comma-separated, or all ("+strings.Join(enginesim.CostModelNames(), ", ")+")")
@@ -160,6 +174,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !chat && !long && !family {
 		fmt.Fprintf(stderr, "goodput: -workload %q: want chat, longprompt, both or family\n", o.workload)
 		return 2
+	}
+	if *stepsTo != "" {
+		f, err := os.Create(*stepsTo)
+		if err != nil {
+			fmt.Fprintf(stderr, "goodput: -trace-steps: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		o.steps = f
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -237,6 +260,9 @@ type result struct {
 	// meanFirstToken is the first-token limit averaged over the window
 	// (0: none).
 	meanFirstToken float64
+	// suspicions: stall suspicions the limiter raised (issue #36); on
+	// an engine that never stops each one is false.
+	suspicions uint64
 }
 
 func experiment(ctx context.Context, o options, stdout, stderr io.Writer) error {
@@ -400,7 +426,14 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 		if sp.speed > 0 {
 			cfg = simclient.ScaleAdmission(cfg, sp.speed)
 		}
-		lim, err = harness.StartLimiter(ctx, cfg, srv.URL(), engineKey, sp.scale, o.limiterTime)
+		var extra []admission.Option
+		if o.steps != nil && a.cap == 0 {
+			lg := logrus.New()
+			lg.SetOutput(o.steps)
+			lg.SetLevel(logrus.TraceLevel)
+			extra = append(extra, admission.WithLogger(lg.WithFields(logrus.Fields{"model": sp.name, "arm": a.name})))
+		}
+		lim, err = harness.StartLimiter(ctx, cfg, srv.URL(), engineKey, sp.scale, o.limiterTime, extra...)
 		if err != nil {
 			return result{}, err
 		}
@@ -464,6 +497,7 @@ func runArm(ctx context.Context, o options, sp spec, a arm, rate float64, window
 	}
 	if lim != nil {
 		r.limiter = lim.Summary()
+		r.suspicions = lim.Stats().Suspicions
 	}
 	return r, nil
 }

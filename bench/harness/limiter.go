@@ -45,6 +45,15 @@ func ParseTimeMode(s string) (TimeMode, error) {
 	return "", fmt.Errorf("limiter time mode %q: want clock or config", s)
 }
 
+// stallResolution is the shortest silence, in wall time, a time-scaled
+// run on this machine tells from its own pauses: enginesim lets its
+// schedule lag 20 ms before it restarts it, and a loaded machine's timers
+// fire as late. On engine time (TimeClock) it is scale times longer: 7.5 s
+// beside bench/goodput's slow10 (scale 300), where a second's floor made
+// the stall watch suspect the machine (issue #36), so the limiter's stall
+// floor is raised to it (admission.WithStallFloor).
+const stallResolution = 25 * time.Millisecond
+
 // Limiter is vigil's admission limiter serving a loopback port.
 type Limiter struct {
 	*admission.Limiter
@@ -70,6 +79,9 @@ func StartLimiter(ctx context.Context, cfg configs.Admission, upstream, engineKe
 		switch mode {
 		case TimeClock:
 			opts = append(opts, admission.WithClock(NewScaledClock(scale)))
+			if f := time.Duration(float64(stallResolution) * scale); f > time.Second {
+				opts = append(opts, admission.WithStallFloor(f))
+			}
 		case TimeConfig:
 			cfg = simclient.ScaleAdmission(cfg, scale)
 			hs = scale
@@ -131,10 +143,11 @@ func (l *Limiter) Summary() string {
 		}
 	}
 	return fmt.Sprintf("calls=%d executions=%d retries=%d admitted=%d queued=%d queue_abandoned=%d rejected{%s} "+
-		"attached=%d stored=%d adopted=%d adopted_stored=%d cancelled_immediate=%d cancelled_deferred=%d upstream_errors=%d cap=%d",
+		"attached=%d stored=%d adopted=%d adopted_stored=%d cancelled_immediate=%d cancelled_deferred=%d upstream_errors=%d cap=%d "+
+		"stall_suspicions=%d held_waits=%d",
 		s.Calls, s.Executions, s.Retries, s.Admitted, s.Queued, s.QueueAbandoned, strings.Join(rej, " "),
 		s.CoalescedAttached, s.CoalescedStored, s.Adopted, s.AdoptedStored, s.CancelledImmediate, s.CancelledDeferred,
-		s.UpstreamErrors, s.Cap)
+		s.UpstreamErrors, s.Cap, s.Suspicions, s.HeldWaits)
 }
 
 func sumRejected(m map[string]uint64) uint64 {

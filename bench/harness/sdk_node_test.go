@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -191,19 +192,50 @@ func compareNode(t *testing.T, dir, client string, seed int, arm nodeArm) (direc
 	recvD, recvV := engD.Engine.Stats().Received, engV.Engine.Stats().Received
 	var wg sync.WaitGroup
 	var errD, errV error
-	wg.Go(func() { direct, errD = runNode(ctx, dir, client, engD.URL(), nodeEngineKey, rate, seed, arm.warm) })
-	wg.Go(func() { vigil, errV = runNode(ctx, dir, client, lim.URL(), nodeClientKey, rate, seed, arm.warm) })
+	sctx, stopSampler := context.WithCancel(ctx)
+	var timeline []string
+	if testing.Verbose() {
+		// vigil's cap and queues beside its engine's gauges, for the log.
+		wg.Go(func() {
+			t0 := time.Now()
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case <-tick.C:
+				}
+				e, s := engV.Engine.Stats(), lim.Stats()
+				timeline = append(timeline, fmt.Sprintf("%4.1fs cap=%d in_flight=%d queue=%d engine running=%d waiting=%d completed=%d rejected=%d abandoned=%d cancelled=%d",
+					time.Since(t0).Seconds(), s.Cap, s.InFlight, s.QueueDepth, e.Running, e.Waiting+e.Pending, e.Completed, sumRejected(s.Rejected), s.QueueAbandoned, s.CancelledImmediate))
+			}
+		})
+	}
+	var runs sync.WaitGroup
+	runs.Go(func() { direct, errD = runNode(ctx, dir, client, engD.URL(), nodeEngineKey, rate, seed, arm.warm) })
+	runs.Go(func() { vigil, errV = runNode(ctx, dir, client, lim.URL(), nodeClientKey, rate, seed, arm.warm) })
+	runs.Wait()
+	stopSampler()
 	wg.Wait()
+	if testing.Verbose() {
+		t.Logf("%s, %s, through vigil:\n  %s", client, arm.name, strings.Join(timeline, "\n  "))
+	}
 	if errD != nil || errV != nil {
 		t.Fatalf("direct: %v; vigil: %v\n  limiter: %s", errD, errV, lim.Summary())
 	}
 	direct.executions, vigil.executions = engD.Engine.Stats().Received-recvD, engV.Engine.Stats().Received-recvV
 	direct.capacity = c * (nodeBurst(client) + nodeTimeout).Seconds()
+	// A call is finished within its timeout only if it started a service
+	// time before it: the engine, empty when the burst begins, completes
+	// nothing for one full batch's service time (seats / capacity), so
+	// within the burst and the timeout it completes at most this many.
+	inTime := c * (nodeBurst(client) + nodeTimeout - time.Duration(float64(nodeSeqs())/c*float64(time.Second))).Seconds()
 	s := lim.Stats()
 	vigil.limiter, vigil.adopted = lim.Summary(), s.Adopted+s.AdoptedStored
-	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout: straight %.1f%%, vigil %.1f%% of the calls",
+	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it): straight %.1f%%, vigil %.1f%% of the calls; vigil/straight %.2fx",
 		client, arm.name, nodeLoad, arm.warm, nodeWarmLoad, rate, nodeBurst(client), nodeTimeout, nodeRetries, startCap,
-		direct, vigil, vigil.limiter, direct.capacity, direct.share(), vigil.share())
+		direct, vigil, vigil.limiter, direct.capacity, inTime, direct.share(), vigil.share(), float64(vigil.Delivered)/float64(max(1, direct.Delivered)))
 	return direct, vigil, engV
 }
 

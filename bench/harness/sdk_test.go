@@ -235,6 +235,22 @@ func runSDK(t *testing.T, load float64, viaVigil bool) sdkRun {
 	caller.HeaderScale = tg.headerScale
 	caller.OmitTimeoutHeader = true
 	defer caller.CloseIdle()
+	var timeline []string
+	sctx, stopSampler := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	if testing.Verbose() {
+		sampler.Go(func() {
+			for at := 5 * time.Second; clock.SleepUntil(sctx, at); at += 5 * time.Second {
+				e := tg.engine.Engine.Stats()
+				line := fmt.Sprintf("t=%v engine waiting=%d running=%d", at, e.Waiting+e.Pending, e.Running)
+				if tg.lim != nil {
+					st := tg.lim.Stats()
+					line += fmt.Sprintf(" %s ftl=%d awaiting=%d obj=%v", tg.lim.Brief(), st.FirstTokenLimit, st.AwaitingFirstToken, st.TTFTObjective)
+				}
+				timeline = append(timeline, line)
+			}
+		})
+	}
 
 	res := make([]simclient.Result, len(arrivals))
 	var wg sync.WaitGroup
@@ -249,6 +265,22 @@ func runSDK(t *testing.T, load float64, viaVigil bool) sdkRun {
 		})
 	}
 	wg.Wait()
+	stopSampler()
+	sampler.Wait()
+	if testing.Verbose() {
+		t.Logf("timeline (via vigil: %v):\n  %s", viaVigil, strings.Join(timeline, "\n  "))
+		lost := map[string]int{}
+		for i, r := range res {
+			if r.Delivered {
+				continue
+			}
+			k := fmt.Sprintf("arr<%ds att=%d to=%d st=%v", int(arrivals[i].At/(30*time.Second))*30+30, r.Attempts, r.Timeouts, r.Statuses)
+			lost[k]++
+		}
+		for _, k := range slices.Sorted(maps.Keys(lost)) {
+			t.Logf("lost %3d: %s", lost[k], k)
+		}
+	}
 
 	run := sdkRun{calls: len(res), statuses: map[int]int{}}
 	var ttfts []time.Duration
