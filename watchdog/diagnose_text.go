@@ -78,14 +78,6 @@ func (r Report) writeEngine(t *textReport) {
 	if ev.Unanswered > 0 {
 		t.row("no answer", "for %s from any endpoint (hung as a wedged API server at %s)", humanize.Duration(ev.Unanswered), humanize.Duration(r.HangAfter))
 	}
-	if tv := ev.ThroughVigil; tv != nil && ev.Unanswered > 0 {
-		if tv.Silent < ev.Unanswered {
-			t.row("through vigil", "%s calls answered in the last %s, %s: the engine serves, its API server is starved (not hung while bytes flow)",
-				humanize.Count(float64(tv.Answered)), humanize.Duration(ev.Unanswered), bytesAgo(tv.Silent))
-		} else {
-			t.row("through vigil", "no byte of any answer for %s either", humanize.Duration(tv.Silent))
-		}
-	}
 	if ev.ProbeFailing != "" {
 		t.row("probe failing", "%s (not load: check engine.model)", ev.ProbeFailing)
 	}
