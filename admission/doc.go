@@ -19,7 +19,7 @@
 // reads a request's facts into a core.Request, proxy.go admits it in
 // stages (body.go reads the body, identity.go identifies the call,
 // attempt.go finds its work or acquires a slot and runs it, stream.go
-// streams the answer), package calls (admission/calls) remembers calls:
+// streams the answer, package usage meters it), package calls (admission/calls) remembers calls:
 // it runs a keyed call once for all its attempts, keeps finished answers
 // for late retries and keyless orphans for adoption; reject.go answers the
 // core's rejections. outage.go and relay.go send the calls of a lost
@@ -27,8 +27,10 @@
 // engineloss decides the rest (docs/design.md, the hang window): the stall
 // suspicion and its loop (Suspicion, asking the limiter through a Host),
 // where a cut call moves (Mover, Relay), a stream's continuation, the
-// outage's accounting. The engine is read through package probes (its
-// load, and llama.cpp's seats: probes.Seats).
+// outage's accounting; package inflight follows the calls on the engine
+// and cuts them when it is lost. Package enginepoll reads the engine's load for the
+// cap (through package probes: its /metrics, and llama.cpp's seats);
+// package stats is the limiter's report of itself (Stats, the metrics).
 //
 // # What a request goes through
 //
@@ -96,7 +98,8 @@
 // steers the limiter through SetSaturated, SetRecovering, SlowStart and
 // SetMaxInFlight, which this package passes to the core.
 //
-// Everything is counted in Stats and as vigil_admission_* metrics: calls and
+// Everything is counted in Stats and as vigil_admission_* metrics (package
+// stats): calls and
 // executions (retry amplification), retries, admitted, queued, abandoned,
 // rejected by reason, coalesced (attached, stored), cancelled (immediate,
 // deferred), queue depth, held queue places and oldest age,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +18,9 @@ import (
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/enginepoll"
+	"github.com/vigil-dev/vigil/admission/inflight"
+	"github.com/vigil-dev/vigil/admission/stats"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
 )
@@ -51,11 +55,13 @@ type Limiter struct {
 	transport *http.Transport
 	co        *calls.Memory
 
-	// The engine's queue gauges, read for the automatic cap.
-	// reader reads the engine's /metrics by its profile; nil: not read.
-	reader        *probes.Reader
-	metricsTarget probes.Target
-	pollDone      chan struct{}
+	// The engine's load, read for the automatic cap and the stall
+	// suspicion: reader reads the engine's /metrics by its profile (nil:
+	// not read), poll reads through it (nil with it); pollDone is closed
+	// when its loop ends.
+	reader   *probes.Reader
+	poll     *enginepoll.Poller
+	pollDone chan struct{}
 
 	// base is the parent context of keyed executions: they outlive the
 	// request that created them, never the limiter.
@@ -67,7 +73,7 @@ type Limiter struct {
 	core *core.Limiter
 
 	c        counters
-	inflight inFlight
+	inflight inflight.Calls
 
 	// out is the engine's recovery as the limiter sees it; peers and node
 	// are where cut calls may move and this vigil's name (outage.go).
@@ -89,10 +95,8 @@ type Limiter struct {
 		engineloss.Episodes
 	}
 
-	// keep writes what was learned across vigil's restart (learned.go);
-	// seats is the engine's own seat limit as read (seats.go).
-	keep  keeper
-	seats probes.Seats
+	// keep writes what was learned across vigil's restart (learned.go).
+	keep keeper
 }
 
 // counters are the monotonic counts behind Stats and the metrics (the
@@ -166,14 +170,17 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 			Immediate: func() { l.c.cancelledImmediate.Add(1) }})
 	l.base, l.stop = context.WithCancel(context.Background())
 	l.transport = newTransport()
-	// The reader scrapes the engine over the limiter's transport, with the
-	// engine's key when the limiter injects it.
-	l.metricsTarget = probes.EngineTarget(upstream, l.transport, "")
-	if cfg.InjectAPIKey {
-		l.metricsTarget.APIKey = engineAPIKey
+	if l.reader != nil {
+		// The reader scrapes the engine over the limiter's transport, with
+		// the engine's key when the limiter injects it.
+		engine := probes.EngineTarget(upstream, l.transport, "")
+		if cfg.InjectAPIKey {
+			engine.APIKey = engineAPIKey
+		}
+		l.poll = enginepoll.New(l.reader, engine, l.core, l.clock, l.log)
 	}
 	if l.reg != nil {
-		if err := l.reg.Register(&collector{l: l}); err != nil {
+		if err := l.reg.Register(stats.NewCollector(l.Stats, allReasons)); err != nil {
 			return nil, fmt.Errorf("admission: register metrics: %w", err)
 		}
 	}
@@ -194,12 +201,29 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 		close(l.keep.done)
 	}
 	l.pollDone = make(chan struct{})
-	if l.reader != nil {
-		go l.pollEngine()
+	if l.poll != nil {
+		go func() {
+			defer close(l.pollDone)
+			l.poll.Run(l.base)
+		}()
 	} else {
 		close(l.pollDone)
 	}
 	return l, nil
+}
+
+// WithEngineReader is how the limiter reads the engine's /metrics: the
+// same probes.Reader as the watchdog's, so both read the engine by its
+// profile (vLLM's, SGLang's, llama.cpp's names, or engine.metrics). The
+// default reads vLLM's names; nil disables reading the engine.
+func WithEngineReader(r *probes.Reader) Option {
+	return func(l *Limiter) { l.reader = r }
+}
+
+// sleepOn waits d on the limiter's clock (tick is the caller's, reused
+// across waits); false once the limiter is closing.
+func (l *Limiter) sleepOn(d time.Duration, tick chan struct{}) bool {
+	return core.Sleep(l.base, l.clock, d, tick)
 }
 
 // defaultReader reads vLLM's names, the first engine vigil serves.
@@ -273,7 +297,7 @@ func (l *Limiter) Serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       l.cfg.ReadTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          newStdLogger(errLog),
+		ErrorLog:          log.New(errLog, "", 0), // accept errors, TLS noise: into logrus
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -335,7 +359,9 @@ func (l *Limiter) SetSaturated(on bool) { l.core.SetSaturated(on) }
 // forgets its evidence (a restarted engine may differ) and probes again from
 // at least its initial value.
 func (l *Limiter) SlowStart() {
-	l.seats.Reset() // the restarted engine's slots are read again
+	if l.poll != nil {
+		l.poll.ResetSeats() // the restarted engine's slots are read again
+	}
 	l.core.SlowStart()
 }
 

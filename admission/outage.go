@@ -61,7 +61,7 @@ func (l *Limiter) SetRecovering(on bool) {
 	}
 	// The calls stuck on the engine first: they are the oldest, and a
 	// peer's queue takes moved calls in the order they come.
-	l.inflight.interruptAll(errEngineLost)
+	l.inflight.InterruptAll(errEngineLost)
 	if l.peerFor(nil) != nil {
 		l.core.Divert() // answered soonest by a peer than by a restart
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/inflight"
+	"github.com/vigil-dev/vigil/admission/usage"
 )
 
 // Relay is one call's way to an engine (engineloss.Relay): sent again,
@@ -41,13 +43,16 @@ const (
 func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont bool, tk *core.Listener, o *core.Outcome) (res sendResult, complete bool, failure *rejection) {
 	actx, cut := context.WithCancelCause(ex.Context())
 	defer cut(nil)
-	m := meter{sent: l.clock.Now()}
+	m := meter{Meter: usage.Meter{Sent: l.clock.Now()}}
 	answered := false
 	if d.peer == nil {
 		m.call = l.startCall(tk, cut)
 		l.stallSent(m.call, tk)
 		defer func() {
-			l.inflight.done(m.call, answered)
+			l.inflight.Done(m.call)
+			if answered {
+				l.inflight.Answered()
+			}
 			l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 		}()
 	}
@@ -77,8 +82,8 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return sentRefused, false, nil
 	}
-	m.sse = isSSE(resp.Header)
-	if cont && (resp.StatusCode != http.StatusOK || !m.sse) {
+	m.SSE = isSSE(resp.Header)
+	if cont && (resp.StatusCode != http.StatusOK || !m.SSE) {
 		l.lose(ex, rl, engineloss.LossRefused)
 		return sentDone, true, nil
 	}
@@ -101,9 +106,9 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		return sentDone, false, nil
 	}
 	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.Streamed = m.sse
+	o.Streamed = m.SSE
 	if tk != nil {
-		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
+		o.CompletionTokens, o.TotalTokens = m.Tokens(tk.Prompt())
 	}
 	answered = true
 	return sentDone, true, nil
@@ -112,11 +117,11 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 // startCall records a call to the engine in flight, cut by cut when the
 // engine is lost (moving on), and cuts it at once when the engine is
 // already lost: it must not go into a hung engine.
-func (l *Limiter) startCall(tk *core.Listener, cut context.CancelCauseFunc) *upstreamCall {
+func (l *Limiter) startCall(tk *core.Listener, cut context.CancelCauseFunc) *inflight.Call {
 	if l.cfg.MaxMoves == 0 {
-		return l.inflight.start(promptOf(tk), nil)
+		return l.inflight.Start(promptOf(tk), nil)
 	}
-	c := l.inflight.start(promptOf(tk), cut)
+	c := l.inflight.Start(promptOf(tk), cut)
 	if l.out.Active() {
 		cut(errEngineLost)
 	}
@@ -141,7 +146,7 @@ func (l *Limiter) tee(ex *calls.Execution, resp *http.Response, m *meter, tk *co
 	}
 	var pend engineloss.EventBuffer
 	_, readErr := l.pump(resp, m, tk, func(p []byte) error {
-		if !m.sse {
+		if !m.SSE {
 			l.co.Append(ex, p)
 			return nil
 		}

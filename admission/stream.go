@@ -11,6 +11,8 @@ import (
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/inflight"
+	"github.com/vigil-dev/vigil/admission/usage"
 )
 
 // The last stage: calling the engine and streaming its answer back
@@ -55,11 +57,14 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	}
 	// Not cut when the engine is lost: without an execution that outlives
 	// it, the call has nowhere to move (admission.coalesce off).
-	m := meter{sent: l.clock.Now(), call: l.inflight.start(promptOf(tk), nil)}
+	m := meter{Meter: usage.Meter{Sent: l.clock.Now()}, call: l.inflight.Start(promptOf(tk), nil)}
 	l.stallSent(m.call, tk)
 	answered := false
 	defer func() {
-		l.inflight.done(m.call, answered)
+		l.inflight.Done(m.call)
+		if answered {
+			l.inflight.Answered()
+		}
 		l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 	}()
 	resp, err := l.transport.RoundTrip(req)
@@ -73,7 +78,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 		return
 	}
 	defer resp.Body.Close()
-	m.sse = isSSE(resp.Header)
+	m.SSE = isSSE(resp.Header)
 	o.Dropped = resp.StatusCode >= 500
 	copyResponseHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
@@ -103,9 +108,9 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 		panic(http.ErrAbortHandler)
 	}
 	o.Success = resp.StatusCode >= 200 && resp.StatusCode < 300
-	o.Streamed = m.sse
+	o.Streamed = m.SSE
 	if tk != nil { // no ticket: the limiter is bypassed and reads no outcome
-		o.CompletionTokens, o.TotalTokens = m.tokens(tk.Prompt())
+		o.CompletionTokens, o.TotalTokens = m.Tokens(tk.Prompt())
 	}
 	answered = true
 	return false
@@ -136,6 +141,14 @@ func (l *Limiter) upstreamFailed(w http.ResponseWriter, err error) {
 	badGateway().Write(w)
 }
 
+// meter meters one upstream answer (usage.Meter) and tells the stall
+// watch of its reads: call is the engine call it belongs to (nil: a peer's
+// answer).
+type meter struct {
+	usage.Meter
+	call *inflight.Call
+}
+
 // pump copies the engine's answer into sink chunk by chunk, metering each
 // (bytes, tokens, first-byte time) and timing the first streamed byte for
 // the automatic cap (tk may be nil for uncapped calls). It returns the
@@ -149,14 +162,14 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink fu
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			now := l.clock.Now()
-			first := m.first.IsZero()
-			m.chunk(buf[:n], now)
+			first := m.First().IsZero()
+			m.Chunk(buf[:n], now)
 			if m.call != nil {
 				l.sus.Chunk(m.call, now)
-				l.inflight.read()
+				l.inflight.Read()
 			}
-			if first && tk != nil && m.sse && resp.StatusCode < 300 {
-				tk.FirstToken(now.Sub(m.sent))
+			if first && tk != nil && m.SSE && resp.StatusCode < 300 {
+				tk.FirstToken(now.Sub(m.Sent))
 			}
 			if err := sink(buf[:n]); err != nil {
 				return err, nil

@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -9,6 +8,8 @@ import (
 
 	"github.com/vigil-dev/vigil/admission/core"
 	"github.com/vigil-dev/vigil/admission/engineloss"
+	"github.com/vigil-dev/vigil/admission/inflight"
+	"github.com/vigil-dev/vigil/admission/usage"
 	"github.com/vigil-dev/vigil/util/humanize"
 )
 
@@ -39,7 +40,7 @@ func WithStallFloor(d time.Duration) Option { return func(l *Limiter) { l.stallF
 func (l *Limiter) Suspected() bool { return l.sus.Suspected() }
 
 // stallSent notes a call sent to the engine (tk: its slot) to the watch.
-func (l *Limiter) stallSent(c *upstreamCall, tk *core.Listener) {
+func (l *Limiter) stallSent(c *inflight.Call, tk *core.Listener) {
 	if tk != nil && l.sus != nil {
 		l.sus.Sent(c, l.clock.Now(), tk.Prompt(), tk.Output(), tk.Stream())
 	}
@@ -59,12 +60,10 @@ func (h suspicionHost) Unsuspect()                                    { h.l.unsu
 
 // ReadCounters reads the engine's counters once.
 func (h suspicionHost) ReadCounters() (engineloss.Counters, bool) {
-	if h.l.reader == nil {
+	if h.l.poll == nil {
 		return engineloss.Counters{}, false
 	}
-	ctx, cancel := context.WithTimeout(h.l.base, pollTimeout)
-	g, err := h.l.readEngineQueue(ctx)
-	cancel()
+	g, err := h.l.poll.Read(h.l.base)
 	return engineloss.Counters{PromptTokens: g.PromptTokens, FirstTokens: g.FirstTokens}, err == nil
 }
 
@@ -87,7 +86,7 @@ func (l *Limiter) suspect(now time.Time, ev engineloss.Evidence) {
 			Infof("admission: the last episode of stall suspicions ended: %d over %s, each cleared by the engine's progress",
 				ended.Raised, humanize.Rough(ended.End.Sub(ended.Start)))
 	}
-	n, _ := l.inflight.snapshot()
+	n, _ := l.inflight.Snapshot()
 	log := l.log.WithFields(logrus.Fields{"in_flight": n, "silence": ev.Silence.Round(time.Millisecond),
 		"threshold": ev.Threshold.Round(time.Millisecond), "step": ev.Step.Round(time.Millisecond)})
 	if ev.Started {
@@ -193,7 +192,7 @@ func (a *attempt) sendToPeer(p *Peer, body []byte) (done, taken bool) {
 	if stream {
 		_ = rc.Flush()
 	}
-	m := meter{sent: l.clock.Now()}
+	m := meter{Meter: usage.Meter{Sent: l.clock.Now()}}
 	sinkErr, readErr := l.pump(resp, &m, nil, func(b []byte) error {
 		if _, err := a.w.Write(b); err != nil {
 			return err

@@ -277,6 +277,22 @@ func (r *poolRig) hangAll(t *testing.T) time.Time {
 }
 
 // journalTurn reads the pool turn in vigil's journal ("" when none).
+// waitTurnsGiven waits up to within for every recovery turn in etcd to be
+// given back and returns those still held. A recovery shows "resolved" in
+// /status a moment before it gives its turn back, so reading the turns at
+// once races with the release.
+func (r *poolRig) waitTurnsGiven(t *testing.T, within time.Duration) []coord.Holder {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		hs := r.holders(t)
+		if len(hs) == 0 || time.Now().After(deadline) {
+			return hs
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (v *vigil) journalTurn(t *testing.T) string {
 	t.Helper()
 	data, err := os.ReadFile(v.cfg.StateFile)
@@ -346,7 +362,7 @@ func TestPoolTwoHangsRecoverOneAtATime(t *testing.T) {
 			t.Errorf("%s: drained %t, %d restarts; want back in rotation after one restart", v.cfg.Node, doc.Recovery.Drained, doc.Recovery.RestartsInWindow)
 		}
 	}
-	if hs := r.holders(t); len(hs) != 0 {
+	if hs := r.waitTurnsGiven(t, 3*time.Second); len(hs) != 0 {
 		t.Errorf("turns left in etcd after both recoveries: %v", hs)
 	}
 }
@@ -422,7 +438,7 @@ func TestPoolHolderKilledMidRecoveryLetsTheOtherProceed(t *testing.T) {
 	for _, v := range []*vigil{vh, vo} {
 		v.waitStatus(t, 5*time.Second, "the recovery resolved", func(d statusDoc) bool { return d.Recovery.Step == "resolved" && !d.Recovery.Drained })
 	}
-	if hs := r.holders(t); len(hs) != 0 {
+	if hs := r.waitTurnsGiven(t, 3*time.Second); len(hs) != 0 {
 		t.Errorf("turns left in etcd at the end: %v", hs)
 	}
 	if turn := vh.journalTurn(t); turn != "" {

@@ -16,13 +16,14 @@ import (
 
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/configs"
+	"github.com/vigil-dev/vigil/internal/daemon"
 )
 
 // serveVigil is the vigil child: the admission limiter with its defaults
 // (max_in_flight set to maxInFlight) in front of upstream, as "vigil run"
 // serves it.
 func serveVigil(ctx context.Context, listen, upstream string, maxInFlight int, profile string, stdout io.Writer) error {
-	admission.SetProcs() // as "vigil run" does
+	daemon.SetProcs() // as "vigil run" does
 	u, err := url.Parse(upstream)
 	if err != nil {
 		return fmt.Errorf("vigil: upstream %q: %w", upstream, err)

@@ -33,7 +33,12 @@ if [ ! -x "$bin" ]; then
   # CPU only, one static binary, and nothing fetched at build time: no
   # prebuilt web UI from Hugging Face, no npm build of it, no TLS client
   # (the server's model download from URLs is the only user of it).
+  # A unity build (each library's sources compiled a batch at a time, so
+  # the heavy headers, JSON's above all, are parsed once a batch), and the
+  # code the tests never run unoptimised (coldcode.cmake): 0.73x the
+  # build's CPU time (bench/README.md, "CI time, round two").
   cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_UNITY_BUILD=ON -DCMAKE_PROJECT_INCLUDE="$here/coldcode.cmake" \
     -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \

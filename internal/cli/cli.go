@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/internal/daemon"
 )
 
@@ -32,9 +31,9 @@ Run "vigil COMMAND -h" for a command's flags.
 // Main is `vigil ARGS...`: the exit code of the subcommand args name.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "run" {
-		// Only the daemon: see admission.Procs. Tests call run directly
+		// Only the daemon: see daemon.Procs. Tests call run directly
 		// and keep the test binary's own setting.
-		admission.SetProcs()
+		daemon.SetProcs()
 	}
 	return run(args, stdout, stderr)
 }

@@ -1,4 +1,4 @@
-package admission
+package usage
 
 import (
 	"bytes"
@@ -12,22 +12,25 @@ const tailSize = 4096
 
 var sseEvent = []byte("\ndata:")
 
-// meter watches an upstream answer go by without holding it: when its first
+// Meter watches an upstream answer go by without holding it: when its first
 // byte came, how many SSE events it had, and its last few KB.
-type meter struct {
-	sent   time.Time
+type Meter struct {
+	// Sent is when the call went to the engine; SSE says the answer is an
+	// event stream (its Content-Type), set before its first Chunk.
+	Sent   time.Time
+	SSE    bool
 	first  time.Time
-	sse    bool
 	events int
 	edge   [5]byte // last bytes of the previous chunk, for events split across reads
 	edgeN  int
 	tail   []byte
-	// call is the upstream call being metered, told of its first byte.
-	call *upstreamCall
 }
 
-// chunk records p, read at now.
-func (m *meter) chunk(p []byte, now time.Time) {
+// First is when the answer's first byte came (zero: none yet).
+func (m *Meter) First() time.Time { return m.first }
+
+// Chunk records p, read at now.
+func (m *Meter) Chunk(p []byte, now time.Time) {
 	if len(p) == 0 {
 		return
 	}
@@ -36,7 +39,7 @@ func (m *meter) chunk(p []byte, now time.Time) {
 		// The stream starts as if after a newline, so a first "data:" counts.
 		m.edge[0], m.edgeN = '\n', 1
 	}
-	if m.sse {
+	if m.SSE {
 		m.events += bytes.Count(p, sseEvent)
 		// An event marker split across reads: look at the seam between the
 		// stream's last bytes so far and this read (a marker is longer than
@@ -62,40 +65,40 @@ func (m *meter) chunk(p []byte, now time.Time) {
 	m.tail = append(m.tail, p...)
 }
 
-type usage struct {
+type reported struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
 }
 
 // usage reads the last "usage" object of the answer, if any.
-func (m *meter) usage() (usage, bool) {
+func (m *Meter) usage() (reported, bool) {
 	i := bytes.LastIndex(m.tail, []byte(`"usage"`))
 	if i < 0 {
-		return usage{}, false
+		return reported{}, false
 	}
 	rest := bytes.TrimLeft(m.tail[i+len(`"usage"`):], " \t\r\n")
 	rest, ok := bytes.CutPrefix(rest, []byte(":"))
 	if !ok {
-		return usage{}, false
+		return reported{}, false
 	}
-	var u *usage
+	var u *reported
 	if err := json.NewDecoder(bytes.NewReader(rest)).Decode(&u); err != nil || u == nil {
-		return usage{}, false
+		return reported{}, false
 	}
 	return *u, true
 }
 
-// tokens returns the answer's output and total tokens: from usage when the
+// Tokens returns the answer's output and total tokens: from usage when the
 // engine reported it, else (streams) one token per event, else -1.
-func (m *meter) tokens(promptEstimate int) (completion, total int) {
+func (m *Meter) Tokens(promptEstimate int) (completion, total int) {
 	if u, ok := m.usage(); ok {
 		if u.TotalTokens == 0 {
 			u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		}
 		return u.CompletionTokens, u.TotalTokens
 	}
-	if m.sse {
+	if m.SSE {
 		n := max(0, m.events-1) // the [DONE] event
 		return n, promptEstimate + n
 	}

@@ -1,4 +1,4 @@
-package admission
+package enginepoll
 
 import (
 	"testing"
