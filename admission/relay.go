@@ -50,6 +50,9 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		l.stallSent(m.call, tk)
 		defer func() {
 			l.inflight.Done(m.call)
+			if answered {
+				l.inflight.Answered()
+			}
 			l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 		}()
 	}

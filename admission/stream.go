@@ -62,6 +62,9 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	answered := false
 	defer func() {
 		l.inflight.Done(m.call)
+		if answered {
+			l.inflight.Answered()
+		}
 		l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
 	}()
 	resp, err := l.transport.RoundTrip(req)
@@ -163,6 +166,7 @@ func (l *Limiter) pump(resp *http.Response, m *meter, tk *core.Listener, sink fu
 			m.Chunk(buf[:n], now)
 			if m.call != nil {
 				l.sus.Chunk(m.call, now)
+				l.inflight.Read()
 			}
 			if first && tk != nil && m.SSE && resp.StatusCode < 300 {
 				tk.FirstToken(now.Sub(m.Sent))

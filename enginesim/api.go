@@ -21,7 +21,7 @@ const Version = "0.11.0+vigil-sim"
 const maxBody = 16 << 20
 
 // Handler serves the OpenAI-compatible API plus /metrics, /health, /version,
-// behind the API-server faults (Wedge, FailEndpoint).
+// behind the API-server faults (Wedge, StarveAPI, FailEndpoint).
 func (e *Engine) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", e.health)
@@ -54,6 +54,18 @@ func (e *Engine) Handler() http.Handler {
 // answers its status code with an OpenAI-shaped error, before any key check.
 func (e *Engine) apiFaults(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := e.starved(); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			case <-e.deadCh:
+				t.Stop()
+				panic(http.ErrAbortHandler)
+			}
+		}
 		wedge, code := e.apiFault(r.URL.Path)
 		for wedge != nil {
 			select {

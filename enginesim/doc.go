@@ -81,6 +81,9 @@
 //   - Wedge: the API server accepts connections and answers nothing, on any
 //     endpoint, until the client gives up or the wedge is cleared (held
 //     requests are then served). The cores go on; the control port answers.
+//   - StarveAPI(d): every new API request waits d of wall time before it
+//     is served, requests under way go on: an API server starved under
+//     load, which answers patient clients and times out impatient ones.
 //   - FailEndpoint(path, code): that endpoint answers code with an
 //     OpenAI-shaped error while the rest serve; several may fail at once.
 //   - Slow (steps cost N times more), Clear (lifts all of the above), and

@@ -30,6 +30,7 @@ type Engine struct {
 	// until WakeUp, and /is_sleeping says so.
 	asleep  bool
 	wedge   chan struct{}  // non-nil while wedged; closed when cleared
+	starve  time.Duration  // wall time each new API request waits (StarveAPI)
 	failing map[string]int // endpoint path -> status code it answers
 	dead    bool           // crashed or closed: the cores have stopped for good
 	crashed bool
@@ -287,6 +288,18 @@ func (e *Engine) Wedge() {
 	e.mu.Unlock()
 }
 
+// StarveAPI starves the API server, as an event loop blocked under extreme
+// load is: each new request to any API endpoint waits d of wall time
+// before it is served (0 lifts it), while the requests under way, their
+// streams included, go on. Clients with a timeout shorter than d (vigil's
+// probes) get no answer; patient ones (vigil's proxied calls) are served
+// late. Unlike Wedge, the engine goes on answering.
+func (e *Engine) StarveAPI(d time.Duration) {
+	e.mu.Lock()
+	e.starve = max(d, 0)
+	e.mu.Unlock()
+}
+
 // FailEndpoint makes the API endpoint at path (e.g. "/v1/models") answer
 // code with an OpenAI-shaped error body, whatever the method, while every
 // other endpoint serves normally. Several endpoints may fail at once; a
@@ -339,8 +352,8 @@ func (e *Engine) Asleep() bool {
 }
 
 // Clear lifts every fault but a crash: hangs (all ranks), a slowdown, a
-// decode stall, a wedge (the waiting handlers then answer) and failing
-// endpoints.
+// decode stall, a wedge (the waiting handlers then answer), a starved API
+// server and failing endpoints.
 func (e *Engine) Clear() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -349,6 +362,7 @@ func (e *Engine) Clear() {
 		c.s.stallDecode = false
 	}
 	e.slow = 1
+	e.starve = 0
 	if e.wedge != nil {
 		close(e.wedge)
 		e.wedge = nil
@@ -400,6 +414,13 @@ func (e *Engine) apiFault(path string) (wedge <-chan struct{}, code int) {
 		return e.wedge, 0
 	}
 	return nil, e.failing[path]
+}
+
+// starved is how long a new API request waits first (StarveAPI).
+func (e *Engine) starved() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.starve
 }
 
 // Stats is a snapshot of the engine's counts, for tests and benchmarks. With
@@ -503,6 +524,9 @@ func (e *Engine) faultLocked() string {
 	var server []string
 	if e.wedge != nil {
 		server = append(server, "wedge")
+	}
+	if e.starve > 0 {
+		server = append(server, "starved-api "+e.starve.String())
 	}
 	for _, p := range slices.Sorted(maps.Keys(e.failing)) {
 		server = append(server, "error "+p+" "+strconv.Itoa(e.failing[p]))

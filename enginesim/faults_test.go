@@ -603,3 +603,50 @@ func TestDataParallelValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestAStarvedAPIServerAnswersOnlyPatientClientsAndStreamsGoOn(t *testing.T) {
+	cfg := fastConfig()
+	cfg.Scale = 10 // a 10 ms step is 1 ms of wall time
+	e, ts := startEngine(t, cfg)
+	// A stream under way before the starvation.
+	resp := post(t, context.Background(), ts.URL+"/v1/completions", "", `{"prompt":"x","max_tokens":100,"stream":true}`)
+	defer resp.Body.Close()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	const delay = 500 * time.Millisecond
+	e.StarveAPI(delay)
+	if f := e.Stats().Fault; f != "starved-api 500ms" {
+		t.Fatalf("fault %q", f)
+	}
+	start := time.Now()
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("the stream under way did not go on: %v, %q", err, rest)
+	}
+	if took := time.Since(start); took >= delay {
+		t.Errorf("the stream under way took %s, want it not held by the starvation", took)
+	}
+	// An impatient client gets no answer; a patient one is served late.
+	impatient := &http.Client{Timeout: 100 * time.Millisecond}
+	if r, err := impatient.Get(ts.URL + "/health"); err == nil {
+		r.Body.Close()
+		t.Fatalf("/health answered %s within 100ms while starved for %s", r.Status, delay)
+	}
+	start = time.Now()
+	r, err := http.Get(ts.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if took := time.Since(start); r.StatusCode != 200 || took < delay {
+		t.Fatalf("/v1/models answered %d after %s, want 200 after %s", r.StatusCode, took, delay)
+	}
+	e.Clear()
+	if r, err := impatient.Get(ts.URL + "/health"); err != nil {
+		t.Fatalf("/health after Clear: %v", err)
+	} else {
+		r.Body.Close()
+	}
+}

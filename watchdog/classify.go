@@ -133,10 +133,22 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 
 	// hung: a wedged API server answers nothing, so its /metrics is
 	// unreadable; this comes before the unreadable-scrape rule.
-	if p.reached(sc.wedge.For) {
-		ev.Hang, ev.Unanswered = HangWedged, sc.wedge.For
-		return say(StateHung, "HUNG (wedged API server): no answer at all from /v1/models, /health or /metrics for %s (timeouts, not refusals); probe %s",
-			humanize.Duration(sc.wedge.For), ev.Probe)
+	// Unless the engine sent bytes of its answers through vigil's limiter
+	// meanwhile: its API server is starved under load, not wedged, and a
+	// restart would cut the calls it serves.
+	if w := sc.wedge; p.reached(w.For) {
+		if silent := w.Silent(now); !p.reached(silent) {
+			return say(StateSaturated, "SATURATED: API server timing out (no answer from /v1/models, /health or /metrics for %s) but %s calls answered through vigil in the last %s, %s: not hung; %s queued at the limiter; probe %s; not restarting",
+				humanize.Duration(w.For), humanize.Count(float64(w.Answered)), humanize.Duration(w.For), bytesAgo(silent),
+				humanize.Count(float64(ev.LimiterQueued)), ev.Probe)
+		}
+		ev.Hang, ev.Unanswered = HangWedged, w.For
+		through := ""
+		if w.Limited {
+			through = fmt.Sprintf("; no byte through vigil's limiter for %s either", humanize.Duration(w.Silent(now)))
+		}
+		return say(StateHung, "HUNG (wedged API server): no answer at all from /v1/models, /health or /metrics for %s (timeouts, not refusals)%s; probe %s",
+			humanize.Duration(w.For), through, ev.Probe)
 	}
 
 	if !last.readable() {
@@ -409,6 +421,15 @@ func outcome(o probes.Observation) string {
 	return "failed: " + o.Error
 }
 
+// bytesAgo says when the engine last sent bytes through the limiter, as
+// seen at the samples.
+func bytesAgo(silent time.Duration) string {
+	if silent <= 0 {
+		return "bytes flowing at the last sample"
+	}
+	return "last bytes " + humanize.Duration(silent) + " ago"
+}
+
 // servedSince names positive evidence that the engine served at or after
 // t: counters rising (a reset is a restart, not service), or a probe
 // sent at or after t completing. "" when there is none.
@@ -598,6 +619,9 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 		ev.DecodeStalled = sc.decode.Stall
 	}
 	ev.Unanswered = sc.wedge.For
+	if sc.wedge.Limited {
+		ev.ThroughVigil = &ThroughVigil{Answered: sc.wedge.Answered, Silent: sc.wedge.Silent(now)}
+	}
 	ev.HangAfter, ev.HangAfterWhy, ev.HangAfterFrom = p.HangAfter, p.WindowWhy, p.WindowFrom
 	shedding(history, &ev)
 	ev.Serving = (sc.moving && !sc.reset) || last.Probe.State == probes.ProbeOK

@@ -78,6 +78,21 @@ func wedged(s *sim) {
 	s.scrape = &probes.MetricsObservation{Observation: timedOut(probes.EndpointMetrics)}
 }
 
+// throughVigil: the limiter in front reads reads bytes of the engine's
+// answers and sees answered calls end each tick (a fresh LimiterLoad, as
+// the loop records one a cycle).
+func throughVigil(reads, answered uint64) func(*sim) {
+	return func(s *sim) {
+		l := LimiterLoad{}
+		if s.lim != nil {
+			l = *s.lim
+		}
+		l.EngineReads += reads
+		l.Answered += answered
+		s.lim = &l
+	}
+}
+
 func TestClassifyPartialFailures(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -280,6 +295,56 @@ func TestClassifyPartialFailures(t *testing.T) {
 					})
 			},
 			want: StateUnknown, never: []State{StateHung, StateDown},
+		},
+		// The false wedge of the scale-25 rig at 2x load (bench/README.md):
+		// the API server misses every probe's timeout while the engine
+		// still answers the calls vigil's limiter proxies.
+		{
+			name: "every endpoint timing out while the engine answers vigil's calls is saturated, never hung",
+			hist: func() *sim {
+				return newSim().work(3, 3).tick(2, func(s *sim) { s.serve(100, 1) }, throughVigil(40, 3)).
+					tick(14, wedged, keepProbeOutstanding(90*time.Second), throughVigil(40, 3))
+			},
+			want: StateSaturated, never: []State{StateHung, StateDown},
+			reason: []string{"SATURATED: API server timing out (no answer from /v1/models, /health or /metrics for 3m15s) but 42 calls answered through vigil in the last 3m15s", "not hung"},
+		},
+		{
+			name: "long streams still sending through vigil, none ended, keep a wedge from hung",
+			hist: func() *sim {
+				return newSim().work(3, 3).tick(2, func(s *sim) { s.serve(100, 1) }, throughVigil(40, 0)).
+					tick(14, wedged, keepProbeOutstanding(90*time.Second), throughVigil(40, 0))
+			},
+			want: StateSaturated, never: []State{StateHung, StateDown},
+			reason: []string{"but 0 calls answered through vigil", "bytes flowing at the last sample: not hung"},
+		},
+		{
+			name: "a wedge with the limiter in front and no byte through it is hung",
+			hist: func() *sim {
+				return newSim().work(3, 3).tick(2, func(s *sim) { s.serve(100, 1) }, throughVigil(40, 3)).
+					tick(14, wedged, keepProbeOutstanding(90*time.Second), throughVigil(0, 0))
+			},
+			want: StateHung, hang: HangWedged,
+			reason: []string{"HUNG (wedged API server): no answer at all from /v1/models, /health or /metrics for 3m15s (timeouts, not refusals); no byte through vigil's limiter for 3m15s either"},
+		},
+		{
+			name: "bytes through vigil that stop: a wedge is hung once nothing came for hang_after",
+			hist: func() *sim {
+				return newSim().work(3, 3).tick(2, func(s *sim) { s.serve(100, 1) }, throughVigil(40, 3)).
+					tick(4, wedged, keepProbeOutstanding(90*time.Second), throughVigil(40, 3)).
+					tick(14, wedged, keepProbeOutstanding(90*time.Second), throughVigil(0, 0))
+			},
+			want: StateHung, hang: HangWedged,
+			reason: []string{"for 4m15s (timeouts, not refusals); no byte through vigil's limiter for 3m30s either"},
+		},
+		{
+			name: "vigil restarted under a wedge (its limiter's counts start over) is no evidence: hung as before",
+			hist: func() *sim {
+				return newSim().work(3, 3).tick(2, func(s *sim) { s.serve(100, 1) }, throughVigil(40, 3)).
+					tick(6, wedged, keepProbeOutstanding(90*time.Second), throughVigil(0, 0)).
+					tick(1, wedged, func(s *sim) { s.lim = &LimiterLoad{} }).
+					tick(7, wedged, throughVigil(0, 0))
+			},
+			want: StateHung, hang: HangWedged,
 		},
 		// Row 4: /v1/models 503 on an engine that serves.
 		{

@@ -139,19 +139,21 @@ func TestDiagnoseStopsWhenInterrupted(t *testing.T) {
 func TestEvidenceJSONRoundTripsInSeconds(t *testing.T) {
 	t.Parallel()
 	ev := Evidence{Window: 15 * time.Second, SinceProgress: 185 * time.Second, DrainEstimate: 6 * time.Minute,
-		HeartbeatDeltas: map[string]float64{"x": 3}, Probe: "ok in 4ms", Stalled: time.Second, CounterReset: true}
+		HeartbeatDeltas: map[string]float64{"x": 3}, Probe: "ok in 4ms", Stalled: time.Second, CounterReset: true,
+		ThroughVigil: &ThroughVigil{Answered: 42, Silent: 1500 * time.Millisecond}}
 	raw, err := json.Marshal(Verdict{State: StateHung, Evidence: ev})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(raw), `"since_progress_seconds":185`) {
+	if !strings.Contains(string(raw), `"since_progress_seconds":185`) || !strings.Contains(string(raw), `"through_vigil":{"answered":42,"silent_seconds":1.5}`) {
 		t.Fatalf("durations not in seconds: %s", raw)
 	}
 	var back Verdict
 	if err := json.Unmarshal(raw, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Evidence.SinceProgress != ev.SinceProgress || back.Evidence.DrainEstimate != ev.DrainEstimate || !back.Evidence.CounterReset {
+	if back.Evidence.SinceProgress != ev.SinceProgress || back.Evidence.DrainEstimate != ev.DrainEstimate || !back.Evidence.CounterReset ||
+		back.Evidence.ThroughVigil == nil || *back.Evidence.ThroughVigil != *ev.ThroughVigil {
 		t.Fatalf("round trip: %+v", back.Evidence)
 	}
 }

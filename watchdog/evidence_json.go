@@ -31,6 +31,7 @@ type evidenceJSON struct {
 	Ranks             []rankJSON         `json:"ranks,omitempty"`
 	DecodeStalled     float64            `json:"decode_stalled_seconds,omitempty"`
 	Unanswered        float64            `json:"unanswered_seconds,omitempty"`
+	ThroughVigil      *throughVigilJSON  `json:"through_vigil,omitempty"`
 	ProbeFailing      string             `json:"probe_failing,omitempty"`
 	Odd               []string           `json:"odd,omitempty"`
 	Serving           bool               `json:"serving,omitempty"`
@@ -42,6 +43,11 @@ type evidenceJSON struct {
 	LimiterQueued     int                `json:"limiter_queued,omitempty"`
 	LimiterOnly       bool               `json:"limiter_only,omitempty"`
 	Stale             float64            `json:"stale_seconds,omitempty"`
+}
+
+type throughVigilJSON struct {
+	Answered uint64  `json:"answered"`
+	Silent   float64 `json:"silent_seconds"`
 }
 
 type rankJSON struct {
@@ -69,11 +75,19 @@ func (e Evidence) MarshalJSON() ([]byte, error) {
 		ProbeLatency: seconds(e.ProbeLatency), MetricsError: e.MetricsError,
 		CompletionsPerSec: knownOnly(e.CompletionsPerSec, e.CompletionsKnown), DrainEstimate: seconds(e.DrainEstimate),
 		Hang: e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
-		Unanswered: seconds(e.Unanswered), ProbeFailing: e.ProbeFailing, Odd: e.Odd, Serving: e.Serving,
+		Unanswered: seconds(e.Unanswered), ThroughVigil: throughJSON(e.ThroughVigil),
+		ProbeFailing: e.ProbeFailing, Odd: e.Odd, Serving: e.Serving,
 		HangAfter: seconds(e.HangAfter), HangAfterWhy: e.HangAfterWhy, HangAfterFrom: e.HangAfterFrom,
 		ShedRate: e.ShedRate, ShedCalls: e.ShedCalls, LimiterQueued: e.LimiterQueued, LimiterOnly: e.LimiterOnly,
 		Stale: seconds(e.Stale),
 	})
+}
+
+func throughJSON(t *ThroughVigil) *throughVigilJSON {
+	if t == nil {
+		return nil
+	}
+	return &throughVigilJSON{Answered: t.Answered, Silent: seconds(t.Silent)}
 }
 
 func ranksJSON(rs []RankEvidence) []rankJSON {
@@ -109,6 +123,9 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		HangAfter: duration(j.HangAfter), HangAfterWhy: j.HangAfterWhy, HangAfterFrom: j.HangAfterFrom,
 		ShedRate: j.ShedRate, ShedCalls: j.ShedCalls, LimiterQueued: j.LimiterQueued, LimiterOnly: j.LimiterOnly,
 		Stale: duration(j.Stale),
+	}
+	if t := j.ThroughVigil; t != nil {
+		e.ThroughVigil = &ThroughVigil{Answered: t.Answered, Silent: duration(t.Silent)}
 	}
 	for _, r := range j.Ranks {
 		e.Ranks = append(e.Ranks, RankEvidence{Rank: r.Rank, Waiting: r.Waiting, Running: r.Running, Stalled: duration(r.Stalled), Hung: r.Hung})

@@ -216,6 +216,24 @@ type wedgeScan struct {
 	// (counted from the first such sample); zero when something answered
 	// at the last sample.
 	For time.Duration
+	// The limiter's side of the run, when its counts are in its samples
+	// (Limited): Served is the last sample at which the engine had sent
+	// bytes of its answers through the limiter since the sample before
+	// (zero: none in the run), Answered the calls it answered through the
+	// limiter over the run. An API server that times out on every probe
+	// while the engine serves vigil's calls is starved, not wedged.
+	Limited  bool
+	Served   time.Time
+	Answered uint64
+}
+
+// Silent is how long nothing at all came from the engine: no endpoint
+// answered, and no byte of any answer through the limiter.
+func (w wedgeScan) Silent(now time.Time) time.Duration {
+	if w.For == 0 || w.Served.IsZero() {
+		return w.For
+	}
+	return now.Sub(w.Served)
 }
 
 // answeredAny reports whether any endpoint gave an HTTP answer (any
@@ -257,7 +275,21 @@ func scanWedge(history []Sample, now time.Time) wedgeScan {
 			return wedgeScan{}
 		}
 	}
-	return wedgeScan{For: now.Sub(since)}
+	ws := wedgeScan{For: now.Sub(since)}
+	for i := 1; i < len(history); i++ {
+		a, b := history[i-1].Limiter, history[i].Limiter
+		// Counts that went down are another limiter's (vigil restarted):
+		// no evidence either way.
+		if history[i].At.Before(since) || a == nil || b == nil || b.EngineReads < a.EngineReads || b.Answered < a.Answered {
+			continue
+		}
+		ws.Limited = true
+		if b.EngineReads > a.EngineReads {
+			ws.Served = history[i].At
+		}
+		ws.Answered += b.Answered - a.Answered
+	}
+	return ws
 }
 
 // compareCounters reports whether any counter present in both maps moved,

@@ -39,6 +39,12 @@ type LimiterLoad struct {
 	// none): the prefill the engine may legitimately be silent for.
 	InFlight      int `json:"in_flight"`
 	LongestPrompt int `json:"longest_prompt,omitempty"`
+	// EngineReads counts reads of the engine's answers to the calls the
+	// limiter sent it (any byte), and Answered the calls it answered to
+	// their end, since the limiter started: an engine whose API server
+	// times out on every probe while these move serves (not wedged).
+	EngineReads uint64 `json:"engine_reads,omitempty"`
+	Answered    uint64 `json:"answered,omitempty"`
 }
 
 // readable reports a scrape with usable values.

@@ -100,6 +100,10 @@ type Evidence struct {
 	DecodeStalled time.Duration `json:"decode_stalled_seconds"`
 	// Unanswered is how long every endpoint has timed out with no answer.
 	Unanswered time.Duration `json:"unanswered_seconds"`
+	// ThroughVigil is what the admission limiter saw of the engine while
+	// every endpoint timed out (nil: no endpoint timing out, or no
+	// limiter in front).
+	ThroughVigil *ThroughVigil `json:"through_vigil,omitempty"`
 	// ProbeFailing says why the completion probe keeps failing for a
 	// reason other than load ("" when it does not).
 	ProbeFailing string `json:"probe_failing,omitempty"`
@@ -109,6 +113,16 @@ type Evidence struct {
 	// Serving: positive evidence that the engine serves, at the last
 	// sample: counters rose, or the last probe completed.
 	Serving bool `json:"serving,omitempty"`
+}
+
+// ThroughVigil is the engine's answers through vigil's limiter while its
+// API server timed out on every probe.
+type ThroughVigil struct {
+	// Answered counts the calls the engine answered through the limiter
+	// over Unanswered; Silent is how long no byte of any answer came
+	// (Unanswered when none came).
+	Answered uint64        `json:"answered"`
+	Silent   time.Duration `json:"silent_seconds"`
 }
 
 // HangKind names the kind of hang a hung verdict found.

@@ -3,6 +3,7 @@ package inflight
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Calls follows the upstream calls in flight and the longest prompt
@@ -12,9 +13,17 @@ import (
 // not only until its first byte: the decode steps right after a long
 // prefill are as slow as its chunks were, and a unary call's first byte is
 // its whole answer anyway.
+//
+// It also counts, since the limiter started, the reads of the engine's
+// answers and the calls the engine answered (Counts): the watchdog's
+// evidence that the engine serves while its API server times out on every
+// probe (a wedge under load is not hung while bytes flow to vigil's
+// clients).
 type Calls struct {
 	mu    sync.Mutex
 	calls map[*Call]struct{}
+
+	reads, answered atomic.Uint64
 }
 
 // Call is one call sent to the engine; cut ends it when the engine is
@@ -42,6 +51,15 @@ func (f *Calls) Done(c *Call) {
 	defer f.mu.Unlock()
 	delete(f.calls, c)
 }
+
+// Read notes bytes of an answer from the engine; Answered an answer that
+// came to its end.
+func (f *Calls) Read()     { f.reads.Add(1) }
+func (f *Calls) Answered() { f.answered.Add(1) }
+
+// Counts is the reads of the engine's answers and the calls it answered,
+// since the start.
+func (f *Calls) Counts() (reads, answered uint64) { return f.reads.Load(), f.answered.Load() }
 
 // InterruptAll cuts every call in flight that can be cut, with cause.
 func (f *Calls) InterruptAll(cause error) {

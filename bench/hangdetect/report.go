@@ -138,6 +138,8 @@ func (r *report) printFalseHangs(w io.Writer) {
 			for _, why := range l.hungWhy {
 				fmt.Fprintf(w, "%s: HUNG %s\n", wr.name, why)
 			}
+			fmt.Fprintf(w, "%s: every endpoint timing out while the limiter heard the engine: %d verdicts, %d of them past hang_after and not hung for it\n",
+				wr.name, l.wedgeHeard, l.wedgeVetoed)
 		}
 	}
 }

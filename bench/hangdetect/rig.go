@@ -304,6 +304,11 @@ type verdictTally struct {
 	verdicts, hung, recoveries int
 	states                     map[watchdog.State]int
 	hungWhy                    []string
+	// wedgeHeard counts the verdicts given while every endpoint timed out
+	// and the limiter saw any of the engine's answers (Evidence.ThroughVigil);
+	// wedgeVetoed those of them with a stretch at hang_after that were not
+	// hung for it (the limiter heard the engine).
+	wedgeHeard, wedgeVetoed int
 }
 
 // tally counts the verdicts r's watchdog gave so far.
@@ -312,6 +317,12 @@ func (r *rig) tally(scale float64) verdictTally {
 	for _, v := range r.rec.all() {
 		t.verdicts++
 		t.states[v.State]++
+		if tv := v.Evidence.ThroughVigil; tv != nil && v.Evidence.Unanswered > 0 && tv.Silent < v.Evidence.Unanswered {
+			t.wedgeHeard++
+			if v.State != watchdog.StateHung && v.Evidence.HangAfter > 0 && v.Evidence.Unanswered >= v.Evidence.HangAfter {
+				t.wedgeVetoed++
+			}
+		}
 		if v.State != watchdog.StateHung {
 			continue
 		}
