@@ -48,13 +48,7 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 	if d.peer == nil {
 		m.call = l.startCall(tk, cut)
 		l.stallSent(m.call, tk)
-		defer func() {
-			l.inflight.Done(m.call)
-			if answered {
-				l.inflight.Answered()
-			}
-			l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
-		}()
+		defer func() { l.engineCallDone(m.call, answered, o.CompletionTokens) }()
 	}
 	// lost: the engine was declared lost under this send (cut, or refusing
 	// while it is recovered), and the execution still has a client.

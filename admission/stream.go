@@ -60,13 +60,7 @@ func (l *Limiter) forward(w http.ResponseWriter, r *http.Request, req *http.Requ
 	m := meter{Meter: usage.Meter{Sent: l.clock.Now()}, call: l.inflight.Start(promptOf(tk), nil)}
 	l.stallSent(m.call, tk)
 	answered := false
-	defer func() {
-		l.inflight.Done(m.call)
-		if answered {
-			l.inflight.Answered()
-		}
-		l.sus.Done(m.call, l.clock.Now(), answered, o.CompletionTokens)
-	}()
+	defer func() { l.engineCallDone(m.call, answered, o.CompletionTokens) }()
 	resp, err := l.transport.RoundTrip(req)
 	if err != nil {
 		if r.Context().Err() != nil {

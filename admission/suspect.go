@@ -46,6 +46,14 @@ func (l *Limiter) stallSent(c *inflight.Call, tk *core.Listener) {
 	}
 }
 
+// engineCallDone ends a call sent to the engine: it leaves the calls in
+// flight (counted as answered when the engine's answer came to its end)
+// and the stall watch.
+func (l *Limiter) engineCallDone(c *inflight.Call, answered bool, output int) {
+	l.inflight.Done(c, answered)
+	l.sus.Done(c, l.clock.Now(), answered, output)
+}
+
 // suspicionHost is the limiter as its engineloss.Suspicion sees it.
 type suspicionHost struct {
 	l    *Limiter

@@ -45,17 +45,19 @@ func (f *Calls) Start(prompt int, cut context.CancelCauseFunc) *Call {
 	return c
 }
 
-// Done forgets the call.
-func (f *Calls) Done(c *Call) {
+// Done forgets the call; answered: the engine's answer came to its end,
+// and it is counted.
+func (f *Calls) Done(c *Call, answered bool) {
+	if answered {
+		f.answered.Add(1)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.calls, c)
 }
 
-// Read notes bytes of an answer from the engine; Answered an answer that
-// came to its end.
-func (f *Calls) Read()     { f.reads.Add(1) }
-func (f *Calls) Answered() { f.answered.Add(1) }
+// Read notes bytes of an answer from the engine.
+func (f *Calls) Read() { f.reads.Add(1) }
 
 // Counts is the reads of the engine's answers and the calls it answered,
 // since the start.

@@ -20,7 +20,7 @@ func TestCallsFollowTheLongestPromptAndCutOnlyMovable(t *testing.T) {
 	if n, longest := f.Snapshot(); n != 3 || longest != 900 {
 		t.Errorf("three in flight: %d calls, longest %d; want 3, 900", n, longest)
 	}
-	f.Done(fixed)
+	f.Done(fixed, false)
 	if n, longest := f.Snapshot(); n != 2 || longest != 300 {
 		t.Errorf("the longest done: %d calls, longest %d; want 2, 300", n, longest)
 	}
@@ -29,7 +29,7 @@ func TestCallsFollowTheLongestPromptAndCutOnlyMovable(t *testing.T) {
 	if !errors.Is(context.Cause(ctx), lost) {
 		t.Errorf("the movable call's cause %v, want %v", context.Cause(ctx), lost)
 	}
-	f.Done(movable)
+	f.Done(movable, false)
 	if n, _ := f.Snapshot(); n != 1 {
 		t.Errorf("%d calls after the cut one is done, want 1 (a cut call counts until it is done)", n)
 	}
