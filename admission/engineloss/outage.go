@@ -42,28 +42,40 @@ func cloneFate(f Fate) Fate {
 	return f
 }
 
-// Begin starts an outage; false when one is already on.
-func (o *Outage) Begin(now time.Time) bool {
+// Begin starts an outage at the verdict; lastSent is when the limiter
+// last sent the engine a call. False when one is already on.
+func (o *Outage) Begin(now, lastSent time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.on {
 		return false
 	}
 	o.on, o.began, o.ready = true, now, make(chan struct{})
-	if !o.window {
-		o.fate, o.waits, o.window = Fate{}, nil, true
-	}
+	o.openLocked(now)
+	o.fate.Verdict, o.fate.LastSent = now, lastSent
 	return true
 }
 
 // Open opens a hang window's accounting at a suspicion (the verdict, if
 // it comes, keeps counting in it).
-func (o *Outage) Open(time.Time) {
+func (o *Outage) Open(now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.openLocked(now)
+}
+
+func (o *Outage) openLocked(now time.Time) {
 	if !o.window {
-		o.fate, o.waits, o.window = Fate{}, nil, true
+		o.fate, o.waits, o.window = Fate{Opened: now}, nil, true
 	}
+}
+
+// Released counts a call held for the restarted engine that waited d,
+// from its cut to its release.
+func (o *Outage) Released(d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.fate.HeldWaitMax = max(o.fate.HeldWaitMax, d)
 }
 
 // CloseFalse closes the window of a suspicion progress cleared: the next
@@ -104,6 +116,7 @@ func (o *Outage) End(now time.Time) {
 	o.on = false
 	o.window = false
 	o.last = now.Sub(o.began)
+	o.fate.Ended = now
 	close(o.ready)
 }
 
