@@ -342,6 +342,7 @@ func TestAHungEngineUnderLoadLosesNoCallWithAPeer(t *testing.T) {
 			f.Limiter.Moved, f.Limiter.Lost, f.Limiter.HeldRefused)
 	}
 	checkHangWindow(t, calls, hang, f)
+	checkResolvedPage(t, r.vigils[0], lost, "in-flight requests moved to node2")
 	// New calls during the suspicion reach node2 by HAProxy (node1's weight
 	// is lowered at once) or by node1's vigil (diverted): which one, and
 	// whether the clients, all waiting on node1's hung engine, send any,
@@ -368,7 +369,7 @@ func TestAHungEngineUnderLoadLosesNoCallWithoutAPeer(t *testing.T) {
 	want := uninterruptedTexts(t, r.engs[0].api)
 	calls, hang := r.hangUnderLoad(t, want)
 
-	inFlight, window, failedLater := 0, 0, 0
+	inFlight, window, failedLater, lostAtVigil := 0, 0, 0, 0
 	for _, c := range calls {
 		switch {
 		case c.start.Before(hang) && c.end.After(hang):
@@ -382,6 +383,7 @@ func TestAHungEngineUnderLoadLosesNoCallWithoutAPeer(t *testing.T) {
 			// to send it, as without vigil. Counted, not asserted.
 			failedLater++
 		case !c.ok:
+			lostAtVigil++
 			t.Errorf("call %d (started %s, %d attempts) lost: %s", c.i, c.start.Format("15:04:05.000"), c.attempts, c.why)
 		}
 	}
@@ -394,6 +396,7 @@ func TestAHungEngineUnderLoadLosesNoCallWithoutAPeer(t *testing.T) {
 		t.Errorf("%d calls in flight at the hang, vigil held %d, lost %v, refused %v; want some held, none lost",
 			inFlight, f.Limiter.Held, f.Limiter.Lost, f.Limiter.HeldRefused)
 	}
+	checkResolvedPage(t, r.vigils[0], lostAtVigil, "held for the restarted engine (up to ")
 	if f.Limiter.Suspicions == 0 || f.Limiter.FalseSuspicions != 0 {
 		t.Errorf("suspicions %d (false %d); want the stall suspected before the verdict, none false",
 			f.Limiter.Suspicions, f.Limiter.FalseSuspicions)
@@ -469,5 +472,33 @@ func checkHangWindow(t *testing.T, calls []sdkCall, hang time.Time, f limiterFat
 	}
 	if d := h.LastSent.Sub(hang); d > sentWithin {
 		t.Errorf("the last call sent to the hung engine left %s after the hang, want within %s", d.Round(time.Millisecond), sentWithin)
+	}
+}
+
+// checkResolvedPage finds the recovery's resolved page in v's log (alerts
+// kind log) and asserts it says what the hang cost: want, and "none
+// lost" only when no call through vigil was lost (lost, as the clients
+// saw it).
+func checkResolvedPage(t *testing.T, v *vigil, lost int, want string) {
+	t.Helper()
+	var page string
+	for deadline := time.Now().Add(3 * time.Second); page == "" && time.Now().Before(deadline); {
+		for line := range strings.Lines(v.Logs.String()) {
+			if strings.Contains(line, "recovery finished") {
+				page = line
+			}
+		}
+		if page == "" {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Logf("the resolved page: %s", strings.TrimSpace(page))
+	switch {
+	case page == "":
+		t.Errorf("no resolved page in vigil's log")
+	case !strings.Contains(page, want):
+		t.Errorf("the resolved page does not say %q", want)
+	case strings.Contains(page, "none lost") != (lost == 0):
+		t.Errorf("the resolved page says none lost: %t; the clients lost %d calls through vigil", strings.Contains(page, "none lost"), lost)
 	}
 }
