@@ -26,6 +26,11 @@ type Outage struct {
 	// outage began it); fate counts what the hang cost until the next.
 	window bool
 	waits  []time.Duration // the waits of calls held in the queue (Fate.Queued), bounded
+	// prev is the last outage's fate once a suspicion opened a window
+	// after it: until a verdict makes the new window an outage, the last
+	// outage is what Snapshot says (a false suspicion as the restarted
+	// engine ramps must not wipe the recovery's count before its page).
+	prev *Fate
 }
 
 // defaultOutage is the expected length of a recovery before one was seen:
@@ -53,6 +58,7 @@ func (o *Outage) Begin(now, lastSent time.Time) bool {
 	o.on, o.began, o.ready = true, now, make(chan struct{})
 	o.openLocked(now)
 	o.fate.Verdict, o.fate.LastSent = now, lastSent
+	o.prev = nil
 	return true
 }
 
@@ -65,9 +71,14 @@ func (o *Outage) Open(now time.Time) {
 }
 
 func (o *Outage) openLocked(now time.Time) {
-	if !o.window {
-		o.fate, o.waits, o.window = Fate{Opened: now}, nil, true
+	if o.window {
+		return
 	}
+	if !o.fate.Verdict.IsZero() {
+		f := o.snapshotLocked()
+		o.prev = &f
+	}
+	o.fate, o.waits, o.window = Fate{Opened: now}, nil, true
 }
 
 // Released counts a call held for the restarted engine that waited d,
@@ -171,15 +182,22 @@ func (o *Outage) Hold(d int) {
 }
 
 // Snapshot is the fate of the last (or current) outage's calls and how
-// many are held now.
+// many are held now; before any outage, the last suspicion's window.
 func (o *Outage) Snapshot() (Fate, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.prev != nil {
+		return cloneFate(*o.prev), o.held
+	}
+	return o.snapshotLocked(), o.held
+}
+
+func (o *Outage) snapshotLocked() Fate {
 	f := cloneFate(o.fate)
 	if len(o.waits) > 0 {
 		w := slices.Clone(o.waits)
 		slices.Sort(w)
 		f.WaitP50 = w[len(w)/2]
 	}
-	return f, o.held
+	return f
 }
