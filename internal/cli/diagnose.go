@@ -28,9 +28,9 @@ type diagnoseFlags struct {
 	engineURL, keyFile, configFile, model string
 	// status is the local vigil's status listener (--status), read for
 	// its limiter's counts.
-	status string
-	window, interval, hangAfter           time.Duration
-	asJSON                                bool
+	status                      string
+	window, interval, hangAfter time.Duration
+	asJSON                      bool
 }
 
 // diagnosis is what diagnose found: the watchdog's report and what joins
