@@ -42,8 +42,8 @@ func TestDiagnoseCountsTheCallsAnsweredThroughTheLocalVigil(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "SATURATED: API server timing out") || !strings.Contains(out, "calls answered through vigil in the last") {
 		t.Fatalf("a starved API server streaming through vigil: diagnose exit %d, want 1 (SATURATED) saying the calls answered through vigil", code)
 	}
-	if !strings.Contains(out, "through vigil") || !strings.Contains(out, "limiter") {
-		t.Errorf("diagnose lacks the limiter's evidence line")
+	if row := throughRow(out); !strings.Contains(row, "calls answered") || strings.HasPrefix(row, "0 calls") || !strings.Contains(row, "the vigil at "+td.statusURL+", counts at ") {
+		t.Errorf("diagnose's limiter evidence row %q, want calls answered, read from %s at every sample", row, td.statusURL)
 	}
 	if ok, _ := load.Tally(starved, time.Now()); ok == 0 {
 		t.Fatal("no call answered through vigil while starved: the test proves nothing")
@@ -64,4 +64,17 @@ func TestDiagnoseCountsTheCallsAnsweredThroughTheLocalVigil(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "HUNG (wedged API server)") || !strings.Contains(out, "no byte through vigil's limiter for") {
 		t.Fatalf("a wedged engine, silent through vigil too: diagnose exit %d, want 2 (HUNG) saying no byte came through vigil's limiter", code)
 	}
+	if row := throughRow(out); !strings.HasPrefix(row, "0 calls answered, 0 reads of the engine's answers") {
+		t.Errorf("diagnose's limiter evidence row %q, want nothing through vigil", row)
+	}
+}
+
+// throughRow is the value of diagnose's "through vigil" row, or "".
+func throughRow(out string) string {
+	for line := range strings.Lines(out) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "through vigil"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
