@@ -91,6 +91,11 @@ func statusURL(flagValue, configFile, listen string) (string, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("--status %q: want the local vigil's status listener, e.g. http://127.0.0.1:9108 (or %s)", flagValue, statusOff)
 	}
+	if u.User != nil {
+		// vigil's status listener takes no credentials, and the URL is
+		// printed in the report.
+		return "", fmt.Errorf("--status %s: no credentials in the URL: the status listener takes none", u.Redacted())
+	}
 	return strings.TrimRight(v, "/"), nil
 }
 

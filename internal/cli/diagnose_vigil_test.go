@@ -23,6 +23,7 @@ func TestStatusURL(t *testing.T) {
 		{flag: "http://[::1]:9108/", want: "http://[::1]:9108"},
 		{flag: "ftp://127.0.0.1:9108", err: `--status "ftp://127.0.0.1:9108": want the local vigil's status listener`},
 		{flag: "http://", err: `--status "http://"`},
+		{flag: "http://ops:hunter2@127.0.0.1:9108", err: "--status http://ops:xxxxx@127.0.0.1:9108: no credentials in the URL"},
 	}
 	for _, tc := range cases {
 		got, err := statusURL(tc.flag, tc.config, tc.listen)
