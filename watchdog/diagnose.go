@@ -91,8 +91,8 @@ func ExitCode(s State) int {
 
 // Diagnose samples the engine across window, every interval (at least two
 // samples), and classifies the result as `vigil run` would. It needs only
-// opts.Engine and opts.Watchdog (and uses opts.Probes, Now, EngineStarted
-// and MaxInFlight when set); it changes nothing. An unreachable engine is
+// opts.Engine and opts.Watchdog (and uses opts.Probes, Now, EngineStarted,
+// MaxInFlight and LimiterSource when set); it changes nothing. An unreachable engine is
 // a verdict, not an error; the error is for an interrupted run.
 func Diagnose(ctx context.Context, opts Options, window, interval time.Duration) (Report, error) {
 	if interval <= 0 {

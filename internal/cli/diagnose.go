@@ -111,8 +111,8 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	// Whether keyed retries find their execution is the local vigil's
 	// count over its window, not something a few samples can tell: read
 	// it from the running vigil the config describes.
-	if f.configFile != "" && cfg.Admission.Enabled && cfg.Admission.Coalesce && cfg.Status.Listen != "" {
-		dg.routing, dg.routingLine = readRouting(ctx, cfg.Status.Listen)
+	if f.configFile != "" && cfg.Admission.Enabled && cfg.Admission.Coalesce && vigilURL != "" {
+		dg.routing, dg.routingLine = readRouting(ctx, vigilURL)
 	}
 
 	if f.asJSON {
