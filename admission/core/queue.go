@@ -31,8 +31,12 @@ type waiter struct {
 	route, tenant string
 	// undivertible: Divert leaves it queued (see Request.Undivertible).
 	undivertible bool
-	// moved: another vigil moved the call here (see Request.Moved).
-	moved bool
+	// moved: another vigil moved the call here (see Request.Moved);
+	// movedUntil: its home would have held it until then; movedAhead: the
+	// calls to be served before it when last judged (movedStaysLocked).
+	moved      bool
+	movedUntil time.Time
+	movedAhead int
 	// held: its bound was reached while the engine was held, and it
 	// waits on (see Limiter.expire). bySuspicion: held for a suspicion
 	// alone, which a suspicion cleared as false takes back.
@@ -190,6 +194,54 @@ func (l *Limiter) movedCheckLocked(now time.Time, maxWait time.Duration) (patien
 // movedPatienceFloor is the least a moved call waits behind others before
 // it goes home: a second, a few of an engine's answers.
 const movedPatienceFloor = time.Second
+
+// movedStaysLocked judges a moved call whose patience ran out: it waits
+// on when this node has room after all, and goes home otherwise. Room:
+// answers complete, this node's own first attempts are served within
+// movedPatienceFloor (none waits longer), the calls to be served before
+// it are fewer than at its last judgement (it moves up: not overtaken by
+// this node's newcomers, which the patience is there to find), and they
+// would be served before its home would serve it. That is a burst of
+// calls cut at a verdict onto a peer with room: they queue behind each
+// other for a few seconds, and the last of them would otherwise go home
+// and wait for the restart (bench/hanglost, a peer at 0.8 of its engine:
+// one of 34 held 43 s). Staying on without moving up is not room: a
+// moved call that waited at a peer at its cap for its home's whole
+// expected outage (90 s for a first one, against a 45 s restart) came
+// home after the engine was back, behind its backlog.
+func (l *Limiter) movedStaysLocked(now time.Time, w *waiter) bool {
+	if !now.Before(w.movedUntil) || l.completionRateLocked(now) <= 0 {
+		return false
+	}
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		if o := e.Value.(*waiter); !o.placeholder && !o.moved && !o.retry && now.Sub(o.at) >= movedPatienceFloor {
+			return false
+		}
+	}
+	ahead := l.movedAheadLocked(w)
+	if ahead >= w.movedAhead || !now.Add(l.estimatedWaitLocked(now, ahead)).Before(w.movedUntil) {
+		return false
+	}
+	w.movedAhead = ahead
+	return true
+}
+
+// movedAheadLocked counts the waiters served before the moved call w:
+// this node's own first attempts, and the calls moved before it.
+func (l *Limiter) movedAheadLocked(w *waiter) int {
+	n, before := 0, true
+	for e := l.waiters.Front(); e != nil; e = e.Next() {
+		o := e.Value.(*waiter)
+		switch {
+		case e == w.elem:
+			before = false
+		case o.placeholder || o.retry:
+		case before || !o.moved:
+			n++
+		}
+	}
+	return n
+}
 
 // onTimeLocked: w's client has a known timeout (announced, or inferred
 // now) and, served now, still gets its answer within it (at the engine's
