@@ -359,7 +359,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	w.deadline = now.Add(maxWait)
 	w.undivertible, w.moved = r.Undivertible, r.Moved
 	if r.Moved {
-		w.movedUntil, w.movedAhead = now.Add(homeWait), l.movedAheadLocked(w)
+		w.movedUntil, w.movedBefore = now.Add(homeWait), l.movedBeforeLocked(w)
 	}
 	w.atVerdict = r.Diverted && l.recovering
 	// Queued while the engine is held: its bound would judge a pace the

@@ -409,7 +409,7 @@ func TestAcquireDecides(t *testing.T) {
 			}
 			second.lis.Release(Outcome{Success: true})
 		}},
-		{"a moved call goes home at its patience while this node's own wait", func(c *configs.Admission) {
+		{"a moved call goes home at its patience while the calls moved before it wait on", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {
 			for range 20 {
@@ -429,10 +429,10 @@ func TestAcquireDecides(t *testing.T) {
 			ownSlot := get(t, own)
 			m3 := acquireAsync(context.Background(), l, Request{Timeout: time.Hour}) // another of its own, waiting
 			untilQueued(t, l, 3)
-			// m2's patience (2 s: one ahead at 2 a second) ends: it moved up
-			// (this node's own call went ahead and was served), but another
-			// of its own waits a second now: a node at its cap with its own
-			// work. m1, first in line, waits its home's wait.
+			// m2's patience (2 s: one ahead at 2 a second) ends: this node
+			// served its own calls, which go first, and m1, moved before
+			// it, still waits: a node at its cap with its own work. m1,
+			// first in line, waits its home's wait.
 			advance(time.Second)
 			if a := get(t, m2); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
 				t.Fatalf("got %+v, want queue_timeout while this node's own call waited", a)
