@@ -36,7 +36,7 @@ type Report struct {
 
 	// InFlight is Little's law over the window (InFlightKnown false
 	// without completions); MaxInFlight the limiter's cap beside it.
-	InFlight      float64 `json:"in_flight"`
+	InFlight      float64 `json:"-"`
 	InFlightKnown bool    `json:"in_flight_known"`
 	MaxInFlight   int     `json:"max_in_flight,omitempty"`
 	// Load is Little's law in full, with the recommended cap.
@@ -60,15 +60,17 @@ type Report struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// MarshalJSON writes durations as seconds.
+// MarshalJSON writes durations as seconds, and in_flight only when it is
+// known: a 0 there reads as an idle engine.
 func (r Report) MarshalJSON() ([]byte, error) {
 	type plain Report
 	return json.Marshal(struct {
 		plain
-		Window    float64 `json:"window_seconds"`
-		Interval  float64 `json:"interval_seconds"`
-		HangAfter float64 `json:"hang_after_seconds"`
-	}{plain(r), r.Window.Seconds(), r.Interval.Seconds(), r.HangAfter.Seconds()})
+		InFlight  *float64 `json:"in_flight,omitempty"`
+		Window    float64  `json:"window_seconds"`
+		Interval  float64  `json:"interval_seconds"`
+		HangAfter float64  `json:"hang_after_seconds"`
+	}{plain(r), knownOnly(r.InFlight, r.InFlightKnown), r.Window.Seconds(), r.Interval.Seconds(), r.HangAfter.Seconds()})
 }
 
 // ExitCode maps a state to `vigil diagnose`'s exit code: 0 healthy, 1

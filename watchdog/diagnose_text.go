@@ -200,8 +200,22 @@ func (r Report) writeRetryStorm(t *textReport) {
 		t.row("retry storm", "no: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f)",
 			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
 	case r.lacks(probes.MetricPrefixCacheQueries) || r.lacks(probes.MetricPromptTokens):
-		t.row("retry storm", "not judged (the engine exports no prompt-token or prefix-cache query counter)")
+		t.row("retry storm", "not judged (the engine exports no %s counter)", stormLacks(r))
 	default:
 		t.row("retry storm", "not judged (too little traffic in the window)")
 	}
+}
+
+// stormLacks names the retry-storm counters the engine lacks: llama.cpp
+// counts prompt tokens but no prefix-cache queries, and saying it has
+// neither would be untrue.
+func stormLacks(r Report) string {
+	var lacks []string
+	if r.lacks(probes.MetricPromptTokens) {
+		lacks = append(lacks, "prompt-token")
+	}
+	if r.lacks(probes.MetricPrefixCacheQueries) {
+		lacks = append(lacks, "prefix-cache query")
+	}
+	return strings.Join(lacks, " or ")
 }

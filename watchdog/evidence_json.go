@@ -26,7 +26,7 @@ type evidenceJSON struct {
 	ProbeLatency      float64            `json:"probe_latency_seconds"`
 	MetricsError      string             `json:"metrics_error,omitempty"`
 	CompletionsPerSec *float64           `json:"completions_per_second,omitempty"`
-	DrainEstimate     float64            `json:"drain_estimate_seconds"`
+	DrainEstimate     float64            `json:"drain_estimate_seconds,omitempty"`
 	Hang              HangKind           `json:"hang,omitempty"`
 	Ranks             []rankJSON         `json:"ranks,omitempty"`
 	DecodeStalled     float64            `json:"decode_stalled_seconds,omitempty"`

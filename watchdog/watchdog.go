@@ -461,10 +461,10 @@ func (w *Watchdog) SetThresholds(t Thresholds) {
 // retry-storm check.
 type Capacity struct {
 	Window            time.Duration   `json:"-"`
-	InFlight          float64         `json:"in_flight"`
+	InFlight          float64         `json:"-"`
 	InFlightKnown     bool            `json:"in_flight_known"`
 	MaxInFlight       int             `json:"max_in_flight,omitempty"`
-	CompletionsPerSec float64         `json:"completions_per_second"`
+	CompletionsPerSec float64         `json:"-"`
 	CompletionsKnown  bool            `json:"completions_known"`
 	TokensPerSec      float64         `json:"tokens_per_second"`
 	RetryStorm        RetryStormCheck `json:"retry_storm"`
@@ -473,13 +473,17 @@ type Capacity struct {
 	Load *Load `json:"load,omitempty"`
 }
 
-// MarshalJSON writes the window in seconds.
+// MarshalJSON writes the window in seconds, and in_flight and
+// completions_per_second only when they are known (llama.cpp counts no
+// finished requests: a 0 would read as an engine completing nothing).
 func (c Capacity) MarshalJSON() ([]byte, error) {
 	type plain Capacity
 	return json.Marshal(struct {
 		plain
-		Window float64 `json:"window_seconds"`
-	}{plain(c), c.Window.Seconds()})
+		InFlight          *float64 `json:"in_flight,omitempty"`
+		CompletionsPerSec *float64 `json:"completions_per_second,omitempty"`
+		Window            float64  `json:"window_seconds"`
+	}{plain(c), knownOnly(c.InFlight, c.InFlightKnown), knownOnly(c.CompletionsPerSec, c.CompletionsKnown), c.Window.Seconds()})
 }
 
 // capacityWindow is the span Capacity measures over.
