@@ -236,6 +236,11 @@ func TestDiagnoseSaysUnknownForWhatTheEngineLacks(t *testing.T) {
 				"retry storm        not judged (the engine exports no prefix-cache query counter)",
 				"tokens             +0 (310 tok/s)",
 			}, false},
+		{"llama.cpp behind vigil's limiter: the calls it answered", Report{State: StateSaturated, Lacks: llama,
+			Evidence: Evidence{Waiting: 0, Running: 2, TokensPerSec: 310, CompletionsPerSec: 9, CompletionsKnown: true, CompletionsThroughVigil: true}},
+			[]string{
+				"completions/s      9 answered through vigil's limiter (the engine counts no finished requests)",
+			}, true},
 		{"vLLM, idle: a measured 0", Report{State: StateHealthy,
 			Evidence: Evidence{CompletionsKnown: true}},
 			[]string{

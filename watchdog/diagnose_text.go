@@ -94,6 +94,8 @@ func (r Report) writeQueue(t *textReport) {
 	t.row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
 	t.row("running", "%s", humanize.Count(ev.Running))
 	switch {
+	case ev.CompletionsKnown && ev.CompletionsThroughVigil:
+		t.row("completions/s", "%s answered through vigil's limiter (the engine counts no finished requests)", humanize.Count(ev.CompletionsPerSec))
 	case ev.CompletionsKnown:
 		t.row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
 	case r.lacks(probes.MetricRequestSuccess):

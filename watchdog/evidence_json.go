@@ -26,6 +26,7 @@ type evidenceJSON struct {
 	ProbeLatency      float64            `json:"probe_latency_seconds"`
 	MetricsError      string             `json:"metrics_error,omitempty"`
 	CompletionsPerSec *float64           `json:"completions_per_second,omitempty"`
+	ThroughVigilRate  bool               `json:"completions_through_vigil,omitempty"`
 	DrainEstimate     float64            `json:"drain_estimate_seconds,omitempty"`
 	Hang              HangKind           `json:"hang,omitempty"`
 	Ranks             []rankJSON         `json:"ranks,omitempty"`
@@ -73,8 +74,9 @@ func (e Evidence) MarshalJSON() ([]byte, error) {
 		Stalled: seconds(e.Stalled), CounterReset: e.CounterReset,
 		Models: e.Models, Health: e.Health, Probe: e.Probe,
 		ProbeLatency: seconds(e.ProbeLatency), MetricsError: e.MetricsError,
-		CompletionsPerSec: knownOnly(e.CompletionsPerSec, e.CompletionsKnown), DrainEstimate: seconds(e.DrainEstimate),
-		Hang: e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
+		CompletionsPerSec: knownOnly(e.CompletionsPerSec, e.CompletionsKnown), ThroughVigilRate: e.CompletionsThroughVigil,
+		DrainEstimate: seconds(e.DrainEstimate),
+		Hang:          e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
 		Unanswered: seconds(e.Unanswered), ThroughVigil: throughJSON(e.ThroughVigil),
 		ProbeFailing: e.ProbeFailing, Odd: e.Odd, Serving: e.Serving,
 		HangAfter: seconds(e.HangAfter), HangAfterWhy: e.HangAfterWhy, HangAfterFrom: e.HangAfterFrom,
@@ -117,8 +119,9 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		Models: j.Models, Health: j.Health, Probe: j.Probe,
 		ProbeLatency: duration(j.ProbeLatency), MetricsError: j.MetricsError,
 		CompletionsPerSec: valueOf(j.CompletionsPerSec), CompletionsKnown: j.CompletionsPerSec != nil,
-		DrainEstimate: duration(j.DrainEstimate),
-		Hang:          j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
+		CompletionsThroughVigil: j.ThroughVigilRate,
+		DrainEstimate:           duration(j.DrainEstimate),
+		Hang:                    j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
 		ProbeFailing: j.ProbeFailing, Odd: j.Odd, Serving: j.Serving,
 		HangAfter: duration(j.HangAfter), HangAfterWhy: j.HangAfterWhy, HangAfterFrom: j.HangAfterFrom,
 		ShedRate: j.ShedRate, ShedCalls: j.ShedCalls, LimiterQueued: j.LimiterQueued, LimiterOnly: j.LimiterOnly,
