@@ -55,6 +55,9 @@ type Report struct {
 	// engines, or with SlotsError when /slots could not be read).
 	Slots      *probes.Slots `json:"slots,omitempty"`
 	SlotsError string        `json:"slots_error,omitempty"`
+	// SlotsWithProbe: vigil's own probe was still in flight when /slots
+	// was read, and may be one of the slots processing.
+	SlotsWithProbe bool `json:"slots_include_probe,omitempty"`
 	// Notes are hints for the operator beside the verdict, e.g. that an
 	// engine refusing connections may still be loading.
 	Notes []string `json:"notes,omitempty"`
@@ -138,6 +141,11 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 	}
 	r.Lacks = lacking(history)
 	if kind() == configs.KindLlamaCpp {
+		// /slots counts vigil's own probe as a request processing: idle,
+		// a real llama-server read "2, 1 processing". Read it once the
+		// probe has ended (it was the last thing diagnose sent), or say
+		// it may be among them.
+		r.SlotsWithProbe = !probeEnded(ctx, p, timeout)
 		r.Slots, r.SlotsError = readSlots(ctx, pc.Target, timeout)
 	}
 	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
@@ -174,7 +182,12 @@ func sampleWindow(ctx context.Context, p Probes, model string, now func() time.T
 			if m == "" {
 				m = s.Models.First()
 			}
-			p.StartCompletion(m)
+			if i < n-1 {
+				// The last sample's probe would be polled by no sample:
+				// it would only load the engine, and sit in a slot when
+				// /slots is read.
+				p.StartCompletion(m)
+			}
 			history[i], models[i] = s, m
 			done <- i
 		}()
@@ -272,6 +285,19 @@ func capWords(maxInFlight int) string {
 }
 
 // readSlots reads llama.cpp's /slots for the report.
+// probeEnded waits up to timeout for vigil's own completion probe to end;
+// false if it is still out.
+func probeEnded(ctx context.Context, p Probes, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for p.PollCompletion().Pending() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
 func readSlots(ctx context.Context, t probes.Target, timeout time.Duration) (*probes.Slots, string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -167,6 +167,8 @@ func (r Report) writeCapacity(t *textReport) {
 	t.line("")
 	t.line("Capacity")
 	switch {
+	case r.Slots != nil && r.SlotsWithProbe:
+		t.row("slots", "%d, %d processing (llama.cpp's /slots: the most it runs at once; vigil's probe, still out, may be one of them)", r.Slots.Total, r.Slots.Processing)
 	case r.Slots != nil:
 		t.row("slots", "%d, %d processing (llama.cpp's /slots: the most it runs at once)", r.Slots.Total, r.Slots.Processing)
 	case r.SlotsError != "":

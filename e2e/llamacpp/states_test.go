@@ -1,9 +1,7 @@
 package llamacpp_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,28 +10,14 @@ import (
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
-// Idle, llama-server is HEALTHY and vigil names it llamacpp; diagnose prints
-// no figure the engine cannot give as a number.
+// Idle, llama-server is HEALTHY and vigil names it llamacpp; diagnose,
+// text and --json, prints every figure true and none the engine cannot
+// give (diagnose_test.go).
 func TestIdleHealthyAndTheKindDetected(t *testing.T) {
 	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	_, eng := startEngine(t)
 
-	out, code := diagnose(t, eng.URL(), "--json")
-	var rep struct {
-		State      string         `json:"state"`
-		EngineKind string         `json:"engine_kind"`
-		Evidence   map[string]any `json:"evidence"`
-		Lacks      []string       `json:"engine_lacks"`
-	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("diagnose --json: %v:\n%s", err, out)
-	}
-	if code != 0 || rep.State != "healthy" || rep.EngineKind != "llamacpp" {
-		t.Fatalf("diagnose: exit %d, state %q, kind %q, want 0, healthy, llamacpp:\n%s", code, rep.State, rep.EngineKind, out)
-	}
-	if _, has := rep.Evidence["completions_per_second"]; has {
-		t.Errorf("diagnose --json gives a completion rate llama.cpp does not count: %v", rep.Evidence["completions_per_second"])
-	}
+	checkIdle(t, diagnoseBoth(t, eng.URL(), false), diagnoseWindow)
 
 	v := startVigil(t, config{engine: eng.URL()})
 	m := v.watch(t)
@@ -43,6 +27,21 @@ func TestIdleHealthyAndTheKindDetected(t *testing.T) {
 	}
 	if _, has := s.Verdict.Evidence["completions_per_second"]; has {
 		t.Errorf("/status gives a completion rate llama.cpp does not count: %v", s.Verdict.Evidence)
+	}
+	// /status's capacity block: no 0 for what llama.cpp does not count.
+	var st struct {
+		Capacity map[string]any `json:"capacity"`
+	}
+	if err := testinfra.GetJSON(statusClient, v.StatusURL+"/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"completions_per_second", "in_flight"} {
+		if val, has := st.Capacity[k]; has {
+			t.Errorf("/status capacity gives %s %v, which llama.cpp does not count: %v", k, val, st.Capacity)
+		}
+	}
+	if _, has := st.Capacity["tokens_per_second"]; !has {
+		t.Errorf("/status capacity lacks the token rate: %v", st.Capacity)
 	}
 }
 
@@ -67,17 +66,14 @@ func TestOverloadPastTheSlotsIsSaturatedNeverHung(t *testing.T) {
 		t.Errorf("evidence has a completion rate llama.cpp does not count: %v", s.Verdict.Evidence)
 	}
 
-	// diagnose under the same load.
+	// diagnose, text and --json together, under the same load.
 	okBefore, _ := l.Counts()
 	dstart := time.Now()
-	out, code := diagnose(t, eng.URL())
+	d := diagnoseBoth(t, eng.URL(), true)
 	okAfter, failed := l.Counts()
 	rate := float64(okAfter-okBefore) / time.Since(dstart).Seconds()
 	l.Stop()
-	if code != 1 || !strings.Contains(out, "SATURATED (exit 1)") {
-		t.Fatalf("diagnose under load: exit %d, want 1 (saturated):\n%s", code, out)
-	}
-	checkDiagnoseFigures(t, out, rate)
+	checkLoaded(t, d, diagnoseWindow, 24)
 	if len(failed) > 0 {
 		t.Errorf("%d calls failed against the engine directly: %v", len(failed), failed[:min(len(failed), 5)])
 	}
@@ -85,37 +81,6 @@ func TestOverloadPastTheSlotsIsSaturatedNeverHung(t *testing.T) {
 		t.Fatalf("an overloaded engine that completes %0.1f calls/s was judged %s", rate, seen)
 	}
 	t.Logf("%.1f calls/s completed; verdicts %s", rate, m.states(from))
-}
-
-// checkDiagnoseFigures checks every figure diagnose printed for a loaded
-// llama.cpp: the ones it can read are numbers that fit the load, the ones
-// llama.cpp does not export say unknown, and none is 0 for want of a series.
-func checkDiagnoseFigures(t *testing.T, out string, completed float64) {
-	t.Helper()
-	want := []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^  /v1/models +200 in \S+ \(\S+\)$`),
-		regexp.MustCompile(`(?m)^  /health +200 in \S+$`),
-		regexp.MustCompile(`(?m)^  waiting +([1-9][0-9]*) \(saturated at 8\)$`),
-		regexp.MustCompile(`(?m)^  running +2$`),
-		regexp.MustCompile(`(?m)^  completions/s +unknown \(the engine counts no finished requests; its token rate is under Progress\)$`),
-		regexp.MustCompile(`(?m)^  tokens +\+[1-9][0-9.,k]* \([1-9][0-9.,k]* tok/s\)$`),
-		regexp.MustCompile(`(?m)^  heartbeat +\+[1-9][0-9.,k]* llamacpp:n_decode_total$`),
-		regexp.MustCompile(`(?m)^  in flight +unknown \(the engine exports no request latency histogram for Little's law\)$`),
-		regexp.MustCompile(`(?m)^  slots +2, [0-2] processing \(llama.cpp's /slots: the most it runs at once\)$`),
-		regexp.MustCompile(`(?m)^  recommended cap +max_in_flight 2: the engine's slots; more only queues inside it \(configured: automatic\)$`),
-		regexp.MustCompile(`(?m)^  retry storm +not judged \(the engine exports no prompt-token or prefix-cache query counter\)$`),
-	}
-	for _, re := range want {
-		if !re.MatchString(out) {
-			t.Errorf("diagnose lacks a line matching %s:\n%s", re, out)
-		}
-	}
-	// No row that reads as a measured zero (a figure unknown is said so).
-	for _, line := range strings.Split(out, "\n") {
-		if regexp.MustCompile(`^  (completions/s|tokens|in flight|running|executing) +0\b`).MatchString(line) {
-			t.Errorf("diagnose prints a 0 under load (%0.1f calls/s completed): %q", completed, line)
-		}
-	}
 }
 
 // SIGSTOP freezes the whole engine with work in it: HUNG within hang_after
