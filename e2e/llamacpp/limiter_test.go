@@ -1,11 +1,16 @@
 package llamacpp_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/admission/enginepoll"
+	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/probes"
 )
 
 // Through the limiter with its automatic cap, 16 clients on 2 slots: the
@@ -27,11 +32,15 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 		return err == nil && s.Limiter != nil && s.Limiter.Cap <= slots+1
 	})
 	var caps, deferred []float64
+	okFrom, _ := l.Counts()
+	from := time.Now()
+	var last status
 	for range 24 {
 		s, err := v.status()
 		if err != nil || s.Limiter == nil {
 			t.Fatalf("/status: %v, limiter %v", err, s.Limiter)
 		}
+		last = s
 		if !s.Limiter.Automatic {
 			t.Fatalf("the cap is not automatic: %+v", *s.Limiter)
 		}
@@ -43,7 +52,20 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	okTo, _ := l.Counts()
+	clientRate := float64(okTo-okFrom) / time.Since(from).Seconds()
+	checkTheLimitersRead(t, eng.URL())
 	l.Stop()
+	// llama.cpp counts no finished requests; the limiter in front counts
+	// the calls it answered, and the evidence carries that rate, said to
+	// be the limiter's, close to what the clients saw complete.
+	ev := last.Verdict.Evidence
+	if rate, _ := ev["completions_per_second"].(float64); ev["completions_through_vigil"] != true ||
+		rate < clientRate/2 || rate > clientRate*2 {
+		t.Errorf("evidence: completions/s %v (through vigil: %v), the clients completed %.1f/s: %v",
+			ev["completions_per_second"], ev["completions_through_vigil"], clientRate, ev)
+	}
+	t.Logf("completions/s %.1f through vigil in the evidence (%s), %.1f/s seen by the clients", ev["completions_per_second"], last.Verdict.State, clientRate)
 	if len(deferred) < len(caps)/2 {
 		t.Fatalf("read the engine's queue %d times of %d", len(deferred), len(caps))
 	}
@@ -65,6 +87,39 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		t.Errorf("%d calls failed through the limiter: %v", len(failed), failed[:min(len(failed), 5)])
+	}
+}
+
+// checkTheLimitersRead reads the loaded engine as the limiter does
+// (enginepoll through the daemon's one probes.Reader, engine.kind auto):
+// llama.cpp's queue gauges and its prompt-token counter by the llamacpp
+// profile, and -1 (unknown) for what it lacks: a first-token count, KV
+// usage, prefix-cache hits. Without a prefill count the prefill meter
+// cannot tell a mean prompt length (docs/design.md, "One engine reader").
+func checkTheLimitersRead(t *testing.T, engine string) {
+	t.Helper()
+	e := configs.Default().Engine
+	reader := probes.NewReader(e.Metrics, configs.KindAuto, e.MetricsFor)
+	poll := enginepoll.New(reader, probes.Target{URL: engine, Timeout: 5 * time.Second}, nil, nil, nil)
+	var loads []core.EngineLoad
+	for range 2 {
+		g, err := poll.Read(context.Background())
+		if err != nil {
+			t.Errorf("the limiter's read of llama-server: %v", err)
+			return
+		}
+		loads = append(loads, g)
+		time.Sleep(250 * time.Millisecond)
+	}
+	a, b := loads[0], loads[1]
+	if reader.Kind() != configs.KindLlamaCpp {
+		t.Errorf("the limiter read the engine as %q, want llamacpp", reader.Kind())
+	}
+	if b.Running != slots || b.Waiting < 0 || a.PromptTokens <= 0 || b.PromptTokens <= a.PromptTokens {
+		t.Errorf("the limiter read %+v then %+v: want %d running and llama.cpp's prompt tokens moving", a, b, slots)
+	}
+	if b.FirstTokens != -1 || b.KVUsage != -1 || b.CachedTokens != -1 {
+		t.Errorf("the limiter read a series llama.cpp does not have: %+v", b)
 	}
 }
 
