@@ -124,20 +124,48 @@ func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
 	t.Logf("HUNG %s after SIGSTOP; %d calls, none lost; verdicts %s", hungAt.Sub(stopped).Round(time.Millisecond), ok, m.states(stopped))
 }
 
-// SIGKILL: nothing listens any more, which is DOWN.
+// Both slots in one long generation each: llama.cpp's token counters
+// stand still (it counts generated tokens when a request ends, prompt
+// tokens once at its start) and vigil's probe waits for a slot, so the
+// decode heartbeat (n_decode_total, every llama_decode()) is all that
+// shows progress for longer than hang_after: never HUNG. It is the
+// per-step evidence /slots' per-slot n_decoded would give, read from the
+// scrape vigil takes anyway. Then SIGKILL: nothing listens any more, which
+// is DOWN.
 func TestKilledEngineIsDown(t *testing.T) {
 	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
-	_, eng := startEngine(t)
+	testinfra.Long(t, "tests against a real llama-server")
+	// A context of 8,192 tokens a slot (the last --ctx-size given wins):
+	// 8,000 tokens take over 15 s on this model, where 2,000 took 4.
+	eng := testinfra.FindLlamaCpp(t).StartLlamaServer(t, "", "--parallel", fmt.Sprint(slots), "--ctx-size", fmt.Sprint(slots*8192))
+	eng.WaitReady(t, 30*time.Second)
 	v := startVigil(t, config{engine: eng.URL()})
 	m := v.watch(t)
 	m.waitState(t, "healthy", 10*time.Second)
-	time.Sleep(time.Second) // past the startup grace
+
+	// The kill ends them.
+	l := startLoad(t, eng.URL(), slots, 8000)
+	time.Sleep(500 * time.Millisecond) // both prompts evaluated
+	tok0, beat0 := engineCounters(t, eng.URL())
+	from := time.Now()
+	time.Sleep(3*time.Second + time.Second) // hang_after 3 s, and a second
+	tok1, beat1 := engineCounters(t, eng.URL())
+	if ok, _ := l.Counts(); ok > 0 || tok1 != tok0 || beat1 <= beat0 {
+		t.Fatalf("the premise: %d calls ended, tokens +%.0f, n_decode_total +%.0f; want none ended, tokens still, decode moving", ok, tok1-tok0, beat1-beat0)
+	}
+	if seen := m.states(from); strings.Contains(seen, "hung") || strings.Contains(seen, "unknown") {
+		t.Errorf("two long generations, token counters still for %s while n_decode_total moved +%.0f, were judged %s",
+			time.Since(from).Round(time.Millisecond), beat1-beat0, seen)
+	}
+	t.Logf("long generations: tokens still, n_decode_total +%.0f in %s; verdicts %s", beat1-beat0, time.Since(from).Round(time.Millisecond), m.states(from))
+
 	killed := time.Now()
 	eng.Signal(t, syscall.SIGKILL)
 	m.waitState(t, "down", 5*time.Second)
 	if seen := m.states(killed); strings.Contains(seen, "hung") {
 		t.Errorf("a killed engine was judged hung on the way down: %s", seen)
 	}
+	l.Stop()
 }
 
 // vigil started before the engine: while it comes up (the port refusing,
