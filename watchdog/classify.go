@@ -605,7 +605,7 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 		ev.Waiting, ev.Running = m.Waiting, m.Running
 	}
 	r := sc.rates(history, p.RateWindow)
-	ev.Window, ev.Samples = r.window, max(r.samples, 1)
+	ev.Window, ev.Samples, ev.NoRates = r.window, max(r.samples, 1), r.samples < 2
 	ev.ProgressDelta = r.progress
 	ev.TokensPerSec = r.perSecond(r.progress)
 	if len(r.heartbeats) > 0 {

@@ -646,3 +646,34 @@ func TestTheCompletionRateComesFromWhatCountsFinishedCalls(t *testing.T) {
 		})
 	}
 }
+
+// With /metrics unreadable from the start (llama-server without
+// --metrics answers 501), the queue and the rates are unknown, not 0;
+// one readable scrape gives the queue, two the rates.
+func TestEvidenceKnowsWhenTheScrapesSaidNothing(t *testing.T) {
+	t.Parallel()
+	unreadable := &probes.MetricsObservation{Observation: failed(probes.EndpointMetrics, probes.ClassOther, 501)}
+	for _, tc := range []struct {
+		name         string
+		hist         func() *sim
+		queue, rates bool
+	}{
+		{"never readable", func() *sim { s := newSim(); s.scrape = unreadable; return s.tick(4) }, false, false},
+		{"readable once, at the end", func() *sim {
+			s := newSim()
+			s.scrape = unreadable
+			s.tick(3)
+			s.scrape = nil
+			return s.tick(1)
+		}, true, false},
+		{"readable", func() *sim { return newSim().tick(4) }, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.hist()
+			ev := Classify(s.samples, defaultParams(), s.at).Evidence
+			if ev.QueueKnown() != tc.queue || ev.RatesKnown() != tc.rates {
+				t.Errorf("queue known %v, rates known %v; want %v, %v (%+v)", ev.QueueKnown(), ev.RatesKnown(), tc.queue, tc.rates, ev)
+			}
+		})
+	}
+}

@@ -241,6 +241,20 @@ func TestDiagnoseSaysUnknownForWhatTheEngineLacks(t *testing.T) {
 			[]string{
 				"completions/s      9 answered through vigil's limiter (the engine counts no finished requests)",
 			}, true},
+		// A llama-server started without --metrics answers /metrics 501:
+		// its queue and progress are unknown (they printed as 0 waiting,
+		// 0 running, +0 tokens).
+		{"llama.cpp without --metrics", Report{State: StateUnknown,
+			Evidence: Evidence{MetricsError: "501 Not Implemented", Samples: 1, NoRates: true}},
+			[]string{
+				"waiting            unknown (/metrics unreadable; saturated at 0)",
+				"running            unknown (/metrics unreadable)",
+				"completions/s      unknown (too few readable scrapes in the window)",
+				"Progress\n",
+				"tokens             unknown (fewer than two readable /metrics scrapes in the window)",
+				"since progress     unknown (no counter read twice)",
+				"longest gap        unknown (no counter read twice)",
+			}, false},
 		{"vLLM, idle: a measured 0", Report{State: StateHealthy,
 			Evidence: Evidence{CompletionsKnown: true}},
 			[]string{
@@ -295,6 +309,13 @@ func TestDiagnoseSaysUnknownForWhatTheEngineLacks(t *testing.T) {
 			for _, k := range []string{"prompt_tokens_delta", "prefix_cache_queries_delta", "ratio", "window_seconds"} {
 				if v, has := rep.RetryStorm[k]; has {
 					t.Errorf("json gives retry_storm.%s %v, not read: %s", k, v, raw)
+				}
+			}
+			if !tc.r.Evidence.QueueKnown() || !tc.r.Evidence.RatesKnown() {
+				for _, k := range []string{"waiting", "running", "progress_delta", "tokens_per_second", "since_progress_seconds", "longest_gap_seconds"} {
+					if v, has := rep.Evidence[k]; has {
+						t.Errorf("json gives evidence.%s %v with /metrics unreadable: %s", k, v, raw)
+					}
 				}
 			}
 		})

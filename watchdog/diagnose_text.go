@@ -91,8 +91,13 @@ func (r Report) writeQueue(t *textReport) {
 	ev := r.Evidence
 	t.line("")
 	t.line("Queue")
-	t.row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
-	t.row("running", "%s", humanize.Count(ev.Running))
+	if ev.QueueKnown() {
+		t.row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
+		t.row("running", "%s", humanize.Count(ev.Running))
+	} else {
+		t.row("waiting", "unknown (/metrics unreadable; saturated at %d)", r.SaturatedWaiting)
+		t.row("running", "unknown (/metrics unreadable)")
+	}
 	switch {
 	case ev.CompletionsKnown && ev.CompletionsThroughVigil:
 		t.row("completions/s", "%s answered through vigil's limiter (the engine counts no finished requests)", humanize.Count(ev.CompletionsPerSec))
@@ -113,12 +118,21 @@ func (r Report) writeQueue(t *textReport) {
 func (r Report) writeProgress(t *textReport) {
 	ev := r.Evidence
 	t.line("")
-	t.line("Progress over %s", humanize.Duration(ev.Window))
-	t.row("tokens", "+%s (%s tok/s)", humanize.Count(ev.ProgressDelta), humanize.Count(ev.TokensPerSec))
+	if ev.RatesKnown() {
+		t.line("Progress over %s", humanize.Duration(ev.Window))
+		t.row("tokens", "+%s (%s tok/s)", humanize.Count(ev.ProgressDelta), humanize.Count(ev.TokensPerSec))
+	} else {
+		t.line("Progress")
+		t.row("tokens", "unknown (fewer than two readable /metrics scrapes in the window)")
+	}
 	for _, name := range sortedNames(ev.HeartbeatDeltas) {
 		t.row("heartbeat", "+%s %s", humanize.Count(ev.HeartbeatDeltas[name]), name)
 	}
-	t.row("since progress", "%s", humanize.Duration(ev.SinceProgress))
+	if ev.RatesKnown() {
+		t.row("since progress", "%s", humanize.Duration(ev.SinceProgress))
+	} else {
+		t.row("since progress", "unknown (no counter read twice)")
+	}
 	if ev.HangAfterWhy != "" {
 		t.row("hang_after", "%s", ev.HangAfterWhy)
 		if ev.HangAfterFrom != "" {
@@ -130,8 +144,12 @@ func (r Report) writeProgress(t *textReport) {
 	if ev.Stalled > 0 {
 		t.row("stalled", "%s with work pending (hung at %s)", humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter))
 	}
-	t.row("longest gap", "%s between counter moves while work was pending; hang_after (%s) must exceed the longest legitimate one",
-		humanize.Duration(ev.LongestGap), humanize.Duration(r.HangAfter))
+	if ev.RatesKnown() {
+		t.row("longest gap", "%s between counter moves while work was pending; hang_after (%s) must exceed the longest legitimate one",
+			humanize.Duration(ev.LongestGap), humanize.Duration(r.HangAfter))
+	} else {
+		t.row("longest gap", "unknown (no counter read twice); hang_after (%s) must exceed the longest legitimate one", humanize.Duration(r.HangAfter))
+	}
 	if ev.CounterReset {
 		t.row("counters", "reset during the window (engine restarted); re-baselined")
 	}

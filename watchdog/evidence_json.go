@@ -11,13 +11,13 @@ import (
 type evidenceJSON struct {
 	Window            float64            `json:"window_seconds"`
 	Samples           int                `json:"samples"`
-	Waiting           float64            `json:"waiting"`
-	Running           float64            `json:"running"`
-	ProgressDelta     float64            `json:"progress_delta"`
-	TokensPerSec      float64            `json:"tokens_per_second"`
+	Waiting           *float64           `json:"waiting,omitempty"`
+	Running           *float64           `json:"running,omitempty"`
+	ProgressDelta     *float64           `json:"progress_delta,omitempty"`
+	TokensPerSec      *float64           `json:"tokens_per_second,omitempty"`
 	HeartbeatDeltas   map[string]float64 `json:"heartbeat_deltas,omitempty"`
-	SinceProgress     float64            `json:"since_progress_seconds"`
-	LongestGap        float64            `json:"longest_gap_seconds"`
+	SinceProgress     *float64           `json:"since_progress_seconds,omitempty"`
+	LongestGap        *float64           `json:"longest_gap_seconds,omitempty"`
 	Stalled           float64            `json:"stalled_seconds"`
 	CounterReset      bool               `json:"counter_reset,omitempty"`
 	Models            string             `json:"models"`
@@ -67,10 +67,10 @@ func duration(s float64) time.Duration { return time.Duration(s * float64(time.S
 func (e Evidence) MarshalJSON() ([]byte, error) {
 	return json.Marshal(evidenceJSON{
 		Window: seconds(e.Window), Samples: e.Samples,
-		Waiting: e.Waiting, Running: e.Running,
-		ProgressDelta: e.ProgressDelta, TokensPerSec: e.TokensPerSec,
+		Waiting: knownOnly(e.Waiting, e.QueueKnown()), Running: knownOnly(e.Running, e.QueueKnown()),
+		ProgressDelta: knownOnly(e.ProgressDelta, e.RatesKnown()), TokensPerSec: knownOnly(e.TokensPerSec, e.RatesKnown()),
 		HeartbeatDeltas: e.HeartbeatDeltas,
-		SinceProgress:   seconds(e.SinceProgress), LongestGap: seconds(e.LongestGap),
+		SinceProgress:   knownOnly(seconds(e.SinceProgress), e.RatesKnown()), LongestGap: knownOnly(seconds(e.LongestGap), e.RatesKnown()),
 		Stalled: seconds(e.Stalled), CounterReset: e.CounterReset,
 		Models: e.Models, Health: e.Health, Probe: e.Probe,
 		ProbeLatency: seconds(e.ProbeLatency), MetricsError: e.MetricsError,
@@ -111,10 +111,10 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 	}
 	*e = Evidence{
 		Window: duration(j.Window), Samples: j.Samples,
-		Waiting: j.Waiting, Running: j.Running,
-		ProgressDelta: j.ProgressDelta, TokensPerSec: j.TokensPerSec,
+		Waiting: valueOf(j.Waiting), Running: valueOf(j.Running),
+		ProgressDelta: valueOf(j.ProgressDelta), TokensPerSec: valueOf(j.TokensPerSec), NoRates: j.TokensPerSec == nil,
 		HeartbeatDeltas: j.HeartbeatDeltas,
-		SinceProgress:   duration(j.SinceProgress), LongestGap: duration(j.LongestGap),
+		SinceProgress:   duration(valueOf(j.SinceProgress)), LongestGap: duration(valueOf(j.LongestGap)),
 		Stalled: duration(j.Stalled), CounterReset: j.CounterReset,
 		Models: j.Models, Health: j.Health, Probe: j.Probe,
 		ProbeLatency: duration(j.ProbeLatency), MetricsError: j.MetricsError,
@@ -135,6 +135,15 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// QueueKnown reports whether Waiting and Running were read: the last
+// scrape was readable (a llama-server started without --metrics answers
+// 501, and its queue is unknown, not 0).
+func (e Evidence) QueueKnown() bool { return e.MetricsError == "" }
+
+// RatesKnown reports whether ProgressDelta and TokensPerSec were measured:
+// two readable scrapes in the window.
+func (e Evidence) RatesKnown() bool { return !e.NoRates }
 
 // knownOnly is v when it is known; nil leaves an unknown figure out of the
 // JSON rather than writing it as 0.

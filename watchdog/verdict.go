@@ -80,6 +80,10 @@ type Evidence struct {
 	// stuck exporter) and the probes judge alone. Zero otherwise.
 	Stale time.Duration `json:"stale_seconds,omitempty"`
 
+	// NoRates: fewer than two readable scrapes in the window, so
+	// ProgressDelta and TokensPerSec are unknown, not 0.
+	NoRates bool `json:"-"`
+
 	// CompletionsPerSec is the finished-request rate, known only when
 	// CompletionsKnown (the engine counts finished requests: llama.cpp does
 	// not, and its rate is unknown, never 0); DrainEstimate the time to
