@@ -2,7 +2,9 @@ package llamacpp_test
 
 import (
 	"context"
+	"regexp"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +36,18 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 	var caps, deferred []float64
 	okFrom, _ := l.Counts()
 	from := time.Now()
+	// diagnose beside the loop, reading this vigil's limiter counts: its
+	// completion rate is theirs, said to be.
+	var diag string
+	var diagRate float64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ok0, _ := l.Counts()
+		start := time.Now()
+		diag, _ = diagnose(t, eng.URL(), "--status", v.StatusURL)
+		ok1, _ := l.Counts()
+		diagRate = float64(ok1-ok0) / time.Since(start).Seconds()
+	})
 	var last status
 	for range 24 {
 		s, err := v.status()
@@ -52,8 +66,16 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	wg.Wait()
 	okTo, _ := l.Counts()
 	clientRate := float64(okTo-okFrom) / time.Since(from).Seconds()
+	if m := regexp.MustCompile(`(?m)^  completions/s +(\S+) answered through vigil's limiter \(the engine counts no finished requests\)$`).FindStringSubmatch(diag); m == nil {
+		t.Errorf("diagnose --status gives no completion rate through vigil:\n%s", diag)
+	} else if r := num(m[1]); r < diagRate/2 || r > diagRate*2 {
+		t.Errorf("diagnose --status: completions/s %s, the clients completed %.1f/s over its run:\n%s", m[1], diagRate, diag)
+	} else {
+		t.Logf("diagnose --status: completions/s %s through vigil, %.1f/s seen by the clients", m[1], diagRate)
+	}
 	checkTheLimitersRead(t, eng.URL())
 	l.Stop()
 	// llama.cpp counts no finished requests; the limiter in front counts
