@@ -470,14 +470,17 @@ func (w *Watchdog) SetThresholds(t Thresholds) {
 // /status: Little's law beside the limiter's cap, the rates, and the
 // retry-storm check.
 type Capacity struct {
-	Window            time.Duration   `json:"-"`
-	InFlight          float64         `json:"-"`
-	InFlightKnown     bool            `json:"in_flight_known"`
-	MaxInFlight       int             `json:"max_in_flight,omitempty"`
-	CompletionsPerSec float64         `json:"-"`
-	CompletionsKnown  bool            `json:"completions_known"`
-	TokensPerSec      float64         `json:"tokens_per_second"`
-	RetryStorm        RetryStormCheck `json:"retry_storm"`
+	Window            time.Duration `json:"-"`
+	InFlight          float64       `json:"-"`
+	InFlightKnown     bool          `json:"in_flight_known"`
+	MaxInFlight       int           `json:"max_in_flight,omitempty"`
+	CompletionsPerSec float64       `json:"-"`
+	CompletionsKnown  bool          `json:"completions_known"`
+	// CompletionsThroughVigil: the rate is the calls vigil's limiter saw
+	// answered (the engine counts none).
+	CompletionsThroughVigil bool            `json:"completions_through_vigil,omitempty"`
+	TokensPerSec            float64         `json:"tokens_per_second"`
+	RetryStorm              RetryStormCheck `json:"retry_storm"`
 	// Load is Little's law with the recommended cap (nil without
 	// completions in the window).
 	Load *Load `json:"load,omitempty"`
@@ -517,6 +520,7 @@ func (w *Watchdog) Capacity() Capacity {
 	p.RateWindow = window
 	ev := Classify(w.history, p, last).Evidence
 	c.Window, c.CompletionsPerSec, c.CompletionsKnown, c.TokensPerSec = ev.Window, ev.CompletionsPerSec, ev.CompletionsKnown, ev.TokensPerSec
+	c.CompletionsThroughVigil = ev.CompletionsThroughVigil
 	if l, ok := LoadOver(w.history, window); ok {
 		c.InFlight, c.InFlightKnown, c.Load = l.InFlight, true, &l
 	}

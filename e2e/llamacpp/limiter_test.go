@@ -88,6 +88,15 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 			ev["completions_per_second"], ev["completions_through_vigil"], clientRate, ev)
 	}
 	t.Logf("completions/s %.1f through vigil in the evidence (%s), %.1f/s seen by the clients", ev["completions_per_second"], last.Verdict.State, clientRate)
+	var st struct {
+		Capacity map[string]any `json:"capacity"`
+	}
+	if err := testinfra.GetJSON(statusClient, v.StatusURL+"/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	if rate, _ := st.Capacity["completions_per_second"].(float64); rate <= 0 || st.Capacity["completions_through_vigil"] != true {
+		t.Errorf("/status capacity: no completion rate through vigil: %v", st.Capacity)
+	}
 	if len(deferred) < len(caps)/2 {
 		t.Fatalf("read the engine's queue %d times of %d", len(deferred), len(caps))
 	}
