@@ -2,6 +2,9 @@ package llamacpp_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,8 +172,12 @@ func TestKilledEngineIsDown(t *testing.T) {
 }
 
 // vigil started before the engine: while it comes up (the port refusing,
-// then /health 503 "Loading model") the verdict is LOADING, then HEALTHY,
-// never DOWN or HUNG.
+// then /health, /v1/models and /metrics answering 503 "Loading model")
+// the verdict is LOADING, then HEALTHY, never DOWN or HUNG. The tiny model
+// loads in tens of milliseconds, less than a cycle, so the 503 stage is
+// held open: a llama-server reading its model from a FIFO nobody writes
+// serves its API and waits in its load; it is killed and the real one
+// started in its place.
 func TestAnEngineStillLoadingIsLoading(t *testing.T) {
 	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	testinfra.Long(t, "tests against a real llama-server")
@@ -181,6 +188,34 @@ func TestAnEngineStillLoadingIsLoading(t *testing.T) {
 	from := time.Now()
 	m.waitState(t, "loading", 5*time.Second)
 	time.Sleep(time.Second) // vigil sees the port refuse
+
+	fifo := filepath.Join(t.TempDir(), "loading.gguf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The last --model given wins; --load-mode none reads the file
+	// rather than mapping it.
+	loading := l.StartLlamaServer(t, addr, "--model", fifo, "--load-mode", "none")
+	var seen503 string
+	testinfra.WaitFor(t, 10*time.Second, "vigil to see llama-server answer 503 while it loads", func() bool {
+		for _, o := range m.since(from) {
+			if o.s.Verdict.State == "loading" && strings.Contains(o.s.Verdict.Reason, "/v1/models 503") {
+				seen503 = o.s.Verdict.Reason
+			}
+		}
+		return seen503 != ""
+	})
+	t.Logf("while llama-server loads: %s", seen503)
+	if body, err := statusClient.Get("http://" + addr + "/health"); err == nil {
+		b, _ := io.ReadAll(body.Body)
+		body.Body.Close()
+		if body.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "Loading model") {
+			t.Errorf("the loading llama-server's /health: %d %s, want 503 Loading model", body.StatusCode, b)
+		}
+	}
+	loading.Signal(t, syscall.SIGKILL)
+	testinfra.WaitFor(t, 5*time.Second, "the loading llama-server to exit", loading.Exited)
+
 	eng := l.StartLlamaServer(t, addr, "--parallel", fmt.Sprint(slots))
 	eng.WaitReady(t, 30*time.Second)
 	m.waitState(t, "healthy", 15*time.Second)
