@@ -45,25 +45,25 @@ type diagnosed struct {
 	heartbeat float64 // its n_decode_total over took
 }
 
-// diagnoseBoth runs text and --json diagnose on engine, together when
+// diagnoseBoth runs text and --json diagnose on engine over window, together when
 // together (under load: no figure depends on the other's probe) or one
 // after the other (idle: one's probe would sit in a slot the other
 // reads), and reads the engine's own counters before and after.
-func diagnoseBoth(t *testing.T, engine string, together bool) diagnosed {
+func diagnoseBoth(t *testing.T, engine string, together bool, window time.Duration) diagnosed {
 	t.Helper()
 	var d diagnosed
 	tok0, beat0 := engineCounters(t, engine)
 	start := time.Now()
 	var wg sync.WaitGroup
 	runJSON := func() {
-		d.jsonRaw, d.jsonCode = diagnose(t, engine, "--json")
+		d.jsonRaw, d.jsonCode = diagnose(t, engine, "--json", "--window", window.String())
 	}
 	if together {
 		wg.Go(runJSON)
 	} else {
 		runJSON()
 	}
-	d.text, d.textCode = diagnose(t, engine)
+	d.text, d.textCode = diagnose(t, engine, "--window", window.String())
 	wg.Wait()
 	d.took = time.Since(start)
 	tok1, beat1 := engineCounters(t, engine)

@@ -262,7 +262,8 @@ func scrape(engine, name string) (float64, error) {
 	return 0, fmt.Errorf("no %s in %d bytes: %.200s", name, len(body), body)
 }
 
-// diagnoseWindow is the --window every diagnose here samples.
+// diagnoseWindow is the --window a diagnose here samples (a later
+// --window in args wins).
 const diagnoseWindow = 3 * time.Second
 
 // diagnose runs `vigil diagnose` against engine and returns its output and

@@ -20,7 +20,9 @@ func TestIdleHealthyAndTheKindDetected(t *testing.T) {
 	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	_, eng := startEngine(t)
 
-	checkIdle(t, diagnoseBoth(t, eng.URL(), false), diagnoseWindow)
+	// Idle needs no long window, and the two run one after the other.
+	const idleWindow = 1500 * time.Millisecond
+	checkIdle(t, diagnoseBoth(t, eng.URL(), false, idleWindow), idleWindow)
 
 	v := startVigil(t, config{engine: eng.URL()})
 	m := v.watch(t)
@@ -72,7 +74,7 @@ func TestOverloadPastTheSlotsIsSaturatedNeverHung(t *testing.T) {
 	// diagnose, text and --json together, under the same load.
 	okBefore, _ := l.Counts()
 	dstart := time.Now()
-	d := diagnoseBoth(t, eng.URL(), true)
+	d := diagnoseBoth(t, eng.URL(), true, diagnoseWindow)
 	okAfter, failed := l.Counts()
 	rate := float64(okAfter-okBefore) / time.Since(dstart).Seconds()
 	l.Stop()
