@@ -292,7 +292,6 @@ func capWords(maxInFlight int) string {
 	return "automatic"
 }
 
-// readSlots reads llama.cpp's /slots for the report.
 // probeEnded waits up to timeout for vigil's own completion probe to end;
 // false if it is still out.
 func probeEnded(ctx context.Context, p Probes, timeout time.Duration) bool {
@@ -306,6 +305,7 @@ func probeEnded(ctx context.Context, p Probes, timeout time.Duration) bool {
 	return true
 }
 
+// readSlots reads llama.cpp's /slots for the report.
 func readSlots(ctx context.Context, t probes.Target, timeout time.Duration) (*probes.Slots, string) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
