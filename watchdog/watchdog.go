@@ -703,15 +703,19 @@ func actionFor(s State, canRecover, dryRun bool) string {
 // steady states at debug.
 func (w *Watchdog) logVerdict(prev, v Verdict, inc *Incident, first, opened, resolved bool) {
 	ev := v.Evidence
-	l := w.log.WithFields(logrus.Fields{
-		"state":                  string(v.State),
-		"waiting":                ev.Waiting,
-		"running":                ev.Running,
-		"tokens_per_second":      round1(ev.TokensPerSec),
-		"since_progress_seconds": round1(ev.SinceProgress.Seconds()),
-		"stalled_seconds":        round1(ev.Stalled.Seconds()),
-		"probe":                  ev.Probe,
-	})
+	fields := logrus.Fields{
+		"state":           string(v.State),
+		"stalled_seconds": round1(ev.Stalled.Seconds()),
+		"probe":           ev.Probe,
+	}
+	// Figures nobody read (an unreadable /metrics) are left out, not 0.
+	if ev.QueueKnown() {
+		fields["waiting"], fields["running"] = ev.Waiting, ev.Running
+	}
+	if ev.RatesKnown() {
+		fields["tokens_per_second"], fields["since_progress_seconds"] = round1(ev.TokensPerSec), round1(ev.SinceProgress.Seconds())
+	}
+	l := w.log.WithFields(fields)
 	if inc != nil {
 		l = l.WithField("incident", inc.ID)
 	}
