@@ -50,6 +50,9 @@ func (l *Limiter) Stats() Stats {
 			s.HeldRefused[r] = n
 		}
 	}
+	if f, _ := l.out.Snapshot(); !f.Opened.IsZero() {
+		s.LastHang = &f
+	}
 	s.SetCore(l.core.Stats())
 	return s
 }
