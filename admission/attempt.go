@@ -98,7 +98,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 	req := core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
 		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
 		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body)),
-		Undivertible: l.peerFor(a.r) == nil}
+		Undivertible: l.peerFor(a.r) == nil, Arrived: a.start}
 	if a.r.Header.Get(engineloss.MovedFromHeader) != "" {
 		req.Moved, req.MaxWait = true, engineloss.MovedWait(a.r)
 	}
