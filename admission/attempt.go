@@ -125,6 +125,9 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 		if d := l.clock.Now().Sub(queuedAt); d >= time.Millisecond && (held || tk.HeldWait() || l.holdsEngine() || l.core.Holding()) {
 			l.out.Queued(d)
 		}
+		if req.Moved {
+			a.w.WriteHeader(engineloss.AdmittedStatus) // its home calls it back no more (recallable)
+		}
 		return tk, true
 	}
 }
