@@ -10,7 +10,7 @@ import (
 )
 
 // The hang window: calls sent to a hung engine's vigil between the hang
-// and the watchdog's verdict (here 3 s, past every queue bound), with the
+// and the watchdog's verdict (here 4 s, past every queue bound), with the
 // cap full of streams stuck on the engine. Before the stall suspicion the
 // streams among them were refused (stream_deadline) and the plain calls
 // timed out in the queue (queue_timeout), 503s a client that does not
@@ -31,6 +31,13 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 			re := newRestartableEngine(t, 0)
 			cfg := testConfig()
 			cfg.MaxInFlight = 4
+			// The bound of a call that arrives at the hang outlasts the
+			// suspicion's latest (2.5 s, asserted below), as it must for
+			// the suspicion to hold it: the silence that raises one is
+			// ten of the engine's learned steps, and under -race on a
+			// loaded machine the steps this test's engine shows grow to
+			// 200 ms (a 2 s bound refused one call in about six runs).
+			cfg.MaxQueueWait = 3 * time.Second
 			cfg.SlowStart = 4 * time.Second // after the restart: held while the cap ramps, not refused
 			var opts []Option
 			var peer proxy
@@ -77,10 +84,12 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			eventually(t, 3*time.Second, "the stall suspected", p.l.Suspected)
-			if d := time.Since(hung); d > 2500*time.Millisecond {
+			d := time.Since(hung)
+			if d > 2500*time.Millisecond {
 				t.Errorf("suspected %v after the hang, want within about a second", d)
 			}
-			time.Sleep(time.Until(hung.Add(3 * time.Second))) // the verdict comes later
+			t.Logf("suspected %v after the hang", d)
+			time.Sleep(time.Until(hung.Add(4 * time.Second))) // the verdict comes later, past every bound
 			p.l.SetRecovering(true)
 			if withPeer {
 				// The peer runs the streams cut: their slots here are free
@@ -97,8 +106,8 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 
 			for i, g := range got {
 				if g.Err != nil || g.status != http.StatusOK || g.ErrorCode != "" || !g.Whole() {
-					t.Errorf("call %d: status %d, error %v %q, whole %v; want every call answered whole",
-						i, g.status, g.Err, g.ErrorCode, g.Whole())
+					t.Errorf("call %d: status %d %s after %v, error %v %q, whole %v; want every call answered whole",
+						i, g.status, g.refusal, g.took, g.Err, g.ErrorCode, g.Whole())
 				}
 			}
 			s := p.l.Stats()
@@ -127,8 +136,8 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 				if s.Diverted != 6 || fate.MovedTo["node2"] != 10 {
 					t.Errorf("diverted %d, moved %v; want the 6 new calls and the 4 streams cut at node2", s.Diverted, fate.MovedTo)
 				}
-			} else if fate.Queued != 6 || fate.WaitMax < 2*time.Second {
-				t.Errorf("queued %d, longest wait %v; want the 6 new calls held about 3 s", fate.Queued, fate.WaitMax)
+			} else if fate.Queued != 6 || fate.WaitMax < cfg.MaxQueueWait {
+				t.Errorf("queued %d, longest wait %v; want the 6 new calls held about 4 s, past their bound", fate.Queued, fate.WaitMax)
 			}
 		})
 	}
@@ -164,9 +173,14 @@ func TestNoSuspicionOnABusyEngine(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if s := p.l.Stats(); s.Suspicions != 0 || s.HeldWaits != 0 || s.Diverted != 0 || len(s.HeldRefused) != 0 {
-		t.Errorf("suspicions %d, held waits %d, diverted %d, refused while held %v; want none on an engine that never stopped",
-			s.Suspicions, s.HeldWaits, s.Diverted, s.HeldRefused)
+	// Held waits are not judged: a wait that reaches its bound while the
+	// engine sent nothing for half of it is deferred and counted there
+	// (core's expire), and under -race on a loaded machine this
+	// in-process engine does go quiet that long now and then (3 of 24
+	// in one run in about three). A suspicion would hold them.
+	if s := p.l.Stats(); s.Suspicions != 0 || s.Diverted != 0 || len(s.HeldRefused) != 0 {
+		t.Errorf("suspicions %d, diverted %d, refused while held %v; want none on an engine that never stopped",
+			s.Suspicions, s.Diverted, s.HeldRefused)
 	}
 }
 

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -53,7 +54,9 @@ func (re *restartableEngine) restart(t *testing.T) {
 // streamed is what a client read of one call: its status, and a 200's
 // answer.
 type streamed struct {
-	status int
+	status  int
+	refusal string // a refusal's body
+	took    time.Duration
 	simclient.Answer
 }
 
@@ -63,14 +66,18 @@ func readCall(ctx context.Context, c *http.Client, base, path, body string, hdr 
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
 		return streamed{Answer: simclient.Answer{Err: err}}
 	}
 	defer resp.Body.Close()
-	s := streamed{status: resp.StatusCode}
+	s := streamed{status: resp.StatusCode, took: time.Since(start)}
 	if resp.StatusCode == http.StatusOK {
 		s.Answer = simclient.ReadAnswer(resp)
+	} else {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		s.refusal = string(b)
 	}
 	return s
 }
