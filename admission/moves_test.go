@@ -289,3 +289,59 @@ func TestCallsThatCannotMove(t *testing.T) {
 		}
 	})
 }
+
+// A call cut at the verdict that a peer at its own cap keeps in its
+// queue comes home when this node's engine is back, and the restarted
+// engine answers it: the peer would have kept it for the whole outage
+// this node expects (90 s before one was seen), behind its own clients,
+// the call holding a slot here all the while. A call the peer has
+// admitted stays there (TestCallsCutByAHungEngineAreMovedNotLost: the
+// peer says so, and its plain answers are not called back).
+func TestACallAPeerKeepsComesHomeWhenTheEngineIsBack(t *testing.T) {
+	t.Parallel()
+	re := newRestartableEngine(t, 0)
+	pe := newRestartableEngine(t, 0)
+	pcfg := testConfig()
+	pcfg.MaxInFlight = 1 // its cap taken by its own client's long stream
+	pcfg.MaxQueueWait = time.Minute
+	peer := startProxy(t, pcfg, pe.url)
+	cfg := testConfig()
+	cfg.MaxQueueWait = time.Minute
+	p := startProxy(t, cfg, re.url, WithPeers(func() []Peer { return []Peer{{Node: "node2", URL: peer.url}} }), WithNode("node1"))
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	own := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":20000`, 1) // 50 s
+	go readCall(ctx, c, peer.url, pathCompletions, own)
+	eventually(t, 5*time.Second, "the peer at its cap", func() bool { return peer.l.Stats().InFlight == 1 })
+
+	done := make(chan streamed, 1)
+	go func() { done <- readCall(ctx, c, p.url, pathCompletions, moveUnary) }()
+	eventually(t, 5*time.Second, "the call on the engine", func() bool { return re.cur.Load().Stats().Running == 1 })
+	re.cur.Load().Hang()
+	p.l.SetRecovering(true)
+	eventually(t, 5*time.Second, "the call cut and queued at the peer", func() bool { return peer.l.Stats().QueueDepth == 1 })
+	re.restart(t)
+	back := time.Now()
+	p.l.SetRecovering(false)
+	var g streamed
+	select {
+	case g = <-done:
+	case <-ctx.Done():
+		t.Fatal("the call was not answered: the peer kept it")
+	}
+	if g.status != http.StatusOK || g.Err != nil || g.Text == "" {
+		t.Fatalf("got %+v, want the restarted engine's answer", g)
+	}
+	if d := time.Since(back); d > 5*time.Second {
+		t.Errorf("answered %v after the engine was back, want about one answer's time", d)
+	}
+	if n := re.cur.Load().Stats().Completed; n != 1 {
+		t.Errorf("the restarted engine completed %d, want the call called home", n)
+	}
+	eventually(t, 5*time.Second, "the peer's queue emptied", func() bool { return peer.l.Stats().QueueDepth == 0 })
+	if fate, held := p.l.RequestFate(); fate.LostTotal() != 0 || held != 0 {
+		t.Errorf("fate %+v, %d still held; want none lost or held", fate, held)
+	}
+}
