@@ -174,6 +174,9 @@ func (a *attempt) toPeer(body []byte) bool {
 		if done, taken := a.sendToPeer(&p, body); done || taken {
 			return true
 		}
+		if !l.holdsEngine() {
+			return false // the engine is back (a peer's refusal, or called home): no other peer
+		}
 	}
 	return false
 }
