@@ -33,11 +33,14 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 			cfg.MaxInFlight = 4
 			// The bound of a call that arrives at the hang outlasts the
 			// suspicion's latest (2.5 s, asserted below), as it must for
-			// the suspicion to hold it: the silence that raises one is
-			// ten of the engine's learned steps, and under -race on a
-			// loaded machine the steps this test's engine shows grow to
-			// 200 ms (a 2 s bound refused one call in about six runs).
-			cfg.MaxQueueWait = 3 * time.Second
+			// the suspicion to hold it. A wait that reaches its bound
+			// before the suspicion goes on only while nothing progressed
+			// since it queued, and under -race on a loaded machine the
+			// bytes the engine sent before the hang may reach vigil
+			// after a call queued at it: a stream's first-token bound
+			// (under a second) then refused it, queue_timeout, in 1 to 7
+			// of 24 runs.
+			cfg.MaxQueueWait, cfg.StreamQueueWait = 3*time.Second, 3*time.Second
 			cfg.SlowStart = 4 * time.Second // after the restart: held while the cap ramps, not refused
 			var opts []Option
 			var peer proxy
@@ -174,7 +177,7 @@ func TestNoSuspicionOnABusyEngine(t *testing.T) {
 	}
 	wg.Wait()
 	// Held waits are not judged: a wait that reaches its bound while the
-	// engine sent nothing for half of it is deferred and counted there
+	// engine sent nothing since it queued is deferred and counted there
 	// (core's expire), and under -race on a loaded machine this
 	// in-process engine does go quiet that long now and then (3 of 24
 	// in one run in about three). A suspicion would hold them.

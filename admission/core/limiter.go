@@ -553,19 +553,10 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 		return
 	}
 	now := l.clock.Now()
-	// Nothing progressed since it queued, or for half its bound: the
-	// engine may have stopped, and the suspicion (package admission) is
-	// still deciding; a refusal now would be for the engine's silence,
-	// not its pace. Half its bound: an engine that hangs as a call queues
-	// still sends the bytes already on their way, after it queued (a
-	// stream queued at the hang, bound under the second the suspicion
-	// takes, was refused in one run of TestTheHangWindowLosesNoCall in
-	// four under load); a healthy engine progresses every step.
-	silent := false
-	if l.progress != nil {
-		last := l.progress()
-		silent = last.Before(w.at) || now.Sub(last) >= w.deadline.Sub(w.at)/2
-	}
+	// Nothing progressed since it queued: the engine may have stopped, and
+	// the suspicion (package admission) is still deciding; a refusal now
+	// would be for the engine's silence, not its pace.
+	silent := l.progress != nil && l.progress().Before(w.at)
 	if !r.Moved && now.Before(w.fresh) && (timeout <= 0 || now.Sub(w.at) < timeout) {
 		l.dispatchLocked(now)
 		return // a false suspicion held it: its bound runs again from its end

@@ -604,49 +604,6 @@ func TestAcquireDecides(t *testing.T) {
 	}
 }
 
-// A queue wait that reaches its bound while the engine is silent is not
-// refused for the silence, also when the engine's last bytes came just
-// after it queued (sent before a hang, delivered after); an engine that
-// progresses judges it by its bound as ever.
-func TestAWaitIsNotRefusedForTheEngineSilence(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		lastAt  time.Duration // the engine's last progress, from the wait's start
-		refused bool
-	}{
-		{"silent since before it queued", -time.Second, false},
-		{"silent since just after it queued", 50 * time.Millisecond, false},
-		{"progressing", 1900 * time.Millisecond, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				cfg := testConfig()
-				cfg.MaxInFlight, cfg.MaxQueueWait = 1, 2*time.Second
-				start := time.Now()
-				l := New(cfg, WithProgress(func() time.Time { return start.Add(tc.lastAt) }))
-				mustAcquire(t, l, Request{})
-				ch := acquireAsync(context.Background(), l, Request{Timeout: time.Hour})
-				untilQueued(t, l, 1)
-				advance(2*time.Second + time.Millisecond)
-				select {
-				case a := <-ch:
-					if !tc.refused || a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
-						t.Fatalf("got %+v at its bound; refused want %v", a, tc.refused)
-					}
-				default:
-					if tc.refused {
-						t.Fatal("not refused at its bound on an engine that progressed")
-					}
-					if l.Stats().HeldWaits == 0 {
-						t.Error("the wait deferred for the silence was not counted")
-					}
-				}
-				advance(time.Hour)
-			})
-		})
-	}
-}
-
 // A Limit is pluggable: the core asks it for the cap and tells it what
 // happened.
 type countingLimit struct {
