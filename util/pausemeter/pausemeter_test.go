@@ -80,7 +80,9 @@ func (c *skewClock) Now() time.Time {
 	defer c.mu.Unlock()
 	return time.Now().Add(c.skew)
 }
-func (c *skewClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+func (c *skewClock) AfterFunc(d time.Duration, f func()) func() bool {
+	return time.AfterFunc(d, f).Stop
+}
 func (c *skewClock) pause(d time.Duration) {
 	c.mu.Lock()
 	c.skew += d
