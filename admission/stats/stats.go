@@ -119,6 +119,11 @@ type Stats struct {
 	Diverted        uint64            `json:"diverted"`
 	HeldWaits       uint64            `json:"held_waits"`
 	HeldRefused     map[string]uint64 `json:"held_refused,omitempty"`
+	// Paused is the time vigil itself was not running since it started
+	// (a starved host: its process descheduled, stopped, collecting
+	// garbage), as its pause meter measured: the stall watch does not
+	// count it against the engine.
+	Paused time.Duration `json:"paused_ns"`
 	// LearnedClientTimeouts are the client timeouts learned per path from
 	// clients that announce none and give up (see admission.client_timeouts).
 	LearnedClientTimeouts map[string]time.Duration `json:"learned_client_timeouts_ns,omitempty"`
