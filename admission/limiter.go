@@ -162,7 +162,6 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	copts := []core.Option{core.WithClock(l.clock), core.WithLogger(l.log)}
 	if cfg.SuspectStalls {
 		l.sus = engineloss.NewSuspicion(l.stallFloor)
-		l.startPauses()
 		copts = append(copts, core.WithProgress(l.sus.Last))
 	}
 	l.core = core.New(cfg, copts...)
@@ -194,6 +193,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	}
 	l.stallLoopDone = make(chan struct{})
 	if l.sus != nil {
+		l.startPauses() // here: past every error return, Close stops it
 		go func() {
 			defer close(l.stallLoopDone)
 			l.sus.Run(suspicionHost{l: l, tick: make(chan struct{}, 1)})
