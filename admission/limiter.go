@@ -86,6 +86,10 @@ type Limiter struct {
 	node   string
 	lostMu sync.Mutex
 	lost   map[string]uint64 // calls cut by a lost engine that could not move, by why
+	// lastSent is when the last call went to the engine (unix ns on the
+	// limiter's clock; 0: none yet): at the verdict, how long vigil kept
+	// feeding an engine that had stopped (Fate.LastSent).
+	lastSent atomic.Int64
 
 	// sus suspects a stalled engine (suspect.go; nil: off); stallLoopDone
 	// is closed when its loop ends.

@@ -53,6 +53,9 @@ func (l *Limiter) Stats() Stats {
 	if l.pauses != nil {
 		s.Paused = l.pauses.Total()
 	}
+	if f, _ := l.out.Snapshot(); !f.Opened.IsZero() {
+		s.LastHang = &f
+	}
 	s.SetCore(l.core.Stats())
 	return s
 }

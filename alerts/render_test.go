@@ -229,6 +229,9 @@ func TestRecoveryStepsReadAsSentences(t *testing.T) {
 		{"held calls with none lost say so", recovery.Step{Name: recovery.StepResolved, OK: true, At: at, Detail: "recovered",
 			Calls: &recovery.CallFate{Held: 6, Continued: 2}},
 			":white_check_mark: node1: recovery finished: recovered. 6 held for the restarted engine, 2 streams continued, none lost."},
+		{"held calls say how long they waited", recovery.Step{Name: recovery.StepResolved, OK: true, At: at, Detail: "recovered",
+			Calls: &recovery.CallFate{Held: 88, HeldWaitMax: 25 * time.Second, MovedTo: map[string]int{"node2": 13}}},
+			":white_check_mark: node1: recovery finished: recovered. 13 in-flight requests moved to node2, 88 held for the restarted engine (up to 25s), none lost."},
 		{"calls refused while the engine was held are lost, never none lost", recovery.Step{Name: recovery.StepResolved, OK: true, At: at, Detail: "recovered",
 			Calls: &recovery.CallFate{MovedTo: map[string]int{"node2": 13}, Continued: 3, Queued: 4, WaitP50: 2500 * time.Millisecond, WaitMax: 22 * time.Second,
 				Refused: map[string]int{"stream_deadline": 20, "queue_timeout": 1}}},
@@ -302,5 +305,28 @@ func TestIncidentPagesShowThePool(t *testing.T) {
 	m := r.head(saturated(t0, 99), &watchdog.Incident{ID: "inc-1", Opened: t0}, nil)
 	if !slices.Contains(m.Context, "pool: 3 members — node1 SATURATED 99 waiting, node2 healthy 2 waiting, node3 unreachable") {
 		t.Fatalf("head context %q lacks the pool line", m.Context)
+	}
+}
+
+// A page for an engine whose /metrics vigil cannot read (a llama-server
+// started without --metrics answers 501) says its queue and rate are
+// unknown: "0 / 0" and "0 tok/s" are figures nobody read.
+func TestAPageSaysUnknownForAQueueNobodyRead(t *testing.T) {
+	v := watchdog.Verdict{State: watchdog.StateUnknown, At: t0,
+		Reason: "UNKNOWN: /metrics unreadable (501 Not Implemented); progress cannot be judged",
+		Evidence: watchdog.Evidence{MetricsError: "501 Not Implemented", Samples: 1, NoRates: true,
+			Models: "200 in 1ms (tiny)", Probe: "ok in 4ms"}}
+	var text []string
+	for _, f := range demoRenderer().fields(v) {
+		text = append(text, f.Name+": "+f.Value)
+	}
+	got := strings.Join(text, "; ")
+	for _, want := range []string{"Waiting / running: unknown (/metrics unreadable)", "Throughput: unknown"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("fields %q lack %q", got, want)
+		}
+	}
+	if strings.Contains(got, "0 / 0") || strings.Contains(got, "0 tok/s") || strings.Contains(got, "Progress counters") {
+		t.Errorf("fields give figures nobody read: %q", got)
 	}
 }
