@@ -45,6 +45,23 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("status: %s %s: %d %s: %s", e.Method, e.URL, e.StatusCode, http.StatusText(e.StatusCode), e.Message)
 }
 
+// NoAnswerError is a request that got no HTTP answer at all (refused,
+// reset, timed out): no vigil listens there, as opposed to one that
+// answered something else.
+type NoAnswerError struct {
+	Method, URL string
+	Err         error
+}
+
+func (e *NoAnswerError) Error() string {
+	if errors.Is(e.Err, syscall.ECONNREFUSED) {
+		return fmt.Sprintf("status: %s %s: %v; is vigil running? (status.listen)", e.Method, e.URL, e.Err)
+	}
+	return fmt.Sprintf("status: %s %s: %v", e.Method, e.URL, e.Err)
+}
+
+func (e *NoAnswerError) Unwrap() error { return e.Err }
+
 // SetOverride asks vigil to apply o and returns it as now in effect.
 func (c *Client) SetOverride(ctx context.Context, o configs.Override) (overrides.Active, error) {
 	value, _ := json.Marshal(o.Value)
@@ -102,10 +119,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if errors.As(err, &uerr) {
 			err = uerr.Err // the URL is named below, once
 		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("status: %s %s: %w; is vigil running? (status.listen)", method, u, err)
-		}
-		return fmt.Errorf("status: %s %s: %w", method, u, err)
+		return &NoAnswerError{Method: method, URL: u, Err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))

@@ -66,6 +66,13 @@ type Snapshot struct {
 	// Config is the configuration in force (effective values, secrets
 	// redacted), which after a reload may differ from the file.
 	Config any `json:"config,omitempty"`
+	// LimiterLoad is the limiter's side of the engine's load as the
+	// watchdog reads it each cycle (watchdog.LimiterLoad), read at At: its
+	// counts since it started of the calls the engine answered through it
+	// and of the reads of those answers. `vigil diagnose` takes their
+	// difference across its window, as the watchdog does across its
+	// samples, to tell an API server starved under load from a wedged one.
+	LimiterLoad any `json:"limiter_load,omitempty"`
 }
 
 // Plan is what recovery would do, from the config: the kinds an operator

@@ -58,6 +58,10 @@ type Report struct {
 	// Notes are hints for the operator beside the verdict, e.g. that an
 	// engine refusing connections may still be loading.
 	Notes []string `json:"notes,omitempty"`
+	// Limiter is what the local vigil's limiter counted across the window,
+	// when Options.LimiterSource was given: the calls the engine answered
+	// through it while its API server may answer no probe.
+	Limiter *LimiterSeen `json:"limiter,omitempty"`
 }
 
 // MarshalJSON writes durations as seconds.
@@ -87,8 +91,8 @@ func ExitCode(s State) int {
 
 // Diagnose samples the engine across window, every interval (at least two
 // samples), and classifies the result as `vigil run` would. It needs only
-// opts.Engine and opts.Watchdog (and uses opts.Probes, Now, EngineStarted
-// and MaxInFlight when set); it changes nothing. An unreachable engine is
+// opts.Engine and opts.Watchdog (and uses opts.Probes, Now, EngineStarted,
+// MaxInFlight and LimiterSource when set); it changes nothing. An unreachable engine is
 // a verdict, not an error; the error is for an interrupted run.
 func Diagnose(ctx context.Context, opts Options, window, interval time.Duration) (Report, error) {
 	if interval <= 0 {
@@ -114,7 +118,8 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 	if timeout <= 0 || timeout > interval {
 		timeout = interval
 	}
-	history, model, err := sampleWindow(ctx, p, opts.Engine.Model, now, n, interval, timeout)
+	sm := &sampler{p: p, src: opts.LimiterSource, timeout: timeout}
+	history, model, err := sampleWindow(ctx, sm, opts.Engine.Model, now, n, interval)
 	if err != nil {
 		return Report{}, err
 	}
@@ -134,6 +139,9 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 	if l, ok := LoadOver(history, r.Window); ok {
 		r.InFlight, r.InFlightKnown, r.Load = l.InFlight, true, &l
 	}
+	if sm.src != nil {
+		r.Limiter = seenThrough(history, sm.src.String(), sm.lastFailure())
+	}
 	r.Lacks = lacking(history)
 	if kind() == configs.KindLlamaCpp {
 		r.Slots, r.SlotsError = readSlots(ctx, pc.Target, timeout)
@@ -149,7 +157,7 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 // the model the last probe that knew one asked for. Samples are taken on
 // schedule, each in its own goroutine: a server that answers nothing must
 // not stretch a 30 s window into minutes of timeouts.
-func sampleWindow(ctx context.Context, p Probes, model string, now func() time.Time, n int, interval, timeout time.Duration) ([]Sample, string, error) {
+func sampleWindow(ctx context.Context, sm *sampler, model string, now func() time.Time, n int, interval time.Duration) ([]Sample, string, error) {
 	history := make([]Sample, n)
 	models := make([]string, n)
 	begin := time.Now()
@@ -167,12 +175,12 @@ func sampleWindow(ctx context.Context, p Probes, model string, now func() time.T
 		}
 		at := now()
 		go func() {
-			s := sampleOnce(ctx, p, at, timeout)
+			s := sm.take(ctx, at)
 			m := model
 			if m == "" {
 				m = s.Models.First()
 			}
-			p.StartCompletion(m)
+			sm.p.StartCompletion(m)
 			history[i], models[i] = s, m
 			done <- i
 		}()

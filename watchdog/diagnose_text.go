@@ -16,6 +16,7 @@ func (r Report) WriteText(w io.Writer) error {
 	var t textReport
 	r.writeVerdict(&t)
 	r.writeEngine(&t)
+	r.writeLimiter(&t)
 	r.writeQueue(&t)
 	r.writeProgress(&t)
 	r.writeRanks(&t)
@@ -76,7 +77,11 @@ func (r Report) writeEngine(t *textReport) {
 		t.row("/metrics", "unreadable: %s", ev.MetricsError)
 	}
 	if ev.Unanswered > 0 {
-		t.row("no answer", "for %s from any endpoint (hung as a wedged API server at %s)", humanize.Duration(ev.Unanswered), humanize.Duration(r.HangAfter))
+		either := ""
+		if ev.ThroughVigil != nil {
+			either = ", with no byte through vigil's limiter either"
+		}
+		t.row("no answer", "for %s from any endpoint (hung as a wedged API server at %s%s)", humanize.Duration(ev.Unanswered), humanize.Duration(r.HangAfter), either)
 	}
 	if ev.ProbeFailing != "" {
 		t.row("probe failing", "%s (not load: check engine.model)", ev.ProbeFailing)

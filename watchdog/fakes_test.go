@@ -12,7 +12,7 @@ import (
 // counters advance with the (synctest) clock while it serves.
 type fakeEngine struct {
 	mu   sync.Mutex
-	mode string // serving, hung, down, unauthorized, garbage
+	mode string // serving, hung, down, unauthorized, garbage, wedged (every endpoint times out)
 	last time.Time
 
 	waiting, running float64
@@ -67,6 +67,8 @@ func (f *fakeEngine) Models(context.Context) probes.ModelsObservation {
 		return probes.ModelsObservation{Observation: probes.Observation{Endpoint: probes.EndpointModels, Class: probes.ClassRefused, Error: "connection refused"}}
 	case "unauthorized":
 		return probes.ModelsObservation{Observation: probes.Observation{Endpoint: probes.EndpointModels, Class: probes.ClassHTTPStatus, Code: 401}}
+	case "wedged":
+		return probes.ModelsObservation{Observation: timedOut(probes.EndpointModels)}
 	}
 	return probes.ModelsObservation{Observation: probes.Observation{Endpoint: probes.EndpointModels, Code: 200, Latency: 2 * time.Millisecond}, Models: []string{"llama"}}
 }
@@ -74,6 +76,9 @@ func (f *fakeEngine) Models(context.Context) probes.ModelsObservation {
 func (f *fakeEngine) Health(context.Context) probes.Observation {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.mode == "wedged" {
+		return timedOut(probes.EndpointHealth)
+	}
 	if f.mode == "down" || f.healthRefused {
 		return probes.Observation{Endpoint: probes.EndpointHealth, Class: probes.ClassRefused, Error: "connection refused"}
 	}
@@ -89,6 +94,8 @@ func (f *fakeEngine) Metrics(context.Context) probes.MetricsObservation {
 		return probes.MetricsObservation{Observation: probes.Observation{Endpoint: probes.EndpointMetrics, Class: probes.ClassRefused, Error: "connection refused"}}
 	case "garbage":
 		return probes.MetricsObservation{Observation: probes.Observation{Endpoint: probes.EndpointMetrics, Code: 200, Class: probes.ClassOther, Error: "metrics: parse: garbage"}}
+	case "wedged":
+		return probes.MetricsObservation{Observation: timedOut(probes.EndpointMetrics)}
 	}
 	return probes.MetricsObservation{
 		Observation: probes.Observation{Endpoint: probes.EndpointMetrics, Code: 200, Latency: 3 * time.Millisecond},

@@ -89,6 +89,10 @@ type Options struct {
 	// cycle, so saturation held off by the limiter is seen. It must not
 	// block.
 	LimiterLoad func() LimiterLoad
+	// LimiterSource, for Diagnose only, reads the counts of a vigil's
+	// limiter running in another process in front of the engine (`vigil
+	// diagnose` beside `vigil run`): what LimiterLoad is to the daemon.
+	LimiterSource LimiterSource
 	// Notice, when set, is told standalone events that are not verdicts:
 	// the retry-storm alarm starting and ending ("retry_storm"). It must
 	// not block.
@@ -329,11 +333,17 @@ func (w *Watchdog) sample(ctx context.Context, now time.Time) Sample {
 	}
 	before := w.opts.LimiterLoad()
 	s := sampleOnce(ctx, w.probes, now, w.opts.Engine.RequestTimeout)
-	l := w.opts.LimiterLoad()
-	l.InFlight = max(l.InFlight, before.InFlight)
-	l.LongestPrompt = max(l.LongestPrompt, before.LongestPrompt)
+	l := bracket(before, w.opts.LimiterLoad())
 	s.Limiter = &l
 	return s
+}
+
+// bracket is the limiter's reading for a sample taken between two
+// readings: the later counts, with the calls in flight at either.
+func bracket(before, after LimiterLoad) LimiterLoad {
+	after.InFlight = max(after.InFlight, before.InFlight)
+	after.LongestPrompt = max(after.LongestPrompt, before.LongestPrompt)
+	return after
 }
 
 // cycleOutcome is what one cycle's judgement leaves for the rest of the cycle

@@ -76,7 +76,8 @@ func TestCheckConfigAndRunRefuseTheSameFiles(t *testing.T) {
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
-	for _, args := range [][]string{{}, {"frobnicate"}, {"diagnose"}, {"diagnose", "--engine", "ftp://x"}, {"run", "--nope"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"diagnose"}, {"diagnose", "--engine", "ftp://x"},
+		{"diagnose", "--engine", "http://127.0.0.1:1", "--status", "ftp://127.0.0.1:9108"}, {"run", "--nope"}} {
 		if code, _, _ := vigil(t, args...); code != exitUsage {
 			t.Errorf("vigil %v exited %d, want %d", args, code, exitUsage)
 		}

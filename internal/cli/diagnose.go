@@ -26,8 +26,11 @@ const exitDiagnoseOther = 3
 // diagnoseFlags are diagnose's command line.
 type diagnoseFlags struct {
 	engineURL, keyFile, configFile, model string
-	window, interval, hangAfter           time.Duration
-	asJSON                                bool
+	// status is the local vigil's status listener (--status), read for
+	// its limiter's counts.
+	status                      string
+	window, interval, hangAfter time.Duration
+	asJSON                      bool
 }
 
 // diagnosis is what diagnose found: the watchdog's report and what joins
@@ -62,14 +65,33 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 	if f.model != "" {
 		cfg.Engine.Model = f.model
 	}
+	// The config's own vigil is read only when it runs a limiter: one with
+	// admission off counts no calls.
+	listen := ""
+	if cfg.Admission.Enabled {
+		listen = cfg.Status.Listen
+	}
+	vigilURL, err := statusURL(f.status, f.configFile, listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "vigil diagnose: %v\n", err)
+		return exitUsage
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if !f.asJSON {
 		fmt.Fprintf(stderr, "sampling %s for %s every %s...\n", cfg.Engine.URL, f.window, f.interval)
 	}
+	var src watchdog.LimiterSource
+	var notCounted string
+	if vigilURL != "" {
+		if src, notCounted, err = findVigil(ctx, vigilURL, cfg.Engine.URL); err != nil {
+			fmt.Fprintf(stderr, "vigil diagnose: %v\n", err)
+			return exitDiagnoseOther
+		}
+	}
 	dg := diagnosis{ek: daemon.ResolveEngineKind(ctx, cfg.Engine)}
-	opts := watchdog.Options{Engine: dg.ek.Engine, Watchdog: cfg.Watchdog, Node: cfg.Node}
+	opts := watchdog.Options{Engine: dg.ek.Engine, Watchdog: cfg.Watchdog, Node: cfg.Node, LimiterSource: src}
 	if cfg.Admission.Enabled {
 		opts.MaxInFlight = cfg.Admission.MaxInFlight
 	}
@@ -78,13 +100,19 @@ func runDiagnose(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vigil diagnose: %v\n", err)
 		return exitDiagnoseOther
 	}
+	switch {
+	case notCounted != "":
+		report.Notes = append(report.Notes, notCounted)
+	case vigilURL == "" && report.Evidence.Hang == watchdog.HangWedged:
+		report.Notes = append(report.Notes, "no vigil's limiter read (--config or --status): calls the engine answers through one are not counted, and an API server starved under load looks wedged alone")
+	}
 	dg.report = report
 	dg.members, dg.poolNote = daemon.ReadPool(ctx, cfg)
 	// Whether keyed retries find their execution is the local vigil's
 	// count over its window, not something a few samples can tell: read
 	// it from the running vigil the config describes.
-	if f.configFile != "" && cfg.Admission.Enabled && cfg.Admission.Coalesce && cfg.Status.Listen != "" {
-		dg.routing, dg.routingLine = readRouting(ctx, cfg.Status.Listen)
+	if f.configFile != "" && cfg.Admission.Enabled && cfg.Admission.Coalesce && vigilURL != "" {
+		dg.routing, dg.routingLine = readRouting(ctx, vigilURL)
 	}
 
 	if f.asJSON {
@@ -108,14 +136,15 @@ func parseDiagnoseFlags(args []string, stderr io.Writer) (f diagnoseFlags, code 
 	fs.StringVar(&f.engineURL, "engine", "", "the engine's base URL, e.g. http://127.0.0.1:8000")
 	fs.StringVar(&f.keyFile, "api-key-file", "", "file holding the engine's API key (or set VIGIL_ENGINE_API_KEY)")
 	fs.StringVar(&f.configFile, "config", "", "read the engine, thresholds and pool peers from this vigil config")
+	fs.StringVar(&f.status, "status", "", "the local vigil's status listener, read for the calls its limiter answers (default with --config: status.listen; off: none)")
 	fs.DurationVar(&f.window, "window", 30*time.Second, "how long to sample; hung needs a window longer than hang_after")
 	fs.DurationVar(&f.interval, "interval", 5*time.Second, "time between samples")
 	fs.DurationVar(&f.hangAfter, "hang-after", 0, "override watchdog.hang_after for this run")
 	fs.StringVar(&f.model, "model", "", "the model the completion probe asks for (default: engine.model, else the first /v1/models lists)")
 	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object (state, reason, evidence, ...)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: vigil diagnose --engine URL [--api-key-file F] [--window 30s] [--interval 5s] [--json]")
-		fmt.Fprintln(stderr, "       vigil diagnose --config FILE [--window 30s] [--interval 5s] [--json]")
+		fmt.Fprintln(stderr, "usage: vigil diagnose --engine URL [--api-key-file F] [--status URL] [--window 30s] [--interval 5s] [--json]")
+		fmt.Fprintln(stderr, "       vigil diagnose --config FILE [--status URL|off] [--window 30s] [--interval 5s] [--json]")
 		fmt.Fprintln(stderr, "exit code: 0 healthy, 1 saturated, 2 hung or down, 3 anything else")
 		fs.PrintDefaults()
 	}

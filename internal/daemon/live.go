@@ -104,6 +104,7 @@ func (d *daemon) snapshot() status.Snapshot {
 		s.LastIncident = last
 	}
 	if d.limiter != nil {
+		s.LimiterLoad = d.limiterLoad()
 		s.Limiter = d.limiter.Stats()
 		s.Admission = cfg.Admission.Listen
 	}
