@@ -64,7 +64,11 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 			// summed counters still move, so "no progress" would be false).
 			add("%s", v.Reason)
 		} else if e.SinceProgress > 0 {
-			add("no progress for %s with %s waiting, %s running", humanize.Span(e.SinceProgress), humanize.Count(e.Waiting), humanize.Count(e.Running))
+			if e.QueueKnown() {
+				add("no progress for %s with %s waiting, %s running", humanize.Span(e.SinceProgress), humanize.Count(e.Waiting), humanize.Count(e.Running))
+			} else {
+				add("no progress for %s, the queue unknown (/metrics unreadable)", humanize.Span(e.SinceProgress))
+			}
 		} else if v.Reason != "" {
 			add("%s", v.Reason)
 		}
@@ -76,6 +80,9 @@ func (r renderer) evidence(v watchdog.Verdict) string {
 		}
 	case watchdog.StateSaturated, watchdog.StateHealthy:
 		load := fmt.Sprintf("%s waiting, %s running, %s tok/s", humanize.Count(e.Waiting), humanize.Count(e.Running), humanize.Count(e.TokensPerSec))
+		if !e.QueueKnown() || !e.RatesKnown() {
+			load = "queue and rate unknown (/metrics unreadable)"
+		}
 		if e.LimiterQueued > 0 {
 			load = "engine " + load
 		}
@@ -310,9 +317,19 @@ func (r renderer) fields(v watchdog.Verdict) []Field {
 			f = append(f, Field{Name: name, Value: value})
 		}
 	}
-	add("Waiting / running", humanize.Count(e.Waiting)+" / "+humanize.Count(e.Running))
-	add("Throughput", humanize.Count(e.TokensPerSec)+" tok/s")
-	if e.Window > 0 {
+	// A scrape vigil could not read is no queue of 0: a llama-server
+	// without --metrics, or any engine whose /metrics times out.
+	if e.QueueKnown() {
+		add("Waiting / running", humanize.Count(e.Waiting)+" / "+humanize.Count(e.Running))
+	} else {
+		add("Waiting / running", "unknown (/metrics unreadable)")
+	}
+	if e.RatesKnown() {
+		add("Throughput", humanize.Count(e.TokensPerSec)+" tok/s")
+	} else {
+		add("Throughput", "unknown (fewer than two readable scrapes)")
+	}
+	if e.Window > 0 && e.RatesKnown() {
 		add("Progress counters", fmt.Sprintf("+%s in %s", humanize.Count(e.ProgressDelta), humanize.Span(e.Window)))
 	}
 	if e.SinceProgress > 0 && v.State != watchdog.StateHealthy {

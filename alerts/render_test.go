@@ -304,3 +304,26 @@ func TestIncidentPagesShowThePool(t *testing.T) {
 		t.Fatalf("head context %q lacks the pool line", m.Context)
 	}
 }
+
+// A page for an engine whose /metrics vigil cannot read (a llama-server
+// started without --metrics answers 501) says its queue and rate are
+// unknown: "0 / 0" and "0 tok/s" are figures nobody read.
+func TestAPageSaysUnknownForAQueueNobodyRead(t *testing.T) {
+	v := watchdog.Verdict{State: watchdog.StateUnknown, At: t0,
+		Reason: "UNKNOWN: /metrics unreadable (501 Not Implemented); progress cannot be judged",
+		Evidence: watchdog.Evidence{MetricsError: "501 Not Implemented", Samples: 1, NoRates: true,
+			Models: "200 in 1ms (tiny)", Probe: "ok in 4ms"}}
+	var text []string
+	for _, f := range demoRenderer().fields(v) {
+		text = append(text, f.Name+": "+f.Value)
+	}
+	got := strings.Join(text, "; ")
+	for _, want := range []string{"Waiting / running: unknown (/metrics unreadable)", "Throughput: unknown"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("fields %q lack %q", got, want)
+		}
+	}
+	if strings.Contains(got, "0 / 0") || strings.Contains(got, "0 tok/s") || strings.Contains(got, "Progress counters") {
+		t.Errorf("fields give figures nobody read: %q", got)
+	}
+}

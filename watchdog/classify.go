@@ -605,7 +605,7 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 		ev.Waiting, ev.Running = m.Waiting, m.Running
 	}
 	r := sc.rates(history, p.RateWindow)
-	ev.Window, ev.Samples = r.window, max(r.samples, 1)
+	ev.Window, ev.Samples, ev.NoRates = r.window, max(r.samples, 1), r.samples < 2
 	ev.ProgressDelta = r.progress
 	ev.TokensPerSec = r.perSecond(r.progress)
 	if len(r.heartbeats) > 0 {
@@ -625,11 +625,18 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 	ev.HangAfter, ev.HangAfterWhy, ev.HangAfterFrom = p.HangAfter, p.WindowWhy, p.WindowFrom
 	shedding(history, &ev)
 	ev.Serving = (sc.moving && !sc.reset) || last.Probe.State == probes.ProbeOK
-	if d, ok := r.extra[probes.MetricRequestSuccess]; ok {
+	switch d, ok := r.extra[probes.MetricRequestSuccess]; {
+	case ok:
 		ev.CompletionsPerSec, ev.CompletionsKnown = r.perSecond(d), true
 		if ev.CompletionsPerSec > 0 && ev.Waiting > 0 {
 			ev.DrainEstimate = time.Duration(ev.Waiting / ev.CompletionsPerSec * float64(time.Second))
 		}
+	case r.answeredKnown && r.window > 0:
+		// The engine counts no finished requests (llama.cpp), but the
+		// limiter in front counts the calls it answered: a true rate
+		// of the calls through vigil, said to be that, where the
+		// engine's own would be unknown.
+		ev.CompletionsPerSec, ev.CompletionsKnown, ev.CompletionsThroughVigil = r.perSecond(r.answered), true, true
 	}
 	return ev
 }

@@ -582,3 +582,98 @@ func TestEvidenceSaysWhatVigilSaw(t *testing.T) {
 		t.Errorf("state %s (%s)", v.State, v.Reason)
 	}
 }
+
+// The completion rate is the engine's own finished-request counter where
+// it has one; where it has none (llama.cpp) and vigil's limiter is in
+// front, it is the calls the limiter saw answered, said to be that; with
+// neither it is unknown, never 0.
+func TestTheCompletionRateComesFromWhatCountsFinishedCalls(t *testing.T) {
+	t.Parallel()
+	noCounter := func(s *sim) *sim {
+		delete(s.m.Extra, probes.MetricRequestSuccess)
+		delete(s.m.Heartbeats, "vllm:request_success_total")
+		return s
+	}
+	// tokens moves the token counters alone, as llama.cpp's do.
+	tokens := func(s *sim) {
+		s.m.Progress["vllm:generation_tokens_total"] += 4000
+		s.m.Heartbeats["vllm:iteration_tokens_total_count"] += 50
+	}
+	// answers has the limiter count n more answered calls each tick (a
+	// fresh LimiterLoad: samples keep their own).
+	answers := func(n uint64) func(*sim) {
+		return func(s *sim) {
+			l := LimiterLoad{}
+			if s.lim != nil {
+				l = *s.lim
+			}
+			l.Answered += n
+			l.Calls += n
+			s.lim = &l
+		}
+	}
+	for _, tc := range []struct {
+		name         string
+		hist         func() *sim
+		known, vigil bool
+		rate         float64
+	}{
+		{"the engine's counter", func() *sim {
+			return newSim().work(30, 8).tick(5, func(s *sim) { s.serve(4000, 6) })
+		}, true, false, 6.0 / 15},
+		{"the engine's counter, the limiter beside it: the engine's", func() *sim {
+			return newSim().work(30, 8).tick(5, func(s *sim) { s.serve(4000, 6) }, answers(3))
+		}, true, false, 6.0 / 15},
+		{"no counter, no limiter: unknown", func() *sim {
+			return noCounter(newSim()).work(30, 8).tick(5, tokens)
+		}, false, false, 0},
+		{"no counter, the limiter in front: the calls it saw answered", func() *sim {
+			return noCounter(newSim()).work(0, 2).tick(5, tokens, answers(135))
+		}, true, true, 135.0 / 15},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.hist()
+			p := defaultParams()
+			p.RateWindow = time.Minute
+			ev := Classify(s.samples, p, s.at).Evidence
+			if ev.CompletionsKnown != tc.known || ev.CompletionsThroughVigil != tc.vigil || ev.CompletionsPerSec != tc.rate {
+				t.Errorf("completions known %v, through vigil %v, %v/s; want %v, %v, %v/s",
+					ev.CompletionsKnown, ev.CompletionsThroughVigil, ev.CompletionsPerSec, tc.known, tc.vigil, tc.rate)
+			}
+			if ev.CompletionsThroughVigil && ev.DrainEstimate != 0 {
+				t.Errorf("a drain estimate (%s) from the limiter's answers", ev.DrainEstimate)
+			}
+		})
+	}
+}
+
+// With /metrics unreadable from the start (llama-server without
+// --metrics answers 501), the queue and the rates are unknown, not 0;
+// one readable scrape gives the queue, two the rates.
+func TestEvidenceKnowsWhenTheScrapesSaidNothing(t *testing.T) {
+	t.Parallel()
+	unreadable := &probes.MetricsObservation{Observation: failed(probes.EndpointMetrics, probes.ClassOther, 501)}
+	for _, tc := range []struct {
+		name         string
+		hist         func() *sim
+		queue, rates bool
+	}{
+		{"never readable", func() *sim { s := newSim(); s.scrape = unreadable; return s.tick(4) }, false, false},
+		{"readable once, at the end", func() *sim {
+			s := newSim()
+			s.scrape = unreadable
+			s.tick(3)
+			s.scrape = nil
+			return s.tick(1)
+		}, true, false},
+		{"readable", func() *sim { return newSim().tick(4) }, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.hist()
+			ev := Classify(s.samples, defaultParams(), s.at).Evidence
+			if ev.QueueKnown() != tc.queue || ev.RatesKnown() != tc.rates {
+				t.Errorf("queue known %v, rates known %v; want %v, %v (%+v)", ev.QueueKnown(), ev.RatesKnown(), tc.queue, tc.rates, ev)
+			}
+		})
+	}
+}

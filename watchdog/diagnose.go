@@ -36,7 +36,7 @@ type Report struct {
 
 	// InFlight is Little's law over the window (InFlightKnown false
 	// without completions); MaxInFlight the limiter's cap beside it.
-	InFlight      float64 `json:"in_flight"`
+	InFlight      float64 `json:"-"`
 	InFlightKnown bool    `json:"in_flight_known"`
 	MaxInFlight   int     `json:"max_in_flight,omitempty"`
 	// Load is Little's law in full, with the recommended cap.
@@ -55,6 +55,9 @@ type Report struct {
 	// engines, or with SlotsError when /slots could not be read).
 	Slots      *probes.Slots `json:"slots,omitempty"`
 	SlotsError string        `json:"slots_error,omitempty"`
+	// SlotsWithProbe: vigil's own probe was still in flight when /slots
+	// was read, and may be one of the slots processing.
+	SlotsWithProbe bool `json:"slots_include_probe,omitempty"`
 	// Notes are hints for the operator beside the verdict, e.g. that an
 	// engine refusing connections may still be loading.
 	Notes []string `json:"notes,omitempty"`
@@ -64,15 +67,17 @@ type Report struct {
 	Limiter *LimiterSeen `json:"limiter,omitempty"`
 }
 
-// MarshalJSON writes durations as seconds.
+// MarshalJSON writes durations as seconds, and in_flight only when it is
+// known: a 0 there reads as an idle engine.
 func (r Report) MarshalJSON() ([]byte, error) {
 	type plain Report
 	return json.Marshal(struct {
 		plain
-		Window    float64 `json:"window_seconds"`
-		Interval  float64 `json:"interval_seconds"`
-		HangAfter float64 `json:"hang_after_seconds"`
-	}{plain(r), r.Window.Seconds(), r.Interval.Seconds(), r.HangAfter.Seconds()})
+		InFlight  *float64 `json:"in_flight,omitempty"`
+		Window    float64  `json:"window_seconds"`
+		Interval  float64  `json:"interval_seconds"`
+		HangAfter float64  `json:"hang_after_seconds"`
+	}{plain(r), knownOnly(r.InFlight, r.InFlightKnown), r.Window.Seconds(), r.Interval.Seconds(), r.HangAfter.Seconds()})
 }
 
 // ExitCode maps a state to `vigil diagnose`'s exit code: 0 healthy, 1
@@ -144,6 +149,11 @@ func Diagnose(ctx context.Context, opts Options, window, interval time.Duration)
 	}
 	r.Lacks = lacking(history)
 	if kind() == configs.KindLlamaCpp {
+		// /slots counts vigil's own probe as a request processing: idle,
+		// a real llama-server read "2, 1 processing". Read it once the
+		// probe has ended (it was the last thing diagnose sent), or say
+		// it may be among them.
+		r.SlotsWithProbe = !probeEnded(ctx, p, timeout)
 		r.Slots, r.SlotsError = readSlots(ctx, pc.Target, timeout)
 	}
 	if v.State == StateDown && (last.Health.Class == probes.ClassRefused || last.Models.Class == probes.ClassRefused) {
@@ -180,7 +190,12 @@ func sampleWindow(ctx context.Context, sm *sampler, model string, now func() tim
 			if m == "" {
 				m = s.Models.First()
 			}
-			sm.p.StartCompletion(m)
+			if i < n-1 {
+				// The last sample's probe would be polled by no sample:
+				// it would only load the engine, and sit in a slot when
+				// /slots is read.
+				sm.p.StartCompletion(m)
+			}
 			history[i], models[i] = s, m
 			done <- i
 		}()
@@ -275,6 +290,19 @@ func capWords(maxInFlight int) string {
 		return fmt.Sprint(maxInFlight)
 	}
 	return "automatic"
+}
+
+// probeEnded waits up to timeout for vigil's own completion probe to end;
+// false if it is still out.
+func probeEnded(ctx context.Context, p Probes, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for p.PollCompletion().Pending() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 // readSlots reads llama.cpp's /slots for the report.

@@ -232,8 +232,28 @@ func TestDiagnoseSaysUnknownForWhatTheEngineLacks(t *testing.T) {
 				"recommended cap    max_in_flight 2: the engine's slots; more only queues inside it (configured: automatic)",
 				"completions/s      unknown (the engine counts no finished requests; its token rate is under Progress)",
 				"in flight          unknown (the engine exports no request latency histogram for Little's law)",
-				"retry storm        not judged (the engine exports no prompt-token or prefix-cache query counter)",
+				// It counts prompt tokens: only the queries are lacking.
+				"retry storm        not judged (the engine exports no prefix-cache query counter)",
 				"tokens             +0 (310 tok/s)",
+			}, false},
+		{"llama.cpp behind vigil's limiter: the calls it answered", Report{State: StateSaturated, Lacks: llama,
+			Evidence: Evidence{Waiting: 0, Running: 2, TokensPerSec: 310, CompletionsPerSec: 9, CompletionsKnown: true, CompletionsThroughVigil: true}},
+			[]string{
+				"completions/s      9 answered through vigil's limiter (the engine counts no finished requests)",
+			}, true},
+		// A llama-server started without --metrics answers /metrics 501:
+		// its queue and progress are unknown (they printed as 0 waiting,
+		// 0 running, +0 tokens).
+		{"llama.cpp without --metrics", Report{State: StateUnknown,
+			Evidence: Evidence{MetricsError: "501 Not Implemented", Samples: 1, NoRates: true}},
+			[]string{
+				"waiting            unknown (/metrics unreadable; saturated at 0)",
+				"running            unknown (/metrics unreadable)",
+				"completions/s      unknown (too few readable scrapes in the window)",
+				"Progress\n",
+				"tokens             unknown (fewer than two readable /metrics scrapes in the window)",
+				"since progress     unknown (no counter read twice)",
+				"longest gap        unknown (no counter read twice)",
 			}, false},
 		{"vLLM, idle: a measured 0", Report{State: StateHealthy,
 			Evidence: Evidence{CompletionsKnown: true}},
@@ -263,6 +283,88 @@ func TestDiagnoseSaysUnknownForWhatTheEngineLacks(t *testing.T) {
 			}
 			if _, has := ev["completions_per_second"]; has != tc.jsonRate {
 				t.Errorf("json has completions_per_second: %v, want %v: %s", has, tc.jsonRate, raw)
+			}
+			// The report's JSON writes no figure it does not know as 0:
+			// on a real llama-server it once gave in_flight 0, a drain
+			// estimate of 0 s with 6 waiting, and retry-storm deltas of 0
+			// while prompt tokens were counted.
+			raw, err = json.Marshal(tc.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep struct {
+				Evidence   map[string]any `json:"evidence"`
+				RetryStorm map[string]any `json:"retry_storm"`
+				InFlight   *float64       `json:"in_flight"`
+			}
+			if err := json.Unmarshal(raw, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.InFlight != nil {
+				t.Errorf("json gives in_flight %v, unknown: %s", *rep.InFlight, raw)
+			}
+			if d, has := rep.Evidence["drain_estimate_seconds"]; has {
+				t.Errorf("json gives a drain estimate %v with no completion rate: %s", d, raw)
+			}
+			for _, k := range []string{"prompt_tokens_delta", "prefix_cache_queries_delta", "ratio", "window_seconds"} {
+				if v, has := rep.RetryStorm[k]; has {
+					t.Errorf("json gives retry_storm.%s %v, not read: %s", k, v, raw)
+				}
+			}
+			if !tc.r.Evidence.QueueKnown() || !tc.r.Evidence.RatesKnown() {
+				for _, k := range []string{"waiting", "running", "progress_delta", "tokens_per_second", "since_progress_seconds", "longest_gap_seconds"} {
+					if v, has := rep.Evidence[k]; has {
+						t.Errorf("json gives evidence.%s %v with /metrics unreadable: %s", k, v, raw)
+					}
+				}
+			}
+		})
+	}
+}
+
+// /status's capacity and the retry-storm check write a figure only when it
+// was read: llama.cpp counts no finished requests and no prefix-cache
+// queries, and a 0 in their place reads as an engine completing nothing.
+func TestUnknownFiguresAreLeftOutOfTheJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		v             any
+		want, wantOut []string
+	}{
+		{"capacity, nothing known", Capacity{TokensPerSec: 900},
+			[]string{"tokens_per_second", "completions_known", "in_flight_known"},
+			[]string{"completions_per_second", "in_flight"}},
+		{"capacity, a measured 0", Capacity{CompletionsKnown: true, InFlightKnown: true},
+			[]string{"completions_per_second", "in_flight"}, []string{"completions_through_vigil"}},
+		{"capacity, the limiter's count", Capacity{CompletionsKnown: true, CompletionsThroughVigil: true, CompletionsPerSec: 9},
+			[]string{"completions_per_second", "completions_through_vigil"}, []string{"in_flight"}},
+		{"retry storm, counters lacking", RetryStormCheck{},
+			[]string{"judged", "alarm"},
+			[]string{"prompt_tokens_delta", "prefix_cache_queries_delta", "ratio", "window_seconds"}},
+		{"retry storm, read but too little traffic", RetryStormCheck{Read: true, PromptTokens: 40, Window: time.Minute},
+			[]string{"prompt_tokens_delta", "prefix_cache_queries_delta", "window_seconds"},
+			[]string{"ratio"}},
+		{"retry storm, judged", RetryStormCheck{Read: true, Judged: true, PromptTokens: 40, PrefixCacheQueries: 400, Ratio: 0.1},
+			[]string{"prompt_tokens_delta", "prefix_cache_queries_delta", "ratio"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, err := json.Marshal(tc.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(raw, &got); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range tc.want {
+				if _, ok := got[k]; !ok {
+					t.Errorf("%s lacks %s", raw, k)
+				}
+			}
+			for _, k := range tc.wantOut {
+				if v, ok := got[k]; ok {
+					t.Errorf("%s gives %s %v, unknown", raw, k, v)
+				}
 			}
 		})
 	}

@@ -96,9 +96,16 @@ func (r Report) writeQueue(t *textReport) {
 	ev := r.Evidence
 	t.line("")
 	t.line("Queue")
-	t.row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
-	t.row("running", "%s", humanize.Count(ev.Running))
+	if ev.QueueKnown() {
+		t.row("waiting", "%s (saturated at %d)", humanize.Count(ev.Waiting), r.SaturatedWaiting)
+		t.row("running", "%s", humanize.Count(ev.Running))
+	} else {
+		t.row("waiting", "unknown (/metrics unreadable; saturated at %d)", r.SaturatedWaiting)
+		t.row("running", "unknown (/metrics unreadable)")
+	}
 	switch {
+	case ev.CompletionsKnown && ev.CompletionsThroughVigil:
+		t.row("completions/s", "%s answered through vigil's limiter (the engine counts no finished requests)", humanize.Count(ev.CompletionsPerSec))
 	case ev.CompletionsKnown:
 		t.row("completions/s", "%s", humanize.Count(ev.CompletionsPerSec))
 	case r.lacks(probes.MetricRequestSuccess):
@@ -116,12 +123,21 @@ func (r Report) writeQueue(t *textReport) {
 func (r Report) writeProgress(t *textReport) {
 	ev := r.Evidence
 	t.line("")
-	t.line("Progress over %s", humanize.Duration(ev.Window))
-	t.row("tokens", "+%s (%s tok/s)", humanize.Count(ev.ProgressDelta), humanize.Count(ev.TokensPerSec))
+	if ev.RatesKnown() {
+		t.line("Progress over %s", humanize.Duration(ev.Window))
+		t.row("tokens", "+%s (%s tok/s)", humanize.Count(ev.ProgressDelta), humanize.Count(ev.TokensPerSec))
+	} else {
+		t.line("Progress")
+		t.row("tokens", "unknown (fewer than two readable /metrics scrapes in the window)")
+	}
 	for _, name := range sortedNames(ev.HeartbeatDeltas) {
 		t.row("heartbeat", "+%s %s", humanize.Count(ev.HeartbeatDeltas[name]), name)
 	}
-	t.row("since progress", "%s", humanize.Duration(ev.SinceProgress))
+	if ev.RatesKnown() {
+		t.row("since progress", "%s", humanize.Duration(ev.SinceProgress))
+	} else {
+		t.row("since progress", "unknown (no counter read twice)")
+	}
 	if ev.HangAfterWhy != "" {
 		t.row("hang_after", "%s", ev.HangAfterWhy)
 		if ev.HangAfterFrom != "" {
@@ -133,8 +149,12 @@ func (r Report) writeProgress(t *textReport) {
 	if ev.Stalled > 0 {
 		t.row("stalled", "%s with work pending (hung at %s)", humanize.Duration(ev.Stalled), humanize.Duration(r.HangAfter))
 	}
-	t.row("longest gap", "%s between counter moves while work was pending; hang_after (%s) must exceed the longest legitimate one",
-		humanize.Duration(ev.LongestGap), humanize.Duration(r.HangAfter))
+	if ev.RatesKnown() {
+		t.row("longest gap", "%s between counter moves while work was pending; hang_after (%s) must exceed the longest legitimate one",
+			humanize.Duration(ev.LongestGap), humanize.Duration(r.HangAfter))
+	} else {
+		t.row("longest gap", "unknown (no counter read twice); hang_after (%s) must exceed the longest legitimate one", humanize.Duration(r.HangAfter))
+	}
 	if ev.CounterReset {
 		t.row("counters", "reset during the window (engine restarted); re-baselined")
 	}
@@ -170,6 +190,8 @@ func (r Report) writeCapacity(t *textReport) {
 	t.line("")
 	t.line("Capacity")
 	switch {
+	case r.Slots != nil && r.SlotsWithProbe:
+		t.row("slots", "%d, %d processing (llama.cpp's /slots: the most it runs at once; vigil's probe, still out, may be one of them)", r.Slots.Total, r.Slots.Processing)
 	case r.Slots != nil:
 		t.row("slots", "%d, %d processing (llama.cpp's /slots: the most it runs at once)", r.Slots.Total, r.Slots.Processing)
 	case r.SlotsError != "":
@@ -205,8 +227,22 @@ func (r Report) writeRetryStorm(t *textReport) {
 		t.row("retry storm", "no: prompt tokens +%s vs prefix-cache queries +%s (ratio %.2f)",
 			humanize.Count(rs.PromptTokens), humanize.Count(rs.PrefixCacheQueries), rs.Ratio)
 	case r.lacks(probes.MetricPrefixCacheQueries) || r.lacks(probes.MetricPromptTokens):
-		t.row("retry storm", "not judged (the engine exports no prompt-token or prefix-cache query counter)")
+		t.row("retry storm", "not judged (the engine exports no %s counter)", stormLacks(r))
 	default:
 		t.row("retry storm", "not judged (too little traffic in the window)")
 	}
+}
+
+// stormLacks names the retry-storm counters the engine lacks: llama.cpp
+// counts prompt tokens but no prefix-cache queries, and saying it has
+// neither would be untrue.
+func stormLacks(r Report) string {
+	var lacks []string
+	if r.lacks(probes.MetricPromptTokens) {
+		lacks = append(lacks, "prompt-token")
+	}
+	if r.lacks(probes.MetricPrefixCacheQueries) {
+		lacks = append(lacks, "prefix-cache query")
+	}
+	return strings.Join(lacks, " or ")
 }

@@ -11,13 +11,13 @@ import (
 type evidenceJSON struct {
 	Window            float64            `json:"window_seconds"`
 	Samples           int                `json:"samples"`
-	Waiting           float64            `json:"waiting"`
-	Running           float64            `json:"running"`
-	ProgressDelta     float64            `json:"progress_delta"`
-	TokensPerSec      float64            `json:"tokens_per_second"`
+	Waiting           *float64           `json:"waiting,omitempty"`
+	Running           *float64           `json:"running,omitempty"`
+	ProgressDelta     *float64           `json:"progress_delta,omitempty"`
+	TokensPerSec      *float64           `json:"tokens_per_second,omitempty"`
 	HeartbeatDeltas   map[string]float64 `json:"heartbeat_deltas,omitempty"`
-	SinceProgress     float64            `json:"since_progress_seconds"`
-	LongestGap        float64            `json:"longest_gap_seconds"`
+	SinceProgress     *float64           `json:"since_progress_seconds,omitempty"`
+	LongestGap        *float64           `json:"longest_gap_seconds,omitempty"`
 	Stalled           float64            `json:"stalled_seconds"`
 	CounterReset      bool               `json:"counter_reset,omitempty"`
 	Models            string             `json:"models"`
@@ -26,7 +26,8 @@ type evidenceJSON struct {
 	ProbeLatency      float64            `json:"probe_latency_seconds"`
 	MetricsError      string             `json:"metrics_error,omitempty"`
 	CompletionsPerSec *float64           `json:"completions_per_second,omitempty"`
-	DrainEstimate     float64            `json:"drain_estimate_seconds"`
+	ThroughVigilRate  bool               `json:"completions_through_vigil,omitempty"`
+	DrainEstimate     float64            `json:"drain_estimate_seconds,omitempty"`
 	Hang              HangKind           `json:"hang,omitempty"`
 	Ranks             []rankJSON         `json:"ranks,omitempty"`
 	DecodeStalled     float64            `json:"decode_stalled_seconds,omitempty"`
@@ -66,15 +67,16 @@ func duration(s float64) time.Duration { return time.Duration(s * float64(time.S
 func (e Evidence) MarshalJSON() ([]byte, error) {
 	return json.Marshal(evidenceJSON{
 		Window: seconds(e.Window), Samples: e.Samples,
-		Waiting: e.Waiting, Running: e.Running,
-		ProgressDelta: e.ProgressDelta, TokensPerSec: e.TokensPerSec,
+		Waiting: knownOnly(e.Waiting, e.QueueKnown()), Running: knownOnly(e.Running, e.QueueKnown()),
+		ProgressDelta: knownOnly(e.ProgressDelta, e.RatesKnown()), TokensPerSec: knownOnly(e.TokensPerSec, e.RatesKnown()),
 		HeartbeatDeltas: e.HeartbeatDeltas,
-		SinceProgress:   seconds(e.SinceProgress), LongestGap: seconds(e.LongestGap),
+		SinceProgress:   knownOnly(seconds(e.SinceProgress), e.RatesKnown()), LongestGap: knownOnly(seconds(e.LongestGap), e.RatesKnown()),
 		Stalled: seconds(e.Stalled), CounterReset: e.CounterReset,
 		Models: e.Models, Health: e.Health, Probe: e.Probe,
 		ProbeLatency: seconds(e.ProbeLatency), MetricsError: e.MetricsError,
-		CompletionsPerSec: knownOnly(e.CompletionsPerSec, e.CompletionsKnown), DrainEstimate: seconds(e.DrainEstimate),
-		Hang: e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
+		CompletionsPerSec: knownOnly(e.CompletionsPerSec, e.CompletionsKnown), ThroughVigilRate: e.CompletionsThroughVigil,
+		DrainEstimate: seconds(e.DrainEstimate),
+		Hang:          e.Hang, Ranks: ranksJSON(e.Ranks), DecodeStalled: seconds(e.DecodeStalled),
 		Unanswered: seconds(e.Unanswered), ThroughVigil: throughJSON(e.ThroughVigil),
 		ProbeFailing: e.ProbeFailing, Odd: e.Odd, Serving: e.Serving,
 		HangAfter: seconds(e.HangAfter), HangAfterWhy: e.HangAfterWhy, HangAfterFrom: e.HangAfterFrom,
@@ -109,16 +111,17 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 	}
 	*e = Evidence{
 		Window: duration(j.Window), Samples: j.Samples,
-		Waiting: j.Waiting, Running: j.Running,
-		ProgressDelta: j.ProgressDelta, TokensPerSec: j.TokensPerSec,
+		Waiting: valueOf(j.Waiting), Running: valueOf(j.Running),
+		ProgressDelta: valueOf(j.ProgressDelta), TokensPerSec: valueOf(j.TokensPerSec), NoRates: j.TokensPerSec == nil,
 		HeartbeatDeltas: j.HeartbeatDeltas,
-		SinceProgress:   duration(j.SinceProgress), LongestGap: duration(j.LongestGap),
+		SinceProgress:   duration(valueOf(j.SinceProgress)), LongestGap: duration(valueOf(j.LongestGap)),
 		Stalled: duration(j.Stalled), CounterReset: j.CounterReset,
 		Models: j.Models, Health: j.Health, Probe: j.Probe,
 		ProbeLatency: duration(j.ProbeLatency), MetricsError: j.MetricsError,
 		CompletionsPerSec: valueOf(j.CompletionsPerSec), CompletionsKnown: j.CompletionsPerSec != nil,
-		DrainEstimate: duration(j.DrainEstimate),
-		Hang:          j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
+		CompletionsThroughVigil: j.ThroughVigilRate,
+		DrainEstimate:           duration(j.DrainEstimate),
+		Hang:                    j.Hang, DecodeStalled: duration(j.DecodeStalled), Unanswered: duration(j.Unanswered),
 		ProbeFailing: j.ProbeFailing, Odd: j.Odd, Serving: j.Serving,
 		HangAfter: duration(j.HangAfter), HangAfterWhy: j.HangAfterWhy, HangAfterFrom: j.HangAfterFrom,
 		ShedRate: j.ShedRate, ShedCalls: j.ShedCalls, LimiterQueued: j.LimiterQueued, LimiterOnly: j.LimiterOnly,
@@ -132,6 +135,15 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// QueueKnown reports whether Waiting and Running were read: the last
+// scrape was readable (a llama-server started without --metrics answers
+// 501, and its queue is unknown, not 0).
+func (e Evidence) QueueKnown() bool { return e.MetricsError == "" }
+
+// RatesKnown reports whether ProgressDelta and TokensPerSec were measured:
+// two readable scrapes in the window.
+func (e Evidence) RatesKnown() bool { return !e.NoRates }
 
 // knownOnly is v when it is known; nil leaves an unknown figure out of the
 // JSON rather than writing it as 0.

@@ -150,6 +150,10 @@ type rates struct {
 	progress   float64
 	heartbeats map[string]float64
 	extra      map[string]float64
+	// answered is the calls the engine answered through vigil's limiter
+	// over the window; answeredKnown: a limiter counted them at both ends.
+	answered      float64
+	answeredKnown bool
 }
 
 func (r rates) perSecond(v float64) float64 {
@@ -200,6 +204,9 @@ func (sc *scan) rates(history []Sample, window time.Duration) rates {
 		if vb, ok := b.Extra[name]; ok {
 			r.extra[name] = vb - va
 		}
+	}
+	if la, lb := base.Limiter, last.Limiter; la != nil && lb != nil && lb.Answered >= la.Answered {
+		r.answered, r.answeredKnown = float64(lb.Answered-la.Answered), true
 	}
 	return r
 }

@@ -23,15 +23,31 @@ type RetryStormCheck struct {
 	Judged bool `json:"judged"`
 	// Alarm: judged, and Ratio below the configured ratio.
 	Alarm bool `json:"alarm"`
+	// Read: two readable samples in the window carried both counters, so
+	// the deltas are figures (false on an engine without them, llama.cpp:
+	// its deltas are then unknown, not 0).
+	Read bool `json:"-"`
 }
 
-// MarshalJSON writes the window in seconds.
+// MarshalJSON writes the window in seconds; the deltas only when they were
+// read and the ratio only when judged, so no unknown figure reads as 0.
 func (c RetryStormCheck) MarshalJSON() ([]byte, error) {
-	type plain RetryStormCheck
-	return json.Marshal(struct {
-		plain
-		Window float64 `json:"window_seconds"`
-	}{plain(c), c.Window.Seconds()})
+	out := struct {
+		PromptTokens       *float64 `json:"prompt_tokens_delta,omitempty"`
+		PrefixCacheQueries *float64 `json:"prefix_cache_queries_delta,omitempty"`
+		Ratio              *float64 `json:"ratio,omitempty"`
+		Judged             bool     `json:"judged"`
+		Alarm              bool     `json:"alarm"`
+		Window             *float64 `json:"window_seconds,omitempty"`
+	}{Judged: c.Judged, Alarm: c.Alarm}
+	if c.Read {
+		w := c.Window.Seconds()
+		out.PromptTokens, out.PrefixCacheQueries, out.Window = &c.PromptTokens, &c.PrefixCacheQueries, &w
+	}
+	if c.Judged {
+		out.Ratio = &c.Ratio
+	}
+	return json.Marshal(out)
 }
 
 // CheckRetryStorm runs the retry-storm check over the readable samples
@@ -43,6 +59,7 @@ func CheckRetryStorm(history []Sample, cfg configs.RetryStorm) RetryStormCheck {
 		return c
 	}
 	a, b := first.Metrics.Metrics.Extra, last.Metrics.Metrics.Extra
+	c.Read = true
 	c.Window = last.At.Sub(first.At)
 	c.PromptTokens = b[probes.MetricPromptTokens] - a[probes.MetricPromptTokens]
 	c.PrefixCacheQueries = b[probes.MetricPrefixCacheQueries] - a[probes.MetricPrefixCacheQueries]

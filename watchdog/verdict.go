@@ -80,13 +80,21 @@ type Evidence struct {
 	// stuck exporter) and the probes judge alone. Zero otherwise.
 	Stale time.Duration `json:"stale_seconds,omitempty"`
 
+	// NoRates: fewer than two readable scrapes in the window, so
+	// ProgressDelta and TokensPerSec are unknown, not 0.
+	NoRates bool `json:"-"`
+
 	// CompletionsPerSec is the finished-request rate, known only when
 	// CompletionsKnown (the engine counts finished requests: llama.cpp does
 	// not, and its rate is unknown, never 0); DrainEstimate the time to
 	// clear the waiting queue at that rate (0 if unknown).
-	CompletionsPerSec float64       `json:"completions_per_second"`
-	CompletionsKnown  bool          `json:"completions_known"`
-	DrainEstimate     time.Duration `json:"drain_estimate_seconds"`
+	CompletionsPerSec float64 `json:"completions_per_second"`
+	CompletionsKnown  bool    `json:"completions_known"`
+	// CompletionsThroughVigil: the engine counts no finished requests,
+	// and CompletionsPerSec is the calls it answered through vigil's
+	// limiter (not the calls that reached it some other way).
+	CompletionsThroughVigil bool          `json:"completions_through_vigil,omitempty"`
+	DrainEstimate           time.Duration `json:"drain_estimate_seconds"`
 
 	// Hang says which kind of hang a hung verdict found: HangEngine (no
 	// counter moved), HangRank (a data-parallel rank frozen while others

@@ -470,26 +470,33 @@ func (w *Watchdog) SetThresholds(t Thresholds) {
 // /status: Little's law beside the limiter's cap, the rates, and the
 // retry-storm check.
 type Capacity struct {
-	Window            time.Duration   `json:"-"`
-	InFlight          float64         `json:"in_flight"`
-	InFlightKnown     bool            `json:"in_flight_known"`
-	MaxInFlight       int             `json:"max_in_flight,omitempty"`
-	CompletionsPerSec float64         `json:"completions_per_second"`
-	CompletionsKnown  bool            `json:"completions_known"`
-	TokensPerSec      float64         `json:"tokens_per_second"`
-	RetryStorm        RetryStormCheck `json:"retry_storm"`
+	Window            time.Duration `json:"-"`
+	InFlight          float64       `json:"-"`
+	InFlightKnown     bool          `json:"in_flight_known"`
+	MaxInFlight       int           `json:"max_in_flight,omitempty"`
+	CompletionsPerSec float64       `json:"-"`
+	CompletionsKnown  bool          `json:"completions_known"`
+	// CompletionsThroughVigil: the rate is the calls vigil's limiter saw
+	// answered (the engine counts none).
+	CompletionsThroughVigil bool            `json:"completions_through_vigil,omitempty"`
+	TokensPerSec            float64         `json:"tokens_per_second"`
+	RetryStorm              RetryStormCheck `json:"retry_storm"`
 	// Load is Little's law with the recommended cap (nil without
 	// completions in the window).
 	Load *Load `json:"load,omitempty"`
 }
 
-// MarshalJSON writes the window in seconds.
+// MarshalJSON writes the window in seconds, and in_flight and
+// completions_per_second only when they are known (llama.cpp counts no
+// finished requests: a 0 would read as an engine completing nothing).
 func (c Capacity) MarshalJSON() ([]byte, error) {
 	type plain Capacity
 	return json.Marshal(struct {
 		plain
-		Window float64 `json:"window_seconds"`
-	}{plain(c), c.Window.Seconds()})
+		InFlight          *float64 `json:"in_flight,omitempty"`
+		CompletionsPerSec *float64 `json:"completions_per_second,omitempty"`
+		Window            float64  `json:"window_seconds"`
+	}{plain(c), knownOnly(c.InFlight, c.InFlightKnown), knownOnly(c.CompletionsPerSec, c.CompletionsKnown), c.Window.Seconds()})
 }
 
 // capacityWindow is the span Capacity measures over.
@@ -513,6 +520,7 @@ func (w *Watchdog) Capacity() Capacity {
 	p.RateWindow = window
 	ev := Classify(w.history, p, last).Evidence
 	c.Window, c.CompletionsPerSec, c.CompletionsKnown, c.TokensPerSec = ev.Window, ev.CompletionsPerSec, ev.CompletionsKnown, ev.TokensPerSec
+	c.CompletionsThroughVigil = ev.CompletionsThroughVigil
 	if l, ok := LoadOver(w.history, window); ok {
 		c.InFlight, c.InFlightKnown, c.Load = l.InFlight, true, &l
 	}
@@ -695,15 +703,19 @@ func actionFor(s State, canRecover, dryRun bool) string {
 // steady states at debug.
 func (w *Watchdog) logVerdict(prev, v Verdict, inc *Incident, first, opened, resolved bool) {
 	ev := v.Evidence
-	l := w.log.WithFields(logrus.Fields{
-		"state":                  string(v.State),
-		"waiting":                ev.Waiting,
-		"running":                ev.Running,
-		"tokens_per_second":      round1(ev.TokensPerSec),
-		"since_progress_seconds": round1(ev.SinceProgress.Seconds()),
-		"stalled_seconds":        round1(ev.Stalled.Seconds()),
-		"probe":                  ev.Probe,
-	})
+	fields := logrus.Fields{
+		"state":           string(v.State),
+		"stalled_seconds": round1(ev.Stalled.Seconds()),
+		"probe":           ev.Probe,
+	}
+	// Figures nobody read (an unreadable /metrics) are left out, not 0.
+	if ev.QueueKnown() {
+		fields["waiting"], fields["running"] = ev.Waiting, ev.Running
+	}
+	if ev.RatesKnown() {
+		fields["tokens_per_second"], fields["since_progress_seconds"] = round1(ev.TokensPerSec), round1(ev.SinceProgress.Seconds())
+	}
+	l := w.log.WithFields(fields)
 	if inc != nil {
 		l = l.WithField("incident", inc.ID)
 	}

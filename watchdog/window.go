@@ -237,18 +237,29 @@ func engineRate(m *probes.Metrics) float64 {
 // engineRecent is the engine's own prefill rate over the last recentPace
 // (0 with no prefill in that time).
 func (l *workLog) engineRecent(now time.Time) float64 {
+	rate, _ := l.engineRecentSpan(now)
+	return rate
+}
+
+// engineRecentSpan is engineRecent and how far back its figures go:
+// recentPace, or less when vigil has watched the engine for less (diagnose
+// samples for seconds, and saying "the last 10 minutes" of those would be
+// a figure that is not true).
+func (l *workLog) engineRecentSpan(now time.Time) (float64, time.Duration) {
 	var tokens float64
 	var secs time.Duration
+	span := time.Duration(0)
 	for _, e := range l.Engine {
 		if !e.At.Before(now.Add(-recentPace)) && telling(e.V, e.N) {
 			tokens += e.V
 			secs += e.D
+			span = max(span, now.Sub(e.At))
 		}
 	}
 	if tokens <= 0 || secs <= 0 {
-		return 0
+		return 0, 0
 	}
-	return tokens / secs.Seconds()
+	return tokens / secs.Seconds(), span
 }
 
 // pace is the prefill rate in force and what it was learned from.
@@ -264,18 +275,25 @@ type pace struct {
 // which counts decode time as busy and so errs slow, many times so on a
 // decode-heavy engine.
 func paceOf(l *workLog, m *probes.Metrics, now time.Time) pace {
-	recent, lifetime := l.engineRecent(now), engineRate(m)
+	recent, span := l.engineRecentSpan(now)
+	lifetime := engineRate(m)
 	switch {
 	case recent > 0 && lifetime > 0:
-		return pace{rate: min(recent, lifetime), from: fmt.Sprintf("the engine's prefill-time histogram, the slower of %s tok/s over the last %s and %s tok/s since it started",
-			humanize.Count(recent), humanize.Duration(recentPace), humanize.Count(lifetime))}
+		return pace{rate: min(recent, lifetime), from: fmt.Sprintf("the engine's prefill time, the slower of %s tok/s %s and %s tok/s since it started",
+			humanize.Count(recent), recentWords(span), humanize.Count(lifetime))}
 	case recent > 0 || lifetime > 0:
-		return pace{rate: max(recent, lifetime), from: fmt.Sprintf("%s tok/s by the engine's prefill-time histogram", humanize.Count(max(recent, lifetime)))}
+		return pace{rate: max(recent, lifetime), from: fmt.Sprintf("%s tok/s by the engine's prefill time", humanize.Count(max(recent, lifetime)))}
 	}
 	if mine := l.prefillRate(); mine > 0 {
 		return pace{rate: mine, from: fmt.Sprintf("%s tok/s over %s of busy cycles seen by vigil (the engine exports no prefill time)", humanize.Count(mine), humanize.Duration(l.busy()))}
 	}
-	return pace{from: "no prefill rate yet (no busy cycle seen, no prefill-time histogram)"}
+	return pace{from: "no prefill rate yet (no busy cycle seen, no prefill-time figure from the engine)"}
+}
+
+// recentWords says how far back the engine's recent rate looks: the last
+// recentPace, or the stretch its figures cover when that is shorter.
+func recentWords(span time.Duration) string {
+	return "over the last " + humanize.Duration(min(span.Round(time.Second), recentPace))
 }
 
 // busy is the busy time the prefill log covers.

@@ -151,9 +151,18 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 			// Slowed 20x over the last minutes: the recent figure rules.
 			name: "an engine slowed 20x: its recent prefill rate sizes the prompt",
 			hist: func() *sim { s := newSim(); figures(s); return s.work(0, 1).tick(3, through(1, 20_000)) },
-			log:  &workLog{Engine: []logged{{At: t0, V: 10_000, D: 10 * time.Second}}},
+			log:  &workLog{Engine: []logged{{At: t0.Add(-9 * time.Minute), V: 5_000, D: 5 * time.Second}, {At: t0, V: 5_000, D: 5 * time.Second}}},
 			// 20,000 / 1,000 = 20 s, plus a step, times 3.
-			want: 63 * time.Second, says: "the slower of 1,000 tok/s over the last 10m00s and 20,000 tok/s since it started",
+			want: 63 * time.Second, says: "the slower of 1,000 tok/s over the last 9m45s and 20,000 tok/s since it started",
+		},
+		{
+			// vigil diagnose sees the engine for seconds: the recent rate
+			// says the seconds it covers, never "the last 10 minutes"
+			// (on a real llama-server diagnose once said so of 3 s).
+			name: "figures from a few seconds: the recent rate says how few",
+			hist: func() *sim { s := newSim(); figures(s); return s.work(0, 1).tick(3, through(1, 20_000)) },
+			log:  &workLog{Engine: []logged{{At: t0, V: 10_000, D: 10 * time.Second}}},
+			want: 63 * time.Second, says: "the slower of 1,000 tok/s over the last 45s and 20,000 tok/s since it started",
 		},
 		{
 			// A quiet engine's last minutes: 120 of vigil's one-token
@@ -167,7 +176,7 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 				return s.work(0, 1).tick(3, through(1, 2352))
 			},
 			log:  &workLog{Engine: []logged{{At: t0, V: 120, D: 2400 * time.Millisecond, N: 120}}},
-			want: floor, says: "20,000 tok/s by the engine's prefill-time histogram",
+			want: floor, says: "20,000 tok/s by the engine's prefill time",
 		},
 	}...)
 	for _, c := range cases {
@@ -179,7 +188,7 @@ func TestTheAutomaticWindowCoversTheWorkInFlight(t *testing.T) {
 				t.Errorf("window %s, want %s (%s)", w.D, c.want, w.Why)
 			}
 			if !strings.Contains(w.Why+"; learned from: "+w.From, c.says) {
-				t.Errorf("why %q does not say %q", w.Why, c.says)
+				t.Errorf("why %q (from %q) does not say %q", w.Why, w.From, c.says)
 			}
 		})
 	}

@@ -137,7 +137,7 @@ const (
 // without a clock.
 //
 // Evidence, gathered in windows:
-//   - the engine's own queue (vllm:num_requests_waiting, scraped while
+//   - the engine's own queue (its waiting gauge by its profile, read while
 //     requests are in flight): a continuous-batching engine starts every
 //     request it has room for at once, so anything waiting is work the cap
 //     let in beyond the engine's batch or KV capacity. That work is better

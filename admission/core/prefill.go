@@ -17,7 +17,7 @@ type EngineLoad struct {
 	// PromptTokens and FirstTokens are counters: prompt tokens counted and
 	// prefills completed (first tokens) since the engine started.
 	// CachedTokens counts the prompt tokens found in the prefix cache
-	// (vllm:prefix_cache_hits), which the engine does not prefill; -1 (or
+	// (the profile's prefix-cache hits), which the engine does not prefill; -1 (or
 	// 0) when unknown, and every prompt token then counts as prefilled.
 	PromptTokens, FirstTokens, CachedTokens float64
 }

@@ -262,12 +262,16 @@ func scrape(engine, name string) (float64, error) {
 	return 0, fmt.Errorf("no %s in %d bytes: %.200s", name, len(body), body)
 }
 
+// diagnoseWindow is the --window a diagnose here samples (a later
+// --window in args wins).
+const diagnoseWindow = 3 * time.Second
+
 // diagnose runs `vigil diagnose` against engine and returns its output and
 // exit code.
 func diagnose(t *testing.T, engine string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(testinfra.BuildStatic(t, "./cmd/vigil"),
-		append([]string{"diagnose", "--engine", engine, "--window", "3s", "--interval", "500ms"}, args...)...)
+		append([]string{"diagnose", "--engine", engine, "--window", diagnoseWindow.String(), "--interval", "500ms"}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

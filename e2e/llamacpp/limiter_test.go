@@ -1,11 +1,18 @@
 package llamacpp_test
 
 import (
+	"context"
+	"regexp"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/admission/core"
+	"github.com/vigil-dev/vigil/admission/enginepoll"
+	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/internal/testinfra"
+	"github.com/vigil-dev/vigil/probes"
 )
 
 // Through the limiter with its automatic cap, 16 clients on 2 slots: the
@@ -27,11 +34,27 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 		return err == nil && s.Limiter != nil && s.Limiter.Cap <= slots+1
 	})
 	var caps, deferred []float64
+	okFrom, _ := l.Counts()
+	from := time.Now()
+	// diagnose beside the loop, reading this vigil's limiter counts: its
+	// completion rate is theirs, said to be.
+	var diag string
+	var diagRate float64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ok0, _ := l.Counts()
+		start := time.Now()
+		diag, _ = diagnose(t, eng.URL(), "--status", v.StatusURL)
+		ok1, _ := l.Counts()
+		diagRate = float64(ok1-ok0) / time.Since(start).Seconds()
+	})
+	var last status
 	for range 24 {
 		s, err := v.status()
 		if err != nil || s.Limiter == nil {
 			t.Fatalf("/status: %v, limiter %v", err, s.Limiter)
 		}
+		last = s
 		if !s.Limiter.Automatic {
 			t.Fatalf("the cap is not automatic: %+v", *s.Limiter)
 		}
@@ -43,7 +66,37 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	wg.Wait()
+	okTo, _ := l.Counts()
+	clientRate := float64(okTo-okFrom) / time.Since(from).Seconds()
+	if m := regexp.MustCompile(`(?m)^  completions/s +(\S+) answered through vigil's limiter \(the engine counts no finished requests\)$`).FindStringSubmatch(diag); m == nil {
+		t.Errorf("diagnose --status gives no completion rate through vigil:\n%s", diag)
+	} else if r := num(m[1]); r < diagRate/2 || r > diagRate*2 {
+		t.Errorf("diagnose --status: completions/s %s, the clients completed %.1f/s over its run:\n%s", m[1], diagRate, diag)
+	} else {
+		t.Logf("diagnose --status: completions/s %s through vigil, %.1f/s seen by the clients", m[1], diagRate)
+	}
+	checkTheLimitersRead(t, eng.URL())
 	l.Stop()
+	// llama.cpp counts no finished requests; the limiter in front counts
+	// the calls it answered, and the evidence carries that rate, said to
+	// be the limiter's, close to what the clients saw complete.
+	ev := last.Verdict.Evidence
+	if rate, _ := ev["completions_per_second"].(float64); ev["completions_through_vigil"] != true ||
+		rate < clientRate/2 || rate > clientRate*2 {
+		t.Errorf("evidence: completions/s %v (through vigil: %v), the clients completed %.1f/s: %v",
+			ev["completions_per_second"], ev["completions_through_vigil"], clientRate, ev)
+	}
+	t.Logf("completions/s %.1f through vigil in the evidence (%s), %.1f/s seen by the clients", ev["completions_per_second"], last.Verdict.State, clientRate)
+	var st struct {
+		Capacity map[string]any `json:"capacity"`
+	}
+	if err := testinfra.GetJSON(statusClient, v.StatusURL+"/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	if rate, _ := st.Capacity["completions_per_second"].(float64); rate <= 0 || st.Capacity["completions_through_vigil"] != true {
+		t.Errorf("/status capacity: no completion rate through vigil: %v", st.Capacity)
+	}
 	if len(deferred) < len(caps)/2 {
 		t.Fatalf("read the engine's queue %d times of %d", len(deferred), len(caps))
 	}
@@ -65,6 +118,39 @@ func TestTheAutomaticCapSettlesAtTheSlots(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		t.Errorf("%d calls failed through the limiter: %v", len(failed), failed[:min(len(failed), 5)])
+	}
+}
+
+// checkTheLimitersRead reads the loaded engine as the limiter does
+// (enginepoll through the daemon's one probes.Reader, engine.kind auto):
+// llama.cpp's queue gauges and its prompt-token counter by the llamacpp
+// profile, and -1 (unknown) for what it lacks: a first-token count, KV
+// usage, prefix-cache hits. Without a prefill count the prefill meter
+// cannot tell a mean prompt length (docs/design.md, "One engine reader").
+func checkTheLimitersRead(t *testing.T, engine string) {
+	t.Helper()
+	e := configs.Default().Engine
+	reader := probes.NewReader(e.Metrics, configs.KindAuto, e.MetricsFor)
+	poll := enginepoll.New(reader, probes.Target{URL: engine, Timeout: 5 * time.Second}, nil, nil, nil)
+	var loads []core.EngineLoad
+	for range 2 {
+		g, err := poll.Read(context.Background())
+		if err != nil {
+			t.Errorf("the limiter's read of llama-server: %v", err)
+			return
+		}
+		loads = append(loads, g)
+		time.Sleep(250 * time.Millisecond)
+	}
+	a, b := loads[0], loads[1]
+	if reader.Kind() != configs.KindLlamaCpp {
+		t.Errorf("the limiter read the engine as %q, want llamacpp", reader.Kind())
+	}
+	if b.Running != slots || b.Waiting < 0 || a.PromptTokens <= 0 || b.PromptTokens <= a.PromptTokens {
+		t.Errorf("the limiter read %+v then %+v: want %d running and llama.cpp's prompt tokens moving", a, b, slots)
+	}
+	if b.FirstTokens != -1 || b.KVUsage != -1 || b.CachedTokens != -1 {
+		t.Errorf("the limiter read a series llama.cpp does not have: %+v", b)
 	}
 }
 

@@ -1,9 +1,10 @@
 package llamacpp_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"regexp"
+	"io"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,28 +13,16 @@ import (
 	"github.com/vigil-dev/vigil/internal/testinfra"
 )
 
-// Idle, llama-server is HEALTHY and vigil names it llamacpp; diagnose prints
-// no figure the engine cannot give as a number.
+// Idle, llama-server is HEALTHY and vigil names it llamacpp; diagnose,
+// text and --json, prints every figure true and none the engine cannot
+// give (diagnose_test.go).
 func TestIdleHealthyAndTheKindDetected(t *testing.T) {
 	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	_, eng := startEngine(t)
 
-	out, code := diagnose(t, eng.URL(), "--json")
-	var rep struct {
-		State      string         `json:"state"`
-		EngineKind string         `json:"engine_kind"`
-		Evidence   map[string]any `json:"evidence"`
-		Lacks      []string       `json:"engine_lacks"`
-	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("diagnose --json: %v:\n%s", err, out)
-	}
-	if code != 0 || rep.State != "healthy" || rep.EngineKind != "llamacpp" {
-		t.Fatalf("diagnose: exit %d, state %q, kind %q, want 0, healthy, llamacpp:\n%s", code, rep.State, rep.EngineKind, out)
-	}
-	if _, has := rep.Evidence["completions_per_second"]; has {
-		t.Errorf("diagnose --json gives a completion rate llama.cpp does not count: %v", rep.Evidence["completions_per_second"])
-	}
+	// Idle needs no long window, and the two run one after the other.
+	const idleWindow = 1500 * time.Millisecond
+	checkIdle(t, diagnoseBoth(t, eng.URL(), false, idleWindow), idleWindow)
 
 	v := startVigil(t, config{engine: eng.URL()})
 	m := v.watch(t)
@@ -43,6 +32,21 @@ func TestIdleHealthyAndTheKindDetected(t *testing.T) {
 	}
 	if _, has := s.Verdict.Evidence["completions_per_second"]; has {
 		t.Errorf("/status gives a completion rate llama.cpp does not count: %v", s.Verdict.Evidence)
+	}
+	// /status's capacity block: no 0 for what llama.cpp does not count.
+	var st struct {
+		Capacity map[string]any `json:"capacity"`
+	}
+	if err := testinfra.GetJSON(statusClient, v.StatusURL+"/status", &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"completions_per_second", "in_flight"} {
+		if val, has := st.Capacity[k]; has {
+			t.Errorf("/status capacity gives %s %v, which llama.cpp does not count: %v", k, val, st.Capacity)
+		}
+	}
+	if _, has := st.Capacity["tokens_per_second"]; !has {
+		t.Errorf("/status capacity lacks the token rate: %v", st.Capacity)
 	}
 }
 
@@ -67,17 +71,14 @@ func TestOverloadPastTheSlotsIsSaturatedNeverHung(t *testing.T) {
 		t.Errorf("evidence has a completion rate llama.cpp does not count: %v", s.Verdict.Evidence)
 	}
 
-	// diagnose under the same load.
+	// diagnose, text and --json together, under the same load.
 	okBefore, _ := l.Counts()
 	dstart := time.Now()
-	out, code := diagnose(t, eng.URL())
+	d := diagnoseBoth(t, eng.URL(), true, diagnoseWindow)
 	okAfter, failed := l.Counts()
 	rate := float64(okAfter-okBefore) / time.Since(dstart).Seconds()
 	l.Stop()
-	if code != 1 || !strings.Contains(out, "SATURATED (exit 1)") {
-		t.Fatalf("diagnose under load: exit %d, want 1 (saturated):\n%s", code, out)
-	}
-	checkDiagnoseFigures(t, out, rate)
+	checkLoaded(t, d, diagnoseWindow, 24)
 	if len(failed) > 0 {
 		t.Errorf("%d calls failed against the engine directly: %v", len(failed), failed[:min(len(failed), 5)])
 	}
@@ -85,37 +86,6 @@ func TestOverloadPastTheSlotsIsSaturatedNeverHung(t *testing.T) {
 		t.Fatalf("an overloaded engine that completes %0.1f calls/s was judged %s", rate, seen)
 	}
 	t.Logf("%.1f calls/s completed; verdicts %s", rate, m.states(from))
-}
-
-// checkDiagnoseFigures checks every figure diagnose printed for a loaded
-// llama.cpp: the ones it can read are numbers that fit the load, the ones
-// llama.cpp does not export say unknown, and none is 0 for want of a series.
-func checkDiagnoseFigures(t *testing.T, out string, completed float64) {
-	t.Helper()
-	want := []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^  /v1/models +200 in \S+ \(\S+\)$`),
-		regexp.MustCompile(`(?m)^  /health +200 in \S+$`),
-		regexp.MustCompile(`(?m)^  waiting +([1-9][0-9]*) \(saturated at 8\)$`),
-		regexp.MustCompile(`(?m)^  running +2$`),
-		regexp.MustCompile(`(?m)^  completions/s +unknown \(the engine counts no finished requests; its token rate is under Progress\)$`),
-		regexp.MustCompile(`(?m)^  tokens +\+[1-9][0-9.,k]* \([1-9][0-9.,k]* tok/s\)$`),
-		regexp.MustCompile(`(?m)^  heartbeat +\+[1-9][0-9.,k]* llamacpp:n_decode_total$`),
-		regexp.MustCompile(`(?m)^  in flight +unknown \(the engine exports no request latency histogram for Little's law\)$`),
-		regexp.MustCompile(`(?m)^  slots +2, [0-2] processing \(llama.cpp's /slots: the most it runs at once\)$`),
-		regexp.MustCompile(`(?m)^  recommended cap +max_in_flight 2: the engine's slots; more only queues inside it \(configured: automatic\)$`),
-		regexp.MustCompile(`(?m)^  retry storm +not judged \(the engine exports no prompt-token or prefix-cache query counter\)$`),
-	}
-	for _, re := range want {
-		if !re.MatchString(out) {
-			t.Errorf("diagnose lacks a line matching %s:\n%s", re, out)
-		}
-	}
-	// No row that reads as a measured zero (a figure unknown is said so).
-	for _, line := range strings.Split(out, "\n") {
-		if regexp.MustCompile(`^  (completions/s|tokens|in flight|running|executing) +0\b`).MatchString(line) {
-			t.Errorf("diagnose prints a 0 under load (%0.1f calls/s completed): %q", completed, line)
-		}
-	}
 }
 
 // SIGSTOP freezes the whole engine with work in it: HUNG within hang_after
@@ -159,25 +129,57 @@ func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
 	t.Logf("HUNG %s after SIGSTOP; %d calls, none lost; verdicts %s", hungAt.Sub(stopped).Round(time.Millisecond), ok, m.states(stopped))
 }
 
-// SIGKILL: nothing listens any more, which is DOWN.
+// Both slots in one long generation each: llama.cpp's token counters
+// stand still (it counts generated tokens when a request ends, prompt
+// tokens once at its start) and vigil's probe waits for a slot, so the
+// decode heartbeat (n_decode_total, every llama_decode()) is all that
+// shows progress for longer than hang_after: never HUNG. It is the
+// per-step evidence /slots' per-slot n_decoded would give, read from the
+// scrape vigil takes anyway. Then SIGKILL: nothing listens any more, which
+// is DOWN.
 func TestKilledEngineIsDown(t *testing.T) {
 	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
-	_, eng := startEngine(t)
+	testinfra.Long(t, "tests against a real llama-server")
+	// A context of 8,192 tokens a slot (the last --ctx-size given wins):
+	// 8,000 tokens take over 15 s on this model, where 2,000 took 4.
+	eng := testinfra.FindLlamaCpp(t).StartLlamaServer(t, "", "--parallel", fmt.Sprint(slots), "--ctx-size", fmt.Sprint(slots*8192))
+	eng.WaitReady(t, 30*time.Second)
 	v := startVigil(t, config{engine: eng.URL()})
 	m := v.watch(t)
 	m.waitState(t, "healthy", 10*time.Second)
-	time.Sleep(time.Second) // past the startup grace
+
+	// The kill ends them.
+	l := startLoad(t, eng.URL(), slots, 8000)
+	time.Sleep(500 * time.Millisecond) // both prompts evaluated
+	tok0, beat0 := engineCounters(t, eng.URL())
+	from := time.Now()
+	time.Sleep(3*time.Second + time.Second) // hang_after 3 s, and a second
+	tok1, beat1 := engineCounters(t, eng.URL())
+	if ok, _ := l.Counts(); ok > 0 || tok1 != tok0 || beat1 <= beat0 {
+		t.Fatalf("the premise: %d calls ended, tokens +%.0f, n_decode_total +%.0f; want none ended, tokens still, decode moving", ok, tok1-tok0, beat1-beat0)
+	}
+	if seen := m.states(from); strings.Contains(seen, "hung") || strings.Contains(seen, "unknown") {
+		t.Errorf("two long generations, token counters still for %s while n_decode_total moved +%.0f, were judged %s",
+			time.Since(from).Round(time.Millisecond), beat1-beat0, seen)
+	}
+	t.Logf("long generations: tokens still, n_decode_total +%.0f in %s; verdicts %s", beat1-beat0, time.Since(from).Round(time.Millisecond), m.states(from))
+
 	killed := time.Now()
 	eng.Signal(t, syscall.SIGKILL)
 	m.waitState(t, "down", 5*time.Second)
 	if seen := m.states(killed); strings.Contains(seen, "hung") {
 		t.Errorf("a killed engine was judged hung on the way down: %s", seen)
 	}
+	l.Stop()
 }
 
 // vigil started before the engine: while it comes up (the port refusing,
-// then /health 503 "Loading model") the verdict is LOADING, then HEALTHY,
-// never DOWN or HUNG.
+// then /health, /v1/models and /metrics answering 503 "Loading model")
+// the verdict is LOADING, then HEALTHY, never DOWN or HUNG. The tiny model
+// loads in tens of milliseconds, less than a cycle, so the 503 stage is
+// held open: a llama-server reading its model from a FIFO nobody writes
+// serves its API and waits in its load; it is killed and the real one
+// started in its place.
 func TestAnEngineStillLoadingIsLoading(t *testing.T) {
 	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	testinfra.Long(t, "tests against a real llama-server")
@@ -188,6 +190,34 @@ func TestAnEngineStillLoadingIsLoading(t *testing.T) {
 	from := time.Now()
 	m.waitState(t, "loading", 5*time.Second)
 	time.Sleep(time.Second) // vigil sees the port refuse
+
+	fifo := filepath.Join(t.TempDir(), "loading.gguf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The last --model given wins; --load-mode none reads the file
+	// rather than mapping it.
+	loading := l.StartLlamaServer(t, addr, "--model", fifo, "--load-mode", "none")
+	var seen503 string
+	testinfra.WaitFor(t, 10*time.Second, "vigil to see llama-server answer 503 while it loads", func() bool {
+		for _, o := range m.since(from) {
+			if o.s.Verdict.State == "loading" && strings.Contains(o.s.Verdict.Reason, "/v1/models 503") {
+				seen503 = o.s.Verdict.Reason
+			}
+		}
+		return seen503 != ""
+	})
+	t.Logf("while llama-server loads: %s", seen503)
+	if body, err := statusClient.Get("http://" + addr + "/health"); err == nil {
+		b, _ := io.ReadAll(body.Body)
+		body.Body.Close()
+		if body.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "Loading model") {
+			t.Errorf("the loading llama-server's /health: %d %s, want 503 Loading model", body.StatusCode, b)
+		}
+	}
+	loading.Signal(t, syscall.SIGKILL)
+	testinfra.WaitFor(t, 5*time.Second, "the loading llama-server to exit", loading.Exited)
+
 	eng := l.StartLlamaServer(t, addr, "--parallel", fmt.Sprint(slots))
 	eng.WaitReady(t, 30*time.Second)
 	m.waitState(t, "healthy", 15*time.Second)
