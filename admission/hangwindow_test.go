@@ -109,6 +109,20 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 			if s.Suspicions != 1 || s.FalseSuspicions != 0 {
 				t.Errorf("suspicions %d (false %d), want one true", s.Suspicions, s.FalseSuspicions)
 			}
+			// The window's moments: opened by the suspicion, before the
+			// verdict; nothing sent to the engine after the hang (the cap
+			// was full of its streams, and the suspicion stopped the rest).
+			if fate.Opened.IsZero() || !fate.Opened.Before(fate.Verdict) || !fate.Ended.After(fate.Verdict) ||
+				fate.LastSent.After(hung) || fate.LastSent.IsZero() {
+				t.Errorf("opened %s, verdict %s, last sent %s, ended %s after the hang; want opened before the verdict, the last call sent before the hang, ended after the verdict",
+					fate.Opened.Sub(hung), fate.Verdict.Sub(hung), fate.LastSent.Sub(hung), fate.Ended.Sub(hung))
+			}
+			if (fate.Held > 0) != (fate.HeldWaitMax > 0) {
+				t.Errorf("held %d, longest held wait %v: want a wait exactly when calls were held", fate.Held, fate.HeldWaitMax)
+			}
+			if s.LastHang == nil || s.LastHang.Verdict != fate.Verdict {
+				t.Errorf("Stats().LastHang %+v, want the window's fate", s.LastHang)
+			}
 			if withPeer {
 				if s.Diverted != 6 || fate.MovedTo["node2"] != 10 {
 					t.Errorf("diverted %d, moved %v; want the 6 new calls and the 4 streams cut at node2", s.Diverted, fate.MovedTo)

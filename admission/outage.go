@@ -2,6 +2,7 @@ package admission
 
 import (
 	"errors"
+	"time"
 
 	"github.com/vigil-dev/vigil/admission/engineloss"
 )
@@ -49,7 +50,11 @@ func (l *Limiter) SetRecovering(on bool) {
 		l.core.SetRecovering(false)
 		return
 	}
-	if !l.out.Begin(now) {
+	var last time.Time
+	if ns := l.lastSent.Load(); ns != 0 {
+		last = time.Unix(0, ns)
+	}
+	if !l.out.Begin(now, last) {
 		return
 	}
 	l.core.SetRecovering(true)

@@ -202,7 +202,7 @@ func (l *Limiter) lostCount(why string) {
 
 // mover decides where a call cut by a lost engine goes next.
 func (l *Limiter) mover() engineloss.Mover {
-	return engineloss.Mover{MaxMoves: l.cfg.MaxMoves, Peers: l.peers, Out: &l.out, Holder: holder{l}}
+	return engineloss.Mover{MaxMoves: l.cfg.MaxMoves, Peers: l.peers, Out: &l.out, Holder: holder{l}, Now: l.clock.Now}
 }
 
 // holder is the limiter as a Mover holding a call sees it.

@@ -39,10 +39,16 @@ func WithStallFloor(d time.Duration) Option { return func(l *Limiter) { l.stallF
 // Suspected reports whether the engine is suspected stalled now.
 func (l *Limiter) Suspected() bool { return l.sus.Suspected() }
 
-// stallSent notes a call sent to the engine (tk: its slot) to the watch.
+// stallSent notes a call sent to the engine (tk: its slot) to the watch,
+// and when it went.
 func (l *Limiter) stallSent(c *inflight.Call, tk *core.Listener) {
-	if tk != nil && l.sus != nil {
-		l.sus.Sent(c, l.clock.Now(), tk.Prompt(), tk.Output(), tk.Stream())
+	if tk == nil {
+		return
+	}
+	now := l.clock.Now()
+	l.lastSent.Store(now.UnixNano())
+	if l.sus != nil {
+		l.sus.Sent(c, now, tk.Prompt(), tk.Output(), tk.Stream())
 	}
 }
 
@@ -96,7 +102,8 @@ func (l *Limiter) suspect(now time.Time, ev engineloss.Evidence) {
 	}
 	n, _ := l.inflight.Snapshot()
 	log := l.log.WithFields(logrus.Fields{"in_flight": n, "silence": ev.Silence.Round(time.Millisecond),
-		"threshold": ev.Threshold.Round(time.Millisecond), "step": ev.Step.Round(time.Millisecond)})
+		"threshold": ev.Threshold.Round(time.Millisecond), "step": ev.Step.Round(time.Millisecond),
+		"vigil_paused": ev.Paused.Round(time.Millisecond)})
 	if ev.Started {
 		log = log.WithFields(logrus.Fields{"overdue": "a stream under way", "waited": ev.Waited.Round(time.Millisecond),
 			"prefill_ahead_tokens": ev.Ahead})

@@ -536,7 +536,11 @@ func callFateLine(f recovery.CallFate) string {
 		parts = append(parts, fmt.Sprintf("%s in-flight requests moved to %s", humanize.Count(float64(moved)), strings.Join(peers, ", ")))
 	}
 	if f.Held > 0 {
-		parts = append(parts, fmt.Sprintf("%s held for the restarted engine", humanize.Count(float64(f.Held))))
+		held := fmt.Sprintf("%s held for the restarted engine", humanize.Count(float64(f.Held)))
+		if f.HeldWaitMax > 0 {
+			held += fmt.Sprintf(" (up to %s)", humanize.GoTenths(f.HeldWaitMax))
+		}
+		parts = append(parts, held)
 	}
 	if f.Continued > 0 {
 		parts = append(parts, fmt.Sprintf("%s streams continued", humanize.Count(float64(f.Continued))))

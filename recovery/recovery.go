@@ -74,6 +74,19 @@ type CallFate struct {
 	Queued  int           `json:"queued,omitempty"`
 	WaitP50 time.Duration `json:"wait_p50_ns,omitempty"`
 	WaitMax time.Duration `json:"wait_max_ns,omitempty"`
+	// HeldWaitMax is the longest a held call waited for the restarted
+	// engine, from its cut to its send (0 while none was released).
+	HeldWaitMax time.Duration `json:"held_wait_max_ns,omitempty"`
+	// The hang window's moments, on the limiter's clock: Opened when it
+	// began (the first suspicion, or the verdict when none came first),
+	// Verdict when the recovery began (zero: a suspicion only), and
+	// LastSent the last call the limiter sent the engine before the
+	// verdict: how long vigil kept feeding an engine that had stopped;
+	// Ended when the restarted engine took calls again.
+	Opened   time.Time `json:"opened,omitzero"`
+	Verdict  time.Time `json:"verdict,omitzero"`
+	LastSent time.Time `json:"last_sent,omitzero"`
+	Ended    time.Time `json:"ended,omitzero"`
 }
 
 // Moved is the calls moved to peers.

@@ -321,11 +321,13 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	l.demandLocked(l.inFlight < l.capLocked(now) && !l.firstTokenRoomLocked(r.Stream))
 	l.queuedPastCapLocked(now)
 	maxWait := l.maxWaitLocked(r, timeout)
+	var homeWait time.Duration // a moved call's: what its home would hold it
 	if r.Moved {
 		maxWait = l.queueWaitFor(timeout, r.Coalesced)
 		if r.MaxWait > 0 {
 			maxWait = min(maxWait, r.MaxWait)
 		}
+		homeWait = maxWait
 		patience, rj := l.movedCheckLocked(now, maxWait)
 		if rj != nil {
 			l.undoLocked(now, lis)
@@ -356,6 +358,9 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	w := l.enqueueLocked(now, r, ph, lis)
 	w.deadline = now.Add(maxWait)
 	w.undivertible, w.moved = r.Undivertible, r.Moved
+	if r.Moved {
+		w.movedUntil, w.movedBefore = now.Add(homeWait), l.movedBeforeLocked(w)
+	}
 	w.atVerdict = r.Diverted && l.recovering
 	// Queued while the engine is held: its bound would judge a pace the
 	// engine does not have (see expire).
@@ -559,6 +564,10 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 			l.markHeldLocked(now, w)
 		}
 		l.dispatchLocked(now) // a slow start's cap grows with time alone
+		return
+	}
+	if r.Moved && l.movedStaysLocked(now, w) {
+		l.dispatchLocked(now)
 		return
 	}
 	rj := queueRejection(ReasonQueueTimeout, l.estimatedWaitLocked(now, l.aheadLocked(w)))

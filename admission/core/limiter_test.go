@@ -416,6 +416,77 @@ func TestAcquireDecides(t *testing.T) {
 			cancel()
 			synctest.Wait()
 		}},
+		{"a moved call waits past its patience while it moves up, and goes home once it does not", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
+		}, func(t *testing.T, l *Limiter) {
+			for range 20 { // answers complete: a known pace, 2 a second
+				s := mustAcquire(t, l, Request{})
+				advance(50 * time.Millisecond)
+				s.Release(Outcome{Success: true})
+			}
+			slot := mustAcquire(t, l, Request{})
+			// A burst moved at a verdict: the last waits 1.5 s by the
+			// pace, so its patience is 3 s.
+			var moved []<-chan acquired
+			for i := range 3 {
+				moved = append(moved, acquireAsync(context.Background(), l, Request{Moved: true, MaxWait: time.Minute}))
+				untilQueued(t, l, i+1)
+			}
+			advance(time.Second)
+			slot.Release(Outcome{Success: true})
+			first := get(t, moved[0])
+			advance(time.Second)
+			first.lis.Release(Outcome{Success: true})
+			second := get(t, moved[1])
+			advance(2 * time.Second) // past the last one's patience: it moved up, from 2 ahead to none
+			if l.Stats().QueueDepth != 1 {
+				t.Fatal("a moved call went home from a node serving the calls moved before it")
+			}
+			// Now nothing moves: it goes home at its next judgement.
+			advance(4 * time.Second)
+			if a := get(t, moved[2]); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout once it stopped moving up", a)
+			}
+			second.lis.Release(Outcome{Success: true})
+		}},
+		{"a moved call goes home at its patience while the calls moved before it wait on", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
+		}, func(t *testing.T, l *Limiter) {
+			for range 20 {
+				s := mustAcquire(t, l, Request{})
+				advance(50 * time.Millisecond)
+				s.Release(Outcome{Success: true})
+			}
+			slot := mustAcquire(t, l, Request{})
+			m1 := acquireAsync(context.Background(), l, Request{Moved: true, MaxWait: time.Minute})
+			untilQueued(t, l, 1)
+			m2 := acquireAsync(context.Background(), l, Request{Moved: true, MaxWait: time.Minute})
+			untilQueued(t, l, 2)
+			own := acquireAsync(context.Background(), l, Request{Timeout: time.Hour})
+			untilQueued(t, l, 3)
+			advance(time.Second)
+			slot.Release(Outcome{Success: true}) // to this node's own call
+			ownSlot := get(t, own)
+			m3 := acquireAsync(context.Background(), l, Request{Timeout: time.Hour}) // another of its own, waiting
+			untilQueued(t, l, 3)
+			// m2's patience (2 s: one ahead at 2 a second) ends: this node
+			// served its own calls, which go first, and m1, moved before
+			// it, still waits: a node at its cap with its own work. m1,
+			// first in line, waits its home's wait.
+			advance(time.Second)
+			if a := get(t, m2); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("got %+v, want queue_timeout while this node's own call waited", a)
+			}
+			ownSlot.lis.Release(Outcome{Success: true})
+			if a := get(t, m3); a.lis == nil {
+				t.Fatalf("got %+v, want this node's own call served", a)
+			} else {
+				a.lis.Release(Outcome{Success: true})
+			}
+			if a := get(t, m1); a.lis == nil {
+				t.Fatalf("got %+v, want the first moved call served next", a)
+			}
+		}},
 		{"slow start holds the queue rather than refusing it", func(c *configs.Admission) {
 			c.MaxInFlight = 10
 			c.SlowStart = time.Minute

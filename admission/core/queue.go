@@ -36,8 +36,13 @@ type waiter struct {
 	route, tenant string
 	// undivertible: Divert leaves it queued (see Request.Undivertible).
 	undivertible bool
-	// moved: another vigil moved the call here (see Request.Moved).
-	moved bool
+	// moved: another vigil moved the call here (see Request.Moved);
+	// movedUntil: its home would have held it until then; movedBefore:
+	// the calls moved before it still waiting when last judged
+	// (movedStaysLocked).
+	moved       bool
+	movedUntil  time.Time
+	movedBefore int
 	// held: its bound was reached while the engine was held, and it
 	// waits on (see Limiter.expire). bySuspicion: held for a suspicion
 	// alone, which a suspicion cleared as false takes back.
@@ -195,6 +200,43 @@ func (l *Limiter) movedCheckLocked(now time.Time, maxWait time.Duration) (patien
 // movedPatienceFloor is the least a moved call waits behind others before
 // it goes home: a second, a few of an engine's answers.
 const movedPatienceFloor = time.Second
+
+// movedStaysLocked judges a moved call whose patience ran out: it waits
+// on when this node has room after all, and goes home otherwise. Room:
+// answers complete, fewer calls moved before it wait than at its last
+// judgement (this node serves them: it is not at its cap with its own
+// work, whose first attempts go first and would keep them waiting, which
+// the patience is there to find), and the calls to be served before it
+// would be served before its home would serve it. That is a burst of
+// calls cut at a verdict onto a peer with room: they queue behind each
+// other for a few seconds, and the last of them would otherwise go home
+// and wait for the restart (bench/hanglost, a peer at 0.8 of its engine:
+// 1-4 of 34 held 43-44 s). Staying on without moving up is not room: a
+// moved call that waited at a peer at its cap for its home's whole
+// expected outage (90 s for a first one, against a 45 s restart) came
+// home after the engine was back, behind its backlog.
+func (l *Limiter) movedStaysLocked(now time.Time, w *waiter) bool {
+	if !now.Before(w.movedUntil) || l.completionRateLocked(now) <= 0 {
+		return false
+	}
+	moved := l.movedBeforeLocked(w)
+	if moved >= w.movedBefore || !now.Add(l.estimatedWaitLocked(now, l.aheadLocked(w))).Before(w.movedUntil) {
+		return false
+	}
+	w.movedBefore = moved
+	return true
+}
+
+// movedBeforeLocked counts the calls moved here before w still waiting.
+func (l *Limiter) movedBeforeLocked(w *waiter) int {
+	n := 0
+	for e := l.waiters.Front(); e != nil && e != w.elem; e = e.Next() {
+		if o := e.Value.(*waiter); o.moved && !o.placeholder {
+			n++
+		}
+	}
+	return n
+}
 
 // onTimeLocked: w's client has a known timeout (announced, or inferred
 // now) and, served now, still gets its answer within it (at the engine's

@@ -26,6 +26,11 @@ type Outage struct {
 	// outage began it); fate counts what the hang cost until the next.
 	window bool
 	waits  []time.Duration // the waits of calls held in the queue (Fate.Queued), bounded
+	// prev is the last outage's fate once a suspicion opened a window
+	// after it: until a verdict makes the new window an outage, the last
+	// outage is what Snapshot says (a false suspicion as the restarted
+	// engine ramps must not wipe the recovery's count before its page).
+	prev *Fate
 }
 
 // defaultOutage is the expected length of a recovery before one was seen:
@@ -42,28 +47,46 @@ func cloneFate(f Fate) Fate {
 	return f
 }
 
-// Begin starts an outage; false when one is already on.
-func (o *Outage) Begin(now time.Time) bool {
+// Begin starts an outage at the verdict; lastSent is when the limiter
+// last sent the engine a call. False when one is already on.
+func (o *Outage) Begin(now, lastSent time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.on {
 		return false
 	}
 	o.on, o.began, o.ready = true, now, make(chan struct{})
-	if !o.window {
-		o.fate, o.waits, o.window = Fate{}, nil, true
-	}
+	o.openLocked(now)
+	o.fate.Verdict, o.fate.LastSent = now, lastSent
+	o.prev = nil
 	return true
 }
 
 // Open opens a hang window's accounting at a suspicion (the verdict, if
 // it comes, keeps counting in it).
-func (o *Outage) Open(time.Time) {
+func (o *Outage) Open(now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.window {
-		o.fate, o.waits, o.window = Fate{}, nil, true
+	o.openLocked(now)
+}
+
+func (o *Outage) openLocked(now time.Time) {
+	if o.window {
+		return
 	}
+	if !o.fate.Verdict.IsZero() {
+		f := o.snapshotLocked()
+		o.prev = &f
+	}
+	o.fate, o.waits, o.window = Fate{Opened: now}, nil, true
+}
+
+// Released counts a call held for the restarted engine that waited d,
+// from its cut to its release.
+func (o *Outage) Released(d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.fate.HeldWaitMax = max(o.fate.HeldWaitMax, d)
 }
 
 // CloseFalse closes the window of a suspicion progress cleared: the next
@@ -104,6 +127,7 @@ func (o *Outage) End(now time.Time) {
 	o.on = false
 	o.window = false
 	o.last = now.Sub(o.began)
+	o.fate.Ended = now
 	close(o.ready)
 }
 
@@ -158,15 +182,22 @@ func (o *Outage) Hold(d int) {
 }
 
 // Snapshot is the fate of the last (or current) outage's calls and how
-// many are held now.
+// many are held now; before any outage, the last suspicion's window.
 func (o *Outage) Snapshot() (Fate, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.prev != nil {
+		return cloneFate(*o.prev), o.held
+	}
+	return o.snapshotLocked(), o.held
+}
+
+func (o *Outage) snapshotLocked() Fate {
 	f := cloneFate(o.fate)
 	if len(o.waits) > 0 {
 		w := slices.Clone(o.waits)
 		slices.Sort(w)
 		f.WaitP50 = w[len(w)/2]
 	}
-	return f, o.held
+	return f
 }

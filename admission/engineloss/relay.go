@@ -138,6 +138,9 @@ type Mover struct {
 	Peers    func() []Peer // nil: no pool
 	Out      *Outage
 	Holder   Holder
+	// Now is the limiter's clock, to time a held call's wait (nil: not
+	// timed).
+	Now func() time.Time
 }
 
 // MoveTo decides where a call cut by a lost engine goes next, and with
@@ -185,8 +188,15 @@ func (m Mover) MoveTo(ex Call, rl *Relay) Move {
 		m.Out.Hold(1)
 		m.Holder.HoldBytes(int64(len(mv.Body)))
 		defer func() { m.Out.Hold(-1); m.Holder.HoldBytes(-int64(len(mv.Body))) }()
+		var since time.Time
+		if m.Now != nil {
+			since = m.Now()
+		}
 		select {
 		case <-ch:
+			if m.Now != nil {
+				m.Out.Released(m.Now().Sub(since))
+			}
 		case <-ex.Context().Done():
 			return Move{Kind: MoveStop}
 		}

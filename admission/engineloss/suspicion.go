@@ -60,6 +60,14 @@ func NewSuspicion(floor time.Duration) *Suspicion {
 	return &Suspicion{w: w}
 }
 
+// DiscountPauses tells the watch how much of [a, b] vigil itself was not
+// running (pausemeter.Meter.Paused; Watch.Paused), before Run.
+func (s *Suspicion) DiscountPauses(paused func(a, b time.Time) time.Duration) {
+	s.mu.Lock()
+	s.w.Paused = paused
+	s.mu.Unlock()
+}
+
 // Sent notes a call c sent to the engine (Watch.Sent).
 func (s *Suspicion) Sent(c any, now time.Time, prompt, output int, stream bool) {
 	if s == nil {

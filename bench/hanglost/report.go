@@ -49,6 +49,12 @@ type figures struct {
 	// ended before it (the same arm's baseline).
 	neverAnswered, streamsNever              int
 	afterP50, afterP99, beforeP50, beforeP99 time.Duration
+	// The calls in flight at the verdict (started before it, not ended by
+	// it: stuck on the hung engine, or waiting in vigil's queue): how
+	// many, how many never answered, and the delivered ones' time from the
+	// verdict to their answer and from their start.
+	atVerdict, verdictNever int
+	fromVerdict, verdictLat []time.Duration
 }
 
 // measure sorts an arm's calls; want is each call's expected text.
@@ -85,6 +91,15 @@ func measure(r *armRun, calls []call, want []string) figures {
 		}
 		if a := res.attempts[len(res.attempts)-1]; a.outcome == cancelled {
 			f.unfinished++
+		}
+		if res.start < r.verdictAt && res.end > r.verdictAt {
+			f.atVerdict++
+			if res.delivered() != nil {
+				f.fromVerdict = append(f.fromVerdict, res.end-r.verdictAt)
+				f.verdictLat = append(f.verdictLat, res.end-res.start)
+			} else {
+				f.verdictNever++
+			}
 		}
 		if g != atHang {
 			continue
@@ -194,6 +209,7 @@ func (r *report) print(w io.Writer) {
 	t.Print(w)
 	fmt.Fprintln(w)
 	r.printWindow(w)
+	r.printVerdict(w)
 	for _, a := range r.arms {
 		run := a.run
 		fmt.Fprintf(w, "%s (%s): at the hang (t=%s) the limiter had %d in flight and %d queued, the engine %d running and %d waiting; verdict t=%s, ready t=%s; ",
@@ -248,6 +264,52 @@ func (r *report) printWindow(w io.Writer) {
 	}
 	t.Print(w)
 	fmt.Fprintln(w)
+}
+
+// printVerdict is the calls in flight at the verdict per arm (issue
+// #36's "Done when": with a peer none waits for the restart), against the
+// arm without a peer (b) of the same run.
+func (r *report) printVerdict(w io.Writer) {
+	fmt.Fprintln(w, "The calls in flight at the verdict (started before it, not ended by it; engine seconds; in the no-hang arm the same moment):")
+	t := humanize.Table{Header: []string{"arm", "never answered (all calls)", "in flight at the verdict", "of them never answered",
+		"answered after the verdict p50 / p99 (s)", "p99 vs no peer (b)", "latency p50 / p99 (s)", "held for the restart (longest, s)",
+		"hang → last call to the hung engine (s)", "suspicions (false)", "the peer's own never answered"}}
+	var base *figures
+	for i := range r.arms {
+		if s := r.arms[i].run.spec; !s.peer && !s.noHang && !s.noSuspicion && s.maxMoves > 0 {
+			base = &r.arms[i].fig
+		}
+	}
+	for _, a := range r.arms {
+		f, run := a.fig, a.run
+		p99 := harness.Percentile(f.fromVerdict, 99)
+		vs := "n/a"
+		if b := harness.Percentile(base.fromVerdictOrNil(), 99); base != nil && b > 0 {
+			vs = fmt.Sprintf("%.2fx", float64(p99)/float64(b))
+		}
+		last := "none"
+		if run.lastToHung >= 0 {
+			last = secs(run.lastToHung)
+		}
+		peerLost := "-"
+		if run.peerStats != nil {
+			peerLost = fmt.Sprintf("%d of %d", run.peerSent-run.peerDelivered, run.peerSent)
+		}
+		t.Add(run.spec.name, f.neverAnswered, f.atVerdict, f.verdictNever,
+			secs(harness.Percentile(f.fromVerdict, 50))+" / "+secs(p99), vs,
+			secs(harness.Percentile(f.verdictLat, 50))+" / "+secs(harness.Percentile(f.verdictLat, 99)),
+			fmt.Sprintf("%d (%s)", run.fate.Held, secs(run.fate.HeldWaitMax)), last,
+			fmt.Sprintf("%d (%d)", run.stats.Suspicions, run.stats.FalseSuspicions), peerLost)
+	}
+	t.Print(w)
+	fmt.Fprintln(w)
+}
+
+func (f *figures) fromVerdictOrNil() []time.Duration {
+	if f == nil {
+		return nil
+	}
+	return f.fromVerdict
 }
 
 // suspicionOff is the arm with the stall suspicion off and the same

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,11 @@ func TestMeasureSortsTheCallsInFlightAtTheHang(t *testing.T) {
 	}
 	if f.p50 != 31*s {
 		t.Errorf("p50 %v, want 31s (of 4, 25, 31, 32, 36 s)", f.p50)
+	}
+	// In flight at the verdict (t=20): the three answered at 40 and 45 s,
+	// and the stream broken off at 21 s.
+	if f.atVerdict != 4 || f.verdictNever != 1 || !slices.Equal(f.fromVerdict, []time.Duration{20 * s, 20 * s, 25 * s}) {
+		t.Errorf("at the verdict %d, never answered %d, answered after it %v; want 4, 1, [20s 20s 25s]", f.atVerdict, f.verdictNever, f.fromVerdict)
 	}
 }
 
