@@ -23,6 +23,7 @@ import (
 	"github.com/vigil-dev/vigil/admission/stats"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/probes"
+	"github.com/vigil-dev/vigil/util/pausemeter"
 )
 
 // Clock is the limiter's time source (see core.Clock): queue ages, rate
@@ -33,7 +34,10 @@ type Clock = core.Clock
 // Option adjusts a Limiter built by New.
 type Option func(*Limiter)
 
-// WithClock replaces the wall clock (a time-scaled engine's, bench/).
+// WithClock replaces the wall clock (a time-scaled engine's, bench/). A
+// clock that runs faster than the wall says by how much with a method
+// Scale() float64 (engine time = wall x Scale): the pause meter the stall
+// watch reads ticks on wall time.
 func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
 
 // WithLogger sets where the limiter logs; the default discards.
@@ -93,6 +97,9 @@ type Limiter struct {
 	stallLoopDone chan struct{}
 	onSuspect     func(on bool) // WithSuspicionHook
 	stallFloor    time.Duration // WithStallFloor
+	// pauses measures vigil's own pauses, which the stall watch does not
+	// count against the engine (pause.go; nil: no watch).
+	pauses *pausemeter.Meter
 	// episodes groups the suspicions for the log (suspect.go).
 	episodes struct {
 		sync.Mutex
@@ -190,6 +197,7 @@ func New(cfg configs.Admission, upstream *url.URL, engineAPIKey configs.Secret, 
 	}
 	l.stallLoopDone = make(chan struct{})
 	if l.sus != nil {
+		l.startPauses() // here: past every error return, Close stops it
 		go func() {
 			defer close(l.stallLoopDone)
 			l.sus.Run(suspicionHost{l: l, tick: make(chan struct{}, 1)})
@@ -347,6 +355,9 @@ func (l *Limiter) Close() {
 	l.co.CloseAll()
 	<-l.pollDone
 	<-l.stallLoopDone
+	if l.pauses != nil {
+		l.pauses.Close()
+	}
 	<-l.keep.done
 	l.transport.CloseIdleConnections()
 }

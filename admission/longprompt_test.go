@@ -32,6 +32,9 @@ func (c scaledClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(time.Duration(float64(d)/c.scale), f).Stop
 }
 
+// Scale tells the limiter's pause meter to tick on wall time.
+func (c scaledClock) Scale() float64 { return c.scale }
+
 // longPromptRun is what an open-loop run of long prompts saw.
 type longPromptRun struct {
 	caps []int // the cap every engine second

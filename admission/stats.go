@@ -50,6 +50,9 @@ func (l *Limiter) Stats() Stats {
 			s.HeldRefused[r] = n
 		}
 	}
+	if l.pauses != nil {
+		s.Paused = l.pauses.Total()
+	}
 	if f, _ := l.out.Snapshot(); !f.Opened.IsZero() {
 		s.LastHang = &f
 	}

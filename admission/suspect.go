@@ -102,7 +102,8 @@ func (l *Limiter) suspect(now time.Time, ev engineloss.Evidence) {
 	}
 	n, _ := l.inflight.Snapshot()
 	log := l.log.WithFields(logrus.Fields{"in_flight": n, "silence": ev.Silence.Round(time.Millisecond),
-		"threshold": ev.Threshold.Round(time.Millisecond), "step": ev.Step.Round(time.Millisecond)})
+		"threshold": ev.Threshold.Round(time.Millisecond), "step": ev.Step.Round(time.Millisecond),
+		"vigil_paused": ev.Paused.Round(time.Millisecond)})
 	if ev.Started {
 		log = log.WithFields(logrus.Fields{"overdue": "a stream under way", "waited": ev.Waited.Round(time.Millisecond),
 			"prefill_ahead_tokens": ev.Ahead})

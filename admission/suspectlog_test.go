@@ -54,7 +54,7 @@ func TestSuspicionsOfOneEpisodeAreLoggedOnce(t *testing.T) {
 	if len(warned) != 1 {
 		t.Fatalf("%d warnings of a suspicion, want 1 for the episode", len(warned))
 	}
-	for _, k := range []string{"silence", "threshold", "overdue", "waited"} {
+	for _, k := range []string{"silence", "threshold", "overdue", "waited", "vigil_paused"} {
 		if _, ok := warned[0].Data[k]; !ok {
 			t.Errorf("the warning has no %q: %v", k, warned[0].Data)
 		}

@@ -65,7 +65,8 @@ type Admission struct {
 	// a request announces none (the OpenAI Node SDK sends
 	// X-Stainless-Timeout only with a per-request timeout, not with the
 	// usual client-level one): the queue wait is cut to half
-	// of it, and the automatic cap keeps plain answers within it, as for
+	// of it (a plain call's to what two of the engine's typical answers
+	// leave of it, when that is longer), and the automatic cap keeps plain answers within it, as for
 	// an announced one. A tenant's client_timeout comes first; without
 	// either, the timeout is learned from when the path's clients give up
 	// (disconnects before any answer, and retries of the same

@@ -86,7 +86,7 @@ func (l *Limiter) SetSuspected(on, stop bool) {
 		for e := l.waiters.Front(); e != nil; e = e.Next() {
 			if w := e.Value.(*waiter); w.bySuspicion {
 				w.held, w.bySuspicion = false, false
-				w.fresh = now.Add(w.deadline.Sub(w.at))
+				w.fresh = now.Add(w.deadline.Sub(w.since))
 			}
 		}
 	}

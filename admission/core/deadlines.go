@@ -257,8 +257,30 @@ func (l *Limiter) maxWaitLocked(r Request, timeout time.Duration) time.Duration 
 	if r.Stream && r.Timeout <= 0 {
 		d = min(d, l.streamQueueWaitLocked(r))
 	}
+	if !r.Stream && !r.Coalesced {
+		d = max(d, l.plainWaitLocked(timeout))
+	}
 	return d
 }
+
+// plainWaitLocked is how long a plain call may wait and still get its
+// answer within its client's timeout: the timeout less answerLeeway of
+// the engine's typical answer times (0 while either is unknown). Half the
+// timeout, the bound before, wastes the other half where answers are
+// short: at the end of a burst the queue then held half a timeout of work
+// and the engine idled while calls it could still have answered had been
+// told to come back (docs/design.md, the first second of a burst).
+func (l *Limiter) plainWaitLocked(timeout time.Duration) time.Duration {
+	if timeout <= 0 || l.engineService <= 0 {
+		return 0
+	}
+	return min(l.cfg.MaxQueueWait, timeout-answerLeeway*l.engineService)
+}
+
+// answerLeeway typical answer times are left of a plain call's timeout
+// for its answer (plainWaitLocked): one would end half of the answers
+// past it, their engine work lost with their clients.
+const answerLeeway = 2
 
 // drainRateLocked is the queue's measured drain rate: admissions per
 // second over the last completionSpan, or since the busy period began

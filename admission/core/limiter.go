@@ -556,12 +556,12 @@ func (l *Limiter) expire(r Request, w *waiter, timeout time.Duration) {
 	// Nothing progressed since it queued: the engine may have stopped, and
 	// the suspicion (package admission) is still deciding; a refusal now
 	// would be for the engine's silence, not its pace.
-	silent := l.progress != nil && l.progress().Before(w.at)
-	if !r.Moved && now.Before(w.fresh) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+	silent := l.progress != nil && l.progress().Before(w.since)
+	if !r.Moved && now.Before(w.fresh) && (timeout <= 0 || now.Sub(w.since) < timeout) {
 		l.dispatchLocked(now)
 		return // a false suspicion held it: its bound runs again from its end
 	}
-	if !r.Moved && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.at) < timeout) {
+	if !r.Moved && (silent || w.held || l.holdingLocked(now)) && (timeout <= 0 || now.Sub(w.since) < timeout) {
 		// Once held, always: the engine's return finds the work the
 		// hang held up ahead of it (streams continued, calls held), and
 		// a refusal then is still the hang's. A wait deferred only for

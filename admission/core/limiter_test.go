@@ -214,6 +214,46 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatalf("got %+v, want queue_timeout within two bounds of the suspicion's end", a)
 			}
 		}},
+		{"a retry that resumed its call's held place gets its own bound back after a false suspicion", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			// The SDK shape's keyed streams (TestTheSDKShapeAtModerateOverload):
+			// a retry takes over its call's held place, which keeps the
+			// first attempt's age for its order. A false suspicion gave
+			// the waits it held their bound back from the place's age, not
+			// the attempt's: 28.6 s for a 2 s bound, and the SDK's 6 s ran
+			// out in vigil's queue.
+			mustAcquire(t, l, Request{})
+			r := Request{Keyed: true}
+			r.Key[0] = 1
+			first := acquireAsync(context.Background(), l, r)
+			untilQueued(t, l, 1)
+			advance(2100 * time.Millisecond)
+			if a := get(t, first); a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+				t.Fatalf("first attempt: got %+v, want queue_timeout at its bound (its place held)", a)
+			}
+			advance(3 * time.Second) // the client's backoff
+			r.Retry = true
+			retry := acquireAsync(context.Background(), l, r)
+			untilQueued(t, l, 1)
+			l.SetSuspected(true, false)
+			advance(3 * time.Second) // past its bound, held
+			l.SetSuspected(false, false)
+			// Its bound (2 s) runs again from the suspicion's end; the
+			// wait's timer, in steps of that bound from when it queued,
+			// refuses it within two bounds.
+			advance(4100 * time.Millisecond)
+			select {
+			case a := <-retry:
+				if a.rj == nil || a.rj.Reason != ReasonQueueTimeout {
+					t.Fatalf("retry: got %+v, want queue_timeout", a)
+				}
+			default:
+				t.Error("the retry still waits two of its bounds past the suspicion's end")
+				advance(time.Minute)
+				get(t, retry)
+			}
+		}},
 		{"a suspicion the verdict confirms keeps its waits held", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
 		}, func(t *testing.T, l *Limiter) {

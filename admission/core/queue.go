@@ -12,7 +12,12 @@ import (
 // told to come back), kept so the call's retry resumes from it. A
 // placeholder holds no body, is never admitted and never counts in flight.
 type waiter struct {
+	// at is the call's place in the queue: when it first queued, kept by
+	// a retry that takes over its held place (the order's age).
 	at time.Time
+	// since is when this attempt queued: its bound and its client's
+	// timeout run from here, not from the place's age.
+	since time.Time
 	// deadline is when its wait expires (a recovery that ends before it
 	// keeps it queued).
 	deadline time.Time
@@ -80,7 +85,7 @@ func (l *Limiter) enqueueLocked(now time.Time, r Request, ph *waiter, lis *Liste
 		w = &waiter{at: now, ch: make(chan waitResult, 1), queued: true, retry: r.Retry, lis: lis}
 		w.elem = l.waiters.PushBack(w)
 	}
-	w.bytes, w.route, w.tenant = r.Bytes, r.Route, r.Tenant
+	w.since, w.bytes, w.route, w.tenant = now, r.Bytes, r.Route, r.Tenant
 	l.queuedBytes += r.Bytes
 	l.queued.Add(1)
 	return w

@@ -50,6 +50,9 @@ type Suspicion struct {
 	base     Counters
 	haveBase bool
 	quiet    bool // the engine is quiet (Watch.Quiet): its counters are read
+	// spell numbers the quiet spells: a read that comes back in a later
+	// spell than it began in says nothing of the spell it returns to.
+	spell int
 }
 
 // NewSuspicion is a watch with nothing seen; floor is the shortest
@@ -58,6 +61,14 @@ func NewSuspicion(floor time.Duration) *Suspicion {
 	w := NewWatch()
 	w.Floor = floor
 	return &Suspicion{w: w}
+}
+
+// DiscountPauses tells the watch how much of [a, b] vigil itself was not
+// running (pausemeter.Meter.Paused; Watch.Paused), before Run.
+func (s *Suspicion) DiscountPauses(paused func(a, b time.Time) time.Duration) {
+	s.mu.Lock()
+	s.w.Paused = paused
+	s.mu.Unlock()
 }
 
 // Sent notes a call c sent to the engine (Watch.Sent).
@@ -126,6 +137,15 @@ func (s *Suspicion) Confirmed(now time.Time) (was bool) {
 // suspected.
 func (s *Suspicion) Run(h Host) {
 	var scraped time.Time
+	// The counters are read beside the checks, one read at a time: a
+	// frozen engine answers its /metrics no more than its calls, and a
+	// read that waits its timeout (seconds) in this loop held the check
+	// of every call for as long (a stall suspected 3.9 s after the last
+	// progress instead of 2.0 s; bench/README.md, the false suspicion on
+	// the real llama-server).
+	reading := make(chan struct{}, 1)
+	var reads sync.WaitGroup
+	defer reads.Wait() // Run's return is the last use of h
 	for {
 		if !h.Sleep(SuspicionTick) {
 			return
@@ -141,8 +161,10 @@ func (s *Suspicion) Run(h Host) {
 		quiet := s.w.Quiet(now)
 		if quiet && !s.quiet {
 			s.haveBase = false // a new quiet spell: its first read is the base
+			s.spell++
 		}
 		s.quiet = quiet
+		spell := s.spell
 		s.mu.Unlock()
 		switch {
 		case suspected && !was:
@@ -151,10 +173,19 @@ func (s *Suspicion) Run(h Host) {
 			h.Unsuspect()
 		}
 		if quiet && now.Sub(scraped) >= SuspicionScrape {
-			if g, ok := h.ReadCounters(); ok {
-				s.progress(g, h.Now())
+			select {
+			case reading <- struct{}{}:
+				scraped = now
+				reads.Add(1)
+				go func() {
+					defer reads.Done()
+					defer func() { <-reading }()
+					if g, ok := h.ReadCounters(); ok {
+						s.progress(spell, g, h.Now())
+					}
+				}()
+			default: // the last read is not back yet
 			}
-			scraped = now
 		}
 	}
 }
@@ -162,9 +193,12 @@ func (s *Suspicion) Run(h Host) {
 // progress takes one read of the engine's counters: any that advanced
 // since the quiet spell's first read is progress (the next tick finds the
 // suspicion gone and releases the engine).
-func (s *Suspicion) progress(g Counters, now time.Time) {
+func (s *Suspicion) progress(spell int, g Counters, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if spell != s.spell || !s.quiet {
+		return // begun in a spell that has ended
+	}
 	if !s.haveBase {
 		s.base, s.haveBase = g, true
 		return

@@ -72,7 +72,13 @@ type Watch struct {
 	// Floor is the shortest silence that raises a suspicion (0:
 	// stallFloor).
 	Floor time.Duration
-	step  time.Duration // learned time between a stream's chunks
+	// Paused, when set, is how much of [a, b] vigil itself was not
+	// running (pausemeter.Meter.Paused). A silence is judged less the
+	// time vigil paused in it: what the engine sent meanwhile is read
+	// only when vigil runs again, and a starved host must not blame the
+	// engine for its own pauses.
+	Paused func(a, b time.Time) time.Duration
+	step   time.Duration // learned time between a stream's chunks
 	// streamTaught: streams taught the step; plain answers (whose time
 	// includes the engine's queue) no longer do.
 	streamTaught bool
@@ -100,6 +106,7 @@ type Watch struct {
 // line an operator reads, and for the tests that pin why.
 type Evidence struct {
 	Silence   time.Duration // since the engine's last progress
+	Paused    time.Duration // of it, vigil's own pauses (not counted)
 	Threshold time.Duration // the silence that raises a suspicion then
 	Step      time.Duration // the learned step time (0: none yet)
 	InFlight  int           // calls in flight
@@ -219,16 +226,17 @@ func (s *Watch) Check(now time.Time) bool {
 		return s.suspected
 	}
 	th := s.threshold()
-	if now.Sub(s.last) < th {
+	if s.silence(s.last, now) < th {
 		return false
 	}
 	ahead := s.prefillQueue()
 	for _, w := range s.calls {
-		if now.After(s.due(w, th, ahead)) {
+		if due, from := s.due(w, th, ahead); now.Sub(due) > s.paused(from, now) {
 			s.suspected, s.since = true, now
 			s.raised++
-			s.evidence = Evidence{Silence: now.Sub(s.last), Threshold: th, Step: s.step, InFlight: len(s.calls),
-				Stream: w.stream, Started: !w.lastByte.IsZero(), Prompt: w.prompt, Output: w.output}
+			s.evidence = Evidence{Silence: now.Sub(s.last), Paused: s.paused(s.last, now), Threshold: th,
+				Step: s.step, InFlight: len(s.calls), Stream: w.stream, Started: !w.lastByte.IsZero(),
+				Prompt: w.prompt, Output: w.output}
 			if w.lastByte.IsZero() {
 				s.evidence.Waited = now.Sub(w.sent)
 				s.evidence.Ahead = ahead.upTo(w.sent) - w.prompt
@@ -253,28 +261,40 @@ func (s *Watch) Last() time.Time { return s.last }
 // may excuse it). The limiter reads the engine's counters meanwhile: one
 // that advanced is progress no byte showed.
 func (s *Watch) Quiet(now time.Time) bool {
-	return s.suspected || (len(s.calls) > 0 && now.Sub(s.last) >= s.threshold())
+	return s.suspected || (len(s.calls) > 0 && s.silence(s.last, now) >= s.threshold())
 }
+
+// paused is how much of [a, b] vigil was not running (Paused).
+func (s *Watch) paused(a, b time.Time) time.Duration {
+	if s.Paused == nil {
+		return 0
+	}
+	return s.Paused(a, b)
+}
+
+// silence is the engine's time from a to b less vigil's own pauses.
+func (s *Watch) silence(a, b time.Time) time.Duration { return b.Sub(a) - s.paused(a, b) }
 
 // threshold is the silence that raises a suspicion.
 func (s *Watch) threshold() time.Duration {
 	return time.Duration(s.backoff) * max(stallSteps*s.stepTime(), cmp.Or(s.Floor, stallFloor))
 }
 
-// due is when w is overdue if nothing came: th after its last byte and
-// the prefill pending then (pendingAt), or after its prefill and (a plain
-// answer) its decode would have sent its first. Its prefill is the
+// due is when w is overdue if nothing came, counted from `from` (vigil's
+// pauses since are added to it): th after its last byte and the prefill
+// pending then (pendingAt), or after its prefill and (a plain answer) its
+// decode would have sent its first. Its prefill is the
 // engine's, first come first served: its own prompt and those of the
 // calls sent before it that have not had a first byte either (ahead), so
 // a short call behind a long prompt waits for that prompt's prefill too.
-func (s *Watch) due(w *watched, th time.Duration, ahead prefillQueue) time.Time {
+func (s *Watch) due(w *watched, th time.Duration, ahead prefillQueue) (due, from time.Time) {
 	if !w.lastByte.IsZero() {
-		return w.lastByte.Add(th + s.prefill(s.pendingAt(w, ahead)))
+		return w.lastByte.Add(th + s.prefill(s.pendingAt(w, ahead))), w.lastByte
 	}
 	// The engine prefills first come, first served: it came to the
 	// calls still waiting for a first byte no earlier than the last first
 	// byte (the prompt before theirs done).
-	from := w.sent
+	from = w.sent
 	if s.firstAt.After(from) {
 		from = s.firstAt
 	}
@@ -289,7 +309,7 @@ func (s *Watch) due(w *watched, th time.Duration, ahead prefillQueue) time.Time 
 		}
 		d += plainSlack * time.Duration(w.output) * step
 	}
-	return from.Add(d + th)
+	return from.Add(d + th), from
 }
 
 // pendingAt is the prompt tokens a stream under way waits for after its

@@ -62,6 +62,43 @@ type simEvent struct {
 // sent from then comes. It returns the first tick suspected (-1: none)
 // and the false alarms counted.
 func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration, falseAlarms int, s *Watch) {
+	evs := simEvents(calls)
+	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	s = NewWatch()
+	ups := make([]*int, len(calls))
+	first = -1
+	next := 0
+	for tick := time.Duration(0); tick <= until; tick += 20 * time.Millisecond {
+		for ; next < len(evs) && evs[next].at <= tick; next++ {
+			e := evs[next]
+			if stopAt > 0 && e.at >= stopAt && e.kind != 0 {
+				continue
+			}
+			feed(s, calls, ups, e, t0.Add(e.at))
+		}
+		if first < 0 && s.Check(t0.Add(tick)) {
+			first = tick
+		}
+	}
+	return first, s.falseAlarms, s
+}
+
+// feed notes e at now to s (ups: the calls' keys).
+func feed(s *Watch, calls []simCall, ups []*int, e simEvent, now time.Time) {
+	c := calls[e.c]
+	switch e.kind {
+	case 0:
+		ups[e.c] = new(int)
+		s.Sent(ups[e.c], now, c.prompt, c.output, c.stream)
+	case 1:
+		s.Chunk(ups[e.c], now)
+	case 2:
+		s.Done(ups[e.c], now, true, c.output)
+	}
+}
+
+// simEvents is the calls' sends, bytes and ends in time order.
+func simEvents(calls []simCall) []simEvent {
 	var evs []simEvent
 	for i, c := range calls {
 		evs = append(evs, simEvent{c.sent, 0, i})
@@ -82,34 +119,7 @@ func runStall(calls []simCall, until, stopAt time.Duration) (first time.Duration
 		evs = append(evs, simEvent{c.end, 1, i}, simEvent{c.end, 2, i})
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
-	t0 := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
-	s = NewWatch()
-	ups := make([]*int, len(calls))
-	first = -1
-	next := 0
-	for tick := time.Duration(0); tick <= until; tick += 20 * time.Millisecond {
-		for ; next < len(evs) && evs[next].at <= tick; next++ {
-			e := evs[next]
-			if stopAt > 0 && e.at >= stopAt && e.kind != 0 {
-				continue
-			}
-			now := t0.Add(e.at)
-			c := calls[e.c]
-			switch e.kind {
-			case 0:
-				ups[e.c] = new(int)
-				s.Sent(ups[e.c], now, c.prompt, c.output, c.stream)
-			case 1:
-				s.Chunk(ups[e.c], now)
-			case 2:
-				s.Done(ups[e.c], now, true, c.output)
-			}
-		}
-		if first < 0 && s.Check(t0.Add(tick)) {
-			first = tick
-		}
-	}
-	return first, s.falseAlarms, s
+	return evs
 }
 
 // The stall suspicion on the engines it must leave alone and on one that

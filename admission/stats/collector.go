@@ -56,7 +56,10 @@ var (
 	descSuspicion = desc("stall_suspicions_total", "Stall suspicions raised, by whether progress cleared them before a verdict (false).", "false")
 	descHeldCalls = desc("held_engine_calls_total", "Calls that met a held engine (suspected stalled, recovered, ramping "+
 		"after the restart): diverted to a pool peer, waited past their queue bound, refused (by reason).", "fate", "reason")
-	descHeldNow    = desc("held_for_recovery", "Calls held for the engine being recovered, to be sent once it is ready.")
+	descHeldNow = desc("held_for_recovery", "Calls held for the engine being recovered, to be sent once it is ready.")
+	descPaused  = desc("paused_seconds_total", "Time vigil itself was not running (a starved host: descheduled, "+
+		"stopped, collecting garbage), measured by how late its own ticks fire; the stall watch does not count it "+
+		"against the engine.")
 	descKeyedRetry = desc("keyed_retries_total", "Keyed retries that had an execution to find, by whether they found it "+
 		"(attached or stored); a low found share means the load balancer does not route by Idempotency-Key.", "found")
 )
@@ -65,7 +68,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descExecutions, descRetries, descAdmitted, descQueued,
 		descAbandoned, descRejected, descCoalesced, descAdopted, descCancelled, descUpErrors, descPassed, descDepth, descOldest,
 		descHeld, descInFlight, descCap, descAutomatic, descFTLimit, descObjective, descAwaiting, descRate, descStored, descStoredB, descOrphans, descKeyedRetry,
-		descLostCalls, descHeldNow, descSuspected, descSuspicion, descHeldCalls} {
+		descLostCalls, descHeldNow, descSuspected, descSuspicion, descHeldCalls, descPaused} {
 		ch <- d
 	}
 }
@@ -133,4 +136,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range c.reasons {
 		counter(descHeldCalls, s.HeldRefused[r], "refused", r)
 	}
+	ch <- prometheus.MustNewConstMetric(descPaused, prometheus.CounterValue, s.Paused.Seconds())
 }

@@ -3,6 +3,7 @@ package stats
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -15,7 +16,7 @@ import (
 func TestCollectorExposesTheSnapshot(t *testing.T) {
 	st := Stats{Calls: 7, Rejected: map[string]uint64{"queue_full": 2},
 		KeyedRetries: 5, KeyedRetriesFound: 3, Suspicions: 4, FalseSuspicions: 1,
-		Automatic: true, Cap: 24, HeldRefused: map[string]uint64{"wait_expired": 6}}
+		Automatic: true, Cap: 24, HeldRefused: map[string]uint64{"wait_expired": 6}, Paused: 1500 * time.Millisecond}
 	c := NewCollector(func() Stats { return st }, []string{"queue_full", "wait_expired"})
 	for _, tc := range []struct{ name, want string }{
 		{"vigil_admission_calls_total", "vigil_admission_calls_total 7\n"},
@@ -27,6 +28,7 @@ func TestCollectorExposesTheSnapshot(t *testing.T) {
 			"vigil_admission_stall_suspicions_total{false=\"true\"} 1\n"},
 		{"vigil_admission_cap_automatic", "vigil_admission_cap_automatic 1\n"},
 		{"vigil_admission_cap", "vigil_admission_cap 24\n"},
+		{"vigil_admission_paused_seconds_total", "vigil_admission_paused_seconds_total 1.5\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := collectOne(t, c, tc.name)

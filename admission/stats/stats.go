@@ -123,6 +123,11 @@ type Stats struct {
 	Diverted        uint64            `json:"diverted"`
 	HeldWaits       uint64            `json:"held_waits"`
 	HeldRefused     map[string]uint64 `json:"held_refused,omitempty"`
+	// Paused is the time vigil itself was not running since it started
+	// (a starved host: its process descheduled, stopped, collecting
+	// garbage), as its pause meter measured: the stall watch does not
+	// count it against the engine.
+	Paused time.Duration `json:"paused_ns"`
 	// LastHang is what the last (or current) hang window cost, with its
 	// moments (the recovery page's line comes from it; nil: none yet).
 	LastHang *recovery.CallFate `json:"last_hang,omitempty"`

@@ -144,10 +144,10 @@ func (l *Limiter) Summary() string {
 	}
 	return fmt.Sprintf("calls=%d executions=%d retries=%d admitted=%d queued=%d queue_abandoned=%d rejected{%s} "+
 		"attached=%d stored=%d adopted=%d adopted_stored=%d cancelled_immediate=%d cancelled_deferred=%d upstream_errors=%d cap=%d "+
-		"stall_suspicions=%d held_waits=%d",
+		"stall_suspicions=%d held_waits=%d paused=%s",
 		s.Calls, s.Executions, s.Retries, s.Admitted, s.Queued, s.QueueAbandoned, strings.Join(rej, " "),
 		s.CoalescedAttached, s.CoalescedStored, s.Adopted, s.AdoptedStored, s.CancelledImmediate, s.CancelledDeferred,
-		s.UpstreamErrors, s.Cap, s.Suspicions, s.HeldWaits)
+		s.UpstreamErrors, s.Cap, s.Suspicions, s.HeldWaits, s.Paused.Round(time.Millisecond))
 }
 
 func sumRejected(m map[string]uint64) uint64 {
@@ -174,6 +174,10 @@ func NewScaledClock(scale float64) *ScaledClock {
 func (c *ScaledClock) Now() time.Time {
 	return c.start.Add(time.Duration(float64(time.Since(c.start)) * c.scale))
 }
+
+// Scale is engine time per wall time: the limiter's pause meter ticks on
+// wall time by it.
+func (c *ScaledClock) Scale() float64 { return c.scale }
 
 // AfterFunc runs f after d of scaled time.
 func (c *ScaledClock) AfterFunc(d time.Duration, f func()) func() bool {
