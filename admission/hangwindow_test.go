@@ -205,6 +205,12 @@ func TestAFalseSuspicionIsReversedAndCounted(t *testing.T) {
 			re := newRestartableEngine(t, 0)
 			cfg := testConfig()
 			cfg.MaxInFlight = 4
+			// The call the cap queues waits for a long stream to end,
+			// 1.5 s or more: past a stream's first-token bound (under a
+			// second), which runs again from the suspicion's end, and
+			// under -race on a loaded machine the streams run slower
+			// still (queue_timeout in 3 of 12 runs).
+			cfg.MaxQueueWait, cfg.StreamQueueWait = 10*time.Second, 10*time.Second
 			var mu sync.Mutex
 			var hook []bool
 			opts := []Option{WithSuspicionHook(func(on bool) {
