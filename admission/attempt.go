@@ -98,7 +98,7 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 	req := core.Request{Tenant: c.tenant, Tokens: tokens, Prompt: prompt,
 		Retry: c.retry, NeverExecuted: c.neverExecuted, Timeout: c.timeout, Route: c.route, Stream: info.Stream,
 		Keyed: c.holdsPlace(), Coalesced: c.outlives(), Key: c.k, Bytes: int64(len(body)),
-		Undivertible: l.peerFor(a.r) == nil}
+		Undivertible: l.peerFor(a.r) == nil, Arrived: a.start}
 	if a.r.Header.Get(engineloss.MovedFromHeader) != "" {
 		req.Moved, req.MaxWait = true, engineloss.MovedWait(a.r)
 	}
@@ -124,6 +124,9 @@ func (a *attempt) acquire(body []byte, info *requestInfo) (tk *core.Listener, ok
 		}
 		if d := l.clock.Now().Sub(queuedAt); d >= time.Millisecond && (held || tk.HeldWait() || l.holdsEngine() || l.core.Holding()) {
 			l.out.Queued(d)
+		}
+		if req.Moved {
+			a.w.WriteHeader(engineloss.AdmittedStatus) // its home calls it back no more (recallable)
 		}
 		return tk, true
 	}

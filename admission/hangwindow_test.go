@@ -10,7 +10,7 @@ import (
 )
 
 // The hang window: calls sent to a hung engine's vigil between the hang
-// and the watchdog's verdict (here 3 s, past every queue bound), with the
+// and the watchdog's verdict (here 4 s, past every queue bound), with the
 // cap full of streams stuck on the engine. Before the stall suspicion the
 // streams among them were refused (stream_deadline) and the plain calls
 // timed out in the queue (queue_timeout), 503s a client that does not
@@ -31,6 +31,16 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 			re := newRestartableEngine(t, 0)
 			cfg := testConfig()
 			cfg.MaxInFlight = 4
+			// The bound of a call that arrives at the hang outlasts the
+			// suspicion's latest (2.5 s, asserted below), as it must for
+			// the suspicion to hold it. A wait that reaches its bound
+			// before the suspicion goes on only while nothing progressed
+			// since it queued, and under -race on a loaded machine the
+			// bytes the engine sent before the hang may reach vigil
+			// after a call queued at it: a stream's first-token bound
+			// (under a second) then refused it, queue_timeout, in 1 to 7
+			// of 24 runs.
+			cfg.MaxQueueWait, cfg.StreamQueueWait = 3*time.Second, 3*time.Second
 			cfg.SlowStart = 4 * time.Second // after the restart: held while the cap ramps, not refused
 			var opts []Option
 			var peer proxy
@@ -77,10 +87,12 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			eventually(t, 3*time.Second, "the stall suspected", p.l.Suspected)
-			if d := time.Since(hung); d > 2500*time.Millisecond {
+			d := time.Since(hung)
+			if d > 2500*time.Millisecond {
 				t.Errorf("suspected %v after the hang, want within about a second", d)
 			}
-			time.Sleep(time.Until(hung.Add(3 * time.Second))) // the verdict comes later
+			t.Logf("suspected %v after the hang", d)
+			time.Sleep(time.Until(hung.Add(4 * time.Second))) // the verdict comes later, past every bound
 			p.l.SetRecovering(true)
 			if withPeer {
 				// The peer runs the streams cut: their slots here are free
@@ -97,8 +109,8 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 
 			for i, g := range got {
 				if g.Err != nil || g.status != http.StatusOK || g.ErrorCode != "" || !g.Whole() {
-					t.Errorf("call %d: status %d, error %v %q, whole %v; want every call answered whole",
-						i, g.status, g.Err, g.ErrorCode, g.Whole())
+					t.Errorf("call %d: status %d %s after %v, error %v %q, whole %v; want every call answered whole",
+						i, g.status, g.refusal, g.took, g.Err, g.ErrorCode, g.Whole())
 				}
 			}
 			s := p.l.Stats()
@@ -127,8 +139,8 @@ func TestTheHangWindowLosesNoCall(t *testing.T) {
 				if s.Diverted != 6 || fate.MovedTo["node2"] != 10 {
 					t.Errorf("diverted %d, moved %v; want the 6 new calls and the 4 streams cut at node2", s.Diverted, fate.MovedTo)
 				}
-			} else if fate.Queued != 6 || fate.WaitMax < 2*time.Second {
-				t.Errorf("queued %d, longest wait %v; want the 6 new calls held about 3 s", fate.Queued, fate.WaitMax)
+			} else if fate.Queued != 6 || fate.WaitMax < cfg.MaxQueueWait {
+				t.Errorf("queued %d, longest wait %v; want the 6 new calls held about 4 s, past their bound", fate.Queued, fate.WaitMax)
 			}
 		})
 	}
@@ -164,9 +176,14 @@ func TestNoSuspicionOnABusyEngine(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if s := p.l.Stats(); s.Suspicions != 0 || s.HeldWaits != 0 || s.Diverted != 0 || len(s.HeldRefused) != 0 {
-		t.Errorf("suspicions %d, held waits %d, diverted %d, refused while held %v; want none on an engine that never stopped",
-			s.Suspicions, s.HeldWaits, s.Diverted, s.HeldRefused)
+	// Held waits are not judged: a wait that reaches its bound while the
+	// engine sent nothing since it queued is deferred and counted there
+	// (core's expire), and under -race on a loaded machine this
+	// in-process engine does go quiet that long now and then (3 of 24
+	// in one run in about three). A suspicion would hold them.
+	if s := p.l.Stats(); s.Suspicions != 0 || s.Diverted != 0 || len(s.HeldRefused) != 0 {
+		t.Errorf("suspicions %d, diverted %d, refused while held %v; want none on an engine that never stopped",
+			s.Suspicions, s.Diverted, s.HeldRefused)
 	}
 }
 
@@ -188,6 +205,12 @@ func TestAFalseSuspicionIsReversedAndCounted(t *testing.T) {
 			re := newRestartableEngine(t, 0)
 			cfg := testConfig()
 			cfg.MaxInFlight = 4
+			// The call the cap queues waits for a long stream to end,
+			// 1.5 s or more: past a stream's first-token bound (under a
+			// second), which runs again from the suspicion's end, and
+			// under -race on a loaded machine the streams run slower
+			// still (queue_timeout in 3 of 12 runs).
+			cfg.MaxQueueWait, cfg.StreamQueueWait = 10*time.Second, 10*time.Second
 			var mu sync.Mutex
 			var hook []bool
 			opts := []Option{WithSuspicionHook(func(on bool) {

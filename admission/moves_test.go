@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -53,7 +54,9 @@ func (re *restartableEngine) restart(t *testing.T) {
 // streamed is what a client read of one call: its status, and a 200's
 // answer.
 type streamed struct {
-	status int
+	status  int
+	refusal string // a refusal's body
+	took    time.Duration
 	simclient.Answer
 }
 
@@ -63,14 +66,18 @@ func readCall(ctx context.Context, c *http.Client, base, path, body string, hdr 
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
 		return streamed{Answer: simclient.Answer{Err: err}}
 	}
 	defer resp.Body.Close()
-	s := streamed{status: resp.StatusCode}
+	s := streamed{status: resp.StatusCode, took: time.Since(start)}
 	if resp.StatusCode == http.StatusOK {
 		s.Answer = simclient.ReadAnswer(resp)
+	} else {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		s.refusal = string(b)
 	}
 	return s
 }
@@ -281,4 +288,60 @@ func TestCallsThatCannotMove(t *testing.T) {
 			t.Fatalf("in flight %d, fate %+v; want the call left on the engine", p.l.Stats().InFlight, fate)
 		}
 	})
+}
+
+// A call cut at the verdict that a peer at its own cap keeps in its
+// queue comes home when this node's engine is back, and the restarted
+// engine answers it: the peer would have kept it for the whole outage
+// this node expects (90 s before one was seen), behind its own clients,
+// the call holding a slot here all the while. A call the peer has
+// admitted stays there (TestCallsCutByAHungEngineAreMovedNotLost: the
+// peer says so, and its plain answers are not called back).
+func TestACallAPeerKeepsComesHomeWhenTheEngineIsBack(t *testing.T) {
+	t.Parallel()
+	re := newRestartableEngine(t, 0)
+	pe := newRestartableEngine(t, 0)
+	pcfg := testConfig()
+	pcfg.MaxInFlight = 1 // its cap taken by its own client's long stream
+	pcfg.MaxQueueWait = time.Minute
+	peer := startProxy(t, pcfg, pe.url)
+	cfg := testConfig()
+	cfg.MaxQueueWait = time.Minute
+	p := startProxy(t, cfg, re.url, WithPeers(func() []Peer { return []Peer{{Node: "node2", URL: peer.url}} }), WithNode("node1"))
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	own := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":20000`, 1) // 50 s
+	go readCall(ctx, c, peer.url, pathCompletions, own)
+	eventually(t, 5*time.Second, "the peer at its cap", func() bool { return peer.l.Stats().InFlight == 1 })
+
+	done := make(chan streamed, 1)
+	go func() { done <- readCall(ctx, c, p.url, pathCompletions, moveUnary) }()
+	eventually(t, 5*time.Second, "the call on the engine", func() bool { return re.cur.Load().Stats().Running == 1 })
+	re.cur.Load().Hang()
+	p.l.SetRecovering(true)
+	eventually(t, 5*time.Second, "the call cut and queued at the peer", func() bool { return peer.l.Stats().QueueDepth == 1 })
+	re.restart(t)
+	back := time.Now()
+	p.l.SetRecovering(false)
+	var g streamed
+	select {
+	case g = <-done:
+	case <-ctx.Done():
+		t.Fatal("the call was not answered: the peer kept it")
+	}
+	if g.status != http.StatusOK || g.Err != nil || g.Text == "" {
+		t.Fatalf("got %+v, want the restarted engine's answer", g)
+	}
+	if d := time.Since(back); d > 5*time.Second {
+		t.Errorf("answered %v after the engine was back, want about one answer's time", d)
+	}
+	if n := re.cur.Load().Stats().Completed; n != 1 {
+		t.Errorf("the restarted engine completed %d, want the call called home", n)
+	}
+	eventually(t, 5*time.Second, "the peer's queue emptied", func() bool { return peer.l.Stats().QueueDepth == 0 })
+	if fate, held := p.l.RequestFate(); fate.LostTotal() != 0 || held != 0 {
+		t.Errorf("fate %+v, %d still held; want none lost or held", fate, held)
+	}
 }

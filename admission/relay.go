@@ -2,8 +2,12 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
 
 	"github.com/vigil-dev/vigil/admission/calls"
 	"github.com/vigil-dev/vigil/admission/core"
@@ -56,7 +60,22 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 		return ex.Context().Err() == nil && d.peer == nil && l.cfg.MaxMoves > 0 &&
 			(context.Cause(actx) == errEngineLost || l.out.Active())
 	}
-	resp, err := l.transport.RoundTrip(l.relayRequest(actx, rl, d, body))
+	// A peer that keeps the call until this engine is back gives it up
+	// then (recallable): the call comes home, where it holds its slot.
+	sctx, begun := actx, func() bool { return false }
+	if d.peer != nil {
+		var done func()
+		sctx, begun, done = l.recallable(actx)
+		defer done()
+	}
+	resp, err := l.transport.RoundTrip(l.relayRequest(sctx, rl, d, body))
+	if begun() {
+		if err == nil {
+			resp.Body.Close()
+		}
+		rl.Recalled = true
+		return sentRefused, false, nil
+	}
 	switch {
 	case err != nil && lost():
 		return sentCut, false, nil
@@ -210,3 +229,58 @@ type holder struct{ l *Limiter }
 
 func (h holder) CountHeld()        { h.l.c.held.Add(1) }
 func (h holder) HoldBytes(n int64) { h.l.core.HoldBytes(n) }
+
+// errRecalled ends a send to a peer that had not begun to answer when
+// this vigil's engine was back.
+var errRecalled = errors.New("admission: the engine is back; the call comes home")
+
+// recallable is ctx for a send to a peer while this vigil's engine is
+// out (an outage is on), ended with errRecalled when the outage ends
+// before the peer begins to answer. A peer at its own cap keeps a moved
+// call behind its own clients for as long as this vigil expects its
+// outage to last (the moved wait: 90 s before one was seen); meanwhile
+// the restarted engine here serves its backlog, and a cut call kept
+// there holds a slot of this cap. Called home, the call is served here
+// at once (a cut call holds its slot; a queued one ranks as queued at
+// the verdict, core.Request.Arrived), as with no peer. One the peer has
+// admitted is left to it (it says so: engineloss.AdmittedStatus; a plain
+// answer sends nothing else before its end), or its work there would be
+// lost. begun reports whether the send was recalled and,
+// from then on, lets the peer's answer run; done releases ctx.
+func (l *Limiter) recallable(ctx context.Context) (sctx context.Context, begun func() (recalled bool), done func()) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	ch := l.out.WaitCh()
+	if ch == nil {
+		return sctx, func() bool { return false }, func() { cancel(nil) }
+	}
+	var mu sync.Mutex
+	started, recalled := false, false
+	sctx = httptrace.WithClientTrace(sctx, &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+		if code == engineloss.AdmittedStatus {
+			mu.Lock()
+			started = true
+			mu.Unlock()
+		}
+		return nil
+	}})
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			mu.Lock()
+			if !started {
+				recalled = true
+				cancel(errRecalled)
+			}
+			mu.Unlock()
+		case <-stop:
+		}
+	}()
+	begun = func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		started = true
+		return recalled
+	}
+	return sctx, begun, func() { close(stop); cancel(nil) }
+}

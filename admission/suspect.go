@@ -175,6 +175,9 @@ func (a *attempt) toPeer(body []byte) bool {
 		if done, taken := a.sendToPeer(&p, body); done || taken {
 			return true
 		}
+		if !l.holdsEngine() {
+			return false // the engine is back (a peer's refusal, or called home): no other peer
+		}
 	}
 	return false
 }
@@ -184,7 +187,15 @@ func (a *attempt) toPeer(body []byte) bool {
 func (a *attempt) sendToPeer(p *Peer, body []byte) (done, taken bool) {
 	l := a.l
 	rl := l.newRelay(a.r, body)
-	resp, err := l.transport.RoundTrip(l.relayRequest(a.r.Context(), rl, dest{peer: p}, body))
+	ctx, begun, stop := l.recallable(a.r.Context())
+	defer stop()
+	resp, err := l.transport.RoundTrip(l.relayRequest(ctx, rl, dest{peer: p}, body))
+	if begun() {
+		if err == nil {
+			resp.Body.Close()
+		}
+		return false, false // it queues here, as queued at the verdict
+	}
 	if err != nil {
 		if a.r.Context().Err() != nil {
 			return true, false // the client left; nobody to answer

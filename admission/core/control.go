@@ -44,6 +44,7 @@ func (l *Limiter) SetRecovering(on bool) {
 	now := l.clock.Now()
 	l.recovering = on
 	if on {
+		l.verdictAt = now
 		for e := l.waiters.Front(); e != nil; {
 			next := e.Next()
 			w := e.Value.(*waiter)

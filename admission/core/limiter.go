@@ -79,6 +79,13 @@ type Request struct {
 	// it; queued again while the engine is recovered, it keeps its
 	// standing as a call queued at the verdict (SetRecovering).
 	Diverted bool
+	// Arrived is when the call reached this node (zero: now). One that
+	// arrived before the last verdict and queues only now was in this
+	// node's hands at the verdict all along (at a peer at its cap, which
+	// kept it and sent it home): it keeps the standing of a call queued at
+	// the verdict even after the engine is back. Without it, it came home
+	// behind the restart's backlog, later than with no peer at all.
+	Arrived time.Time
 	// Moved: another vigil moved the call here (its own engine is held or
 	// lost). It queues whatever the cap, after this node's own first
 	// attempts (nextWaiterLocked): it takes the room they leave, and this
@@ -155,6 +162,7 @@ type Limiter struct {
 	queuedBytes int64 // request bodies held by live waiters
 	saturated   bool
 	recovering  bool
+	verdictAt   time.Time // the last SetRecovering(true): a hang's verdict
 	// suspected: the engine is suspected stalled (package admission's
 	// stall watch): nobody is refused for it; suspectStop: nothing new
 	// goes to it either (a peer takes the calls).
@@ -361,7 +369,7 @@ func (l *Limiter) Acquire(ctx context.Context, r Request) (*Listener, *Rejection
 	if r.Moved {
 		w.movedUntil, w.movedBefore = now.Add(homeWait), l.movedBeforeLocked(w)
 	}
-	w.atVerdict = r.Diverted && l.recovering
+	w.atVerdict = (r.Diverted && l.recovering) || (!r.Arrived.IsZero() && r.Arrived.Before(l.verdictAt))
 	// Queued while the engine is held: its bound would judge a pace the
 	// engine does not have (see expire).
 	l.markHeldLocked(now, w)

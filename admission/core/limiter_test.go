@@ -328,6 +328,36 @@ func TestAcquireDecides(t *testing.T) {
 				t.Fatalf("got %+v, want the newer call served next", a)
 			}
 		}},
+		{"a call a peer kept past the restart keeps its standing when it comes home", func(c *configs.Admission) {
+			c.MaxInFlight, c.MaxQueueWait = 1, 2*time.Second
+		}, func(t *testing.T, l *Limiter) {
+			slot := mustAcquire(t, l, Request{})
+			arrived := time.Now() // sent to a peer at its cap during the hang
+			advance(time.Second)
+			l.SetRecovering(true)
+			advance(45 * time.Second) // the restart; the peer keeps the call meanwhile
+			l.SetRecovering(false)
+			l.SlowStart()
+			older := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second})
+			untilQueued(t, l, 1)
+			// The peer sends it home: it has waited since before the
+			// verdict, as the calls queued here then.
+			back := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second, Arrived: arrived})
+			untilQueued(t, l, 2)
+			newer := acquireAsync(context.Background(), l, Request{Stream: true, Timeout: 30 * time.Second})
+			untilQueued(t, l, 3)
+			slot.Release(Outcome{Success: true})
+			if a := get(t, back); a.lis == nil {
+				t.Fatalf("got %+v, want the call in this node's hands at the verdict served first", a)
+			} else {
+				a.lis.Release(Outcome{Success: true})
+			}
+			for _, ch := range []<-chan acquired{newer, older} {
+				if a := get(t, ch); a.lis != nil {
+					a.lis.Release(Outcome{Success: true})
+				}
+			}
+		}},
 		{"a moved call waits its client's bound, even while this engine is held", func(c *configs.Admission) {
 			c.MaxInFlight, c.MaxQueueWait = 1, time.Minute
 		}, func(t *testing.T, l *Limiter) {

@@ -19,6 +19,12 @@ const MovedFromHeader = "X-Vigil-Moved-From"
 // sooner (core.Request.MaxWait).
 const MovedWaitHeader = "X-Vigil-Moved-Wait"
 
+// AdmittedStatus is the informational answer a vigil sends a moved call
+// the moment its queue admits it (102 Processing): the moving vigil then
+// knows the peer runs it and no longer calls it home when its own engine
+// is back (a plain answer sends nothing else before its end).
+const AdmittedStatus = http.StatusProcessing
+
 // Peer is another vigil's limiter a call may move to.
 type Peer struct {
 	// Node names it in pages and metrics; URL is its admission proxy's
@@ -44,6 +50,9 @@ type Relay struct {
 	// order the pool gives them, then the call is held.
 	PeersTried int
 	Held       bool // counted once as held for the restarted engine
+	// Recalled: a peer kept the call until this vigil's engine was back;
+	// it goes to that engine, to no other peer.
+	Recalled bool
 }
 
 // NewRelay reads what r needs to be sent, now and again: h is its header
@@ -172,7 +181,7 @@ func (m Mover) MoveTo(ex Call, rl *Relay) Move {
 	if rl.Moves > m.MaxMoves {
 		return Move{Kind: MoveLost, Why: LossMoves}
 	}
-	if !rl.MovedIn && m.Peers != nil {
+	if !rl.MovedIn && !rl.Recalled && m.Peers != nil {
 		if ps := m.Peers(); rl.PeersTried < len(ps) {
 			mv.Peer = &ps[rl.PeersTried]
 			rl.PeersTried++
