@@ -60,6 +60,24 @@ type streamed struct {
 	simclient.Answer
 }
 
+// startLongStream sends a 1,500-token stream through the proxy at base
+// and returns once re's engine is generating it; done waits for its end,
+// which must be whole.
+func startLongStream(ctx context.Context, t *testing.T, c *http.Client, base string, re *restartableEngine) (done func()) {
+	t.Helper()
+	long := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":1500`, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if s := readCall(ctx, c, base, pathCompletions, long); s.status != http.StatusOK || !s.Whole() {
+			t.Errorf("the stream: %+v", s)
+		}
+	}()
+	eventually(t, 5*time.Second, "the stream under way", func() bool { return re.cur.Load().Stats().GenerationTokens > 20 })
+	return wg.Wait
+}
+
 func readCall(ctx context.Context, c *http.Client, base, path, body string, hdr ...string) streamed {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

@@ -2,9 +2,6 @@ package admission
 
 import (
 	"context"
-	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,16 +38,7 @@ func TestVigilsOwnPauseRaisesNoSuspicion(t *testing.T) {
 			c := newClient(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			long := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":1500`, 1)
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if s := readCall(ctx, c, p.url, pathCompletions, long); s.status != http.StatusOK || !s.Whole() {
-					t.Errorf("the stream: %+v", s)
-				}
-			}()
-			eventually(t, 5*time.Second, "the stream under way", func() bool { return re.cur.Load().Stats().GenerationTokens > 20 })
+			streamDone := startLongStream(ctx, t, c, p.url, re)
 			e := re.cur.Load()
 			e.Hang()
 			if paused {
@@ -65,7 +53,7 @@ func TestVigilsOwnPauseRaisesNoSuspicion(t *testing.T) {
 				}
 				e.Clear()
 			}
-			wg.Wait()
+			streamDone()
 			s := p.l.Stats()
 			switch {
 			case paused && s.Suspicions != 0:

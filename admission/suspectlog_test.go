@@ -2,9 +2,7 @@ package admission
 
 import (
 	"context"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,16 +22,7 @@ func TestSuspicionsOfOneEpisodeAreLoggedOnce(t *testing.T) {
 	c := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	long := strings.Replace(moveStream, `"max_tokens":200`, `"max_tokens":1500`, 1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if s := readCall(ctx, c, p.url, pathCompletions, long); s.status != http.StatusOK || !s.Whole() {
-			t.Errorf("the stream: %+v", s)
-		}
-	}()
-	eventually(t, 5*time.Second, "the stream under way", func() bool { return re.cur.Load().Stats().GenerationTokens > 20 })
+	streamDone := startLongStream(ctx, t, c, p.url, re)
 	for range 2 {
 		e := re.cur.Load()
 		e.Hang()
@@ -41,7 +30,7 @@ func TestSuspicionsOfOneEpisodeAreLoggedOnce(t *testing.T) {
 		e.Clear()
 		eventually(t, 3*time.Second, "the suspicion cleared", func() bool { return !p.l.Suspected() })
 	}
-	wg.Wait()
+	streamDone()
 	var warned []*logrus.Entry
 	for _, en := range hook.AllEntries() {
 		if en.Level == logrus.WarnLevel && strings.Contains(en.Message, "suspected stalled") {

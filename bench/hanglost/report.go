@@ -250,14 +250,7 @@ func (r *report) printWindow(w io.Writer) {
 				vsP99 = fmt.Sprintf("%.2fx", float64(f.afterP99)/float64(base.fig.afterP99))
 			}
 		}
-		last := "none"
-		if run.lastToHung >= 0 {
-			last = secs(run.lastToHung)
-		}
-		peerLost := "-"
-		if run.peerStats != nil {
-			peerLost = fmt.Sprintf("%d of %d", run.peerSent-run.peerDelivered, run.peerSent)
-		}
+		last, peerLost := run.lastAndPeerLost()
 		t.Add(run.spec.name, fmt.Sprintf("%d (%d)", f.neverAnswered, f.streamsNever), vsLost,
 			secs(f.afterP50)+" / "+secs(f.afterP99), secs(f.afterP50-f.beforeP50)+" / "+secs(f.afterP99-f.beforeP99), vsP99,
 			last, fmt.Sprintf("%d (%d)", run.stats.Suspicions, run.stats.FalseSuspicions), countList64(run.stats.HeldRefused), peerLost)
@@ -287,14 +280,7 @@ func (r *report) printVerdict(w io.Writer) {
 		if b := harness.Percentile(base.fromVerdictOrNil(), 99); base != nil && b > 0 {
 			vs = fmt.Sprintf("%.2fx", float64(p99)/float64(b))
 		}
-		last := "none"
-		if run.lastToHung >= 0 {
-			last = secs(run.lastToHung)
-		}
-		peerLost := "-"
-		if run.peerStats != nil {
-			peerLost = fmt.Sprintf("%d of %d", run.peerSent-run.peerDelivered, run.peerSent)
-		}
+		last, peerLost := run.lastAndPeerLost()
 		t.Add(run.spec.name, f.neverAnswered, f.atVerdict, f.verdictNever,
 			secs(harness.Percentile(f.fromVerdict, 50))+" / "+secs(p99), vs,
 			secs(harness.Percentile(f.verdictLat, 50))+" / "+secs(harness.Percentile(f.verdictLat, 99)),
@@ -385,4 +371,17 @@ func countList(m map[string]int) string {
 }
 
 // secs prints engine seconds to a tenth.
+// lastAndPeerLost are two of an arm's cells: the hang to the last call
+// the hung engine received, and the peer's own calls never answered.
+func (run *armRun) lastAndPeerLost() (last, peerLost string) {
+	last, peerLost = "none", "-"
+	if run.lastToHung >= 0 {
+		last = secs(run.lastToHung)
+	}
+	if run.peerStats != nil {
+		peerLost = fmt.Sprintf("%d of %d", run.peerSent-run.peerDelivered, run.peerSent)
+	}
+	return last, peerLost
+}
+
 func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) }
