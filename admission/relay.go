@@ -62,14 +62,14 @@ func (l *Limiter) send(ex *calls.Execution, rl *relay, d dest, body []byte, cont
 	}
 	// A peer that keeps the call until this engine is back gives it up
 	// then (recallable): the call comes home, where it holds its slot.
-	sctx, begun := actx, func() bool { return false }
+	sctx, settle := actx, func() bool { return false }
 	if d.peer != nil {
 		var done func()
-		sctx, begun, done = l.recallable(actx)
+		sctx, settle, done = l.recallable(actx)
 		defer done()
 	}
 	resp, err := l.transport.RoundTrip(l.relayRequest(sctx, rl, d, body))
-	if begun() {
+	if settle() {
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -245,9 +245,10 @@ var errRecalled = errors.New("admission: the engine is back; the call comes home
 // the verdict, core.Request.Arrived), as with no peer. One the peer has
 // admitted is left to it (it says so: engineloss.AdmittedStatus; a plain
 // answer sends nothing else before its end), or its work there would be
-// lost. begun reports whether the send was recalled and,
-// from then on, lets the peer's answer run; done releases ctx.
-func (l *Limiter) recallable(ctx context.Context) (sctx context.Context, begun func() (recalled bool), done func()) {
+// lost. settle, called once the send returns, reports whether it was
+// recalled and, from then on, lets the peer's answer run; done releases
+// ctx.
+func (l *Limiter) recallable(ctx context.Context) (sctx context.Context, settle func() (recalled bool), done func()) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	ch := l.out.WaitCh()
 	if ch == nil {
@@ -276,11 +277,11 @@ func (l *Limiter) recallable(ctx context.Context) (sctx context.Context, begun f
 		case <-stop:
 		}
 	}()
-	begun = func() bool {
+	settle = func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		started = true
 		return recalled
 	}
-	return sctx, begun, func() { close(stop); cancel(nil) }
+	return sctx, settle, func() { close(stop); cancel(nil) }
 }
