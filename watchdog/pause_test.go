@@ -2,8 +2,12 @@ package watchdog
 
 import (
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/vigil-dev/vigil/configs"
 )
 
 // pausedOver is a pause meter's Paused that measured the pauses spans
@@ -105,6 +109,76 @@ func TestAStallMadeOfVigilsOwnPauseIsNeverHung(t *testing.T) {
 			if v.Evidence.Stalled != tc.stalled || v.Evidence.Paused != tc.pause {
 				t.Errorf("evidence stalled %s, paused %s; want %s, %s", v.Evidence.Stalled, v.Evidence.Paused, tc.stalled, tc.pause)
 			}
+		})
+	}
+}
+
+// Through the loop (Options.Paused, as the daemon wires its pause meter):
+// counters frozen for 3m30s of which vigil was paused two minutes are
+// never HUNG and ask no recovery; the engine frozen for six minutes with
+// the same pause is HUNG, later than without the pause by at most the
+// pause, and recovered once.
+func TestTheLoopJudgesTheStallNetOfVigilsPauses(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frozen time.Duration
+		hung   bool
+	}{
+		{name: "frozen 3m30s, paused 2m of it", frozen: 3*time.Minute + 30*time.Second},
+		{name: "frozen 6m, paused 2m of it", frozen: 6 * time.Minute, hung: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var (
+					mu    sync.Mutex
+					pause [2]time.Time
+				)
+				r := newRig(t, nil, func(o *Options) {
+					o.Paused = func(a, b time.Time) time.Duration {
+						mu.Lock()
+						defer mu.Unlock()
+						return pausedOver(pause)(a, b)
+					}
+				})
+				r.engine.set(func(f *fakeEngine) { f.waiting, f.running, f.tokensPerSec = 40, 8, 900 })
+				r.start()
+				time.Sleep(5 * time.Minute)
+				frozeAt := time.Now()
+				mu.Lock()
+				pause = [2]time.Time{frozeAt.Add(30 * time.Second), frozeAt.Add(150 * time.Second)}
+				mu.Unlock()
+				r.engine.set(func(f *fakeEngine) { f.mode = "hung" })
+				time.Sleep(tc.frozen)
+				r.engine.set(func(f *fakeEngine) { f.mode = "serving" })
+				time.Sleep(time.Minute)
+				r.stop()
+
+				at := r.firstAt(StateHung)
+				if !tc.hung {
+					if !at.IsZero() || r.rec.count() != 0 {
+						t.Fatalf("HUNG at %s (%d recoveries) on a stall of vigil's own pause", at.Sub(frozeAt), r.rec.count())
+					}
+					for _, p := range r.pager.all() {
+						if strings.Contains(p.v.Reason, "of which vigil was paused 2m00s") {
+							return
+						}
+					}
+					t.Fatal("no verdict said how much of the stall vigil was paused")
+				}
+				cfg := configs.Default().Watchdog
+				hangAfter := 3 * time.Minute
+				if at.IsZero() || r.rec.count() != 1 {
+					t.Fatalf("the hang was never recovered (HUNG at %v, %d recoveries)", at, r.rec.count())
+				}
+				if took := at.Sub(frozeAt); took < hangAfter+2*time.Minute || took > hangAfter+2*time.Minute+2*cfg.Interval {
+					t.Fatalf("HUNG %s after the freeze, want hang_after + the 2m pause, within 2 intervals", took)
+				}
+				for _, p := range r.pager.all() {
+					if p.v.State == StateHung && !strings.Contains(p.v.Reason, "of which vigil was paused 2m00s") {
+						t.Fatalf("HUNG without the pause in its reason: %s", p.v.Reason)
+					}
+				}
+			})
 		})
 	}
 }
