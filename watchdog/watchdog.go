@@ -715,6 +715,9 @@ func (w *Watchdog) logVerdict(prev, v Verdict, inc *Incident, first, opened, res
 		"stalled_seconds": round1(ev.Stalled.Seconds()),
 		"probe":           ev.Probe,
 	}
+	if ev.Paused > 0 {
+		fields["vigil_paused_seconds"] = round1(ev.Paused.Seconds())
+	}
 	// Figures nobody read (an unreadable /metrics) are left out, not 0.
 	if ev.QueueKnown() {
 		fields["waiting"], fields["running"] = ev.Waiting, ev.Running
