@@ -100,6 +100,9 @@ type Limiter struct {
 	// pauses measures vigil's own pauses, which the stall watch does not
 	// count against the engine (pause.go; nil: no watch).
 	pauses *pausemeter.Meter
+	// sharedPauses: pauses is the caller's (WithPauses), running on the
+	// limiter's clock; the limiter neither starts nor closes it.
+	sharedPauses bool
 	// episodes groups the suspicions for the log (suspect.go).
 	episodes struct {
 		sync.Mutex
@@ -355,7 +358,7 @@ func (l *Limiter) Close() {
 	l.co.CloseAll()
 	<-l.pollDone
 	<-l.stallLoopDone
-	if l.pauses != nil {
+	if l.pauses != nil && !l.sharedPauses {
 		l.pauses.Close()
 	}
 	<-l.keep.done

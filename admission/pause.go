@@ -14,9 +14,20 @@ import (
 // it waits Scale times longer on it.
 type scaler interface{ Scale() float64 }
 
-// startPauses starts the pause meter on the limiter's clock and tells the
-// stall watch of it.
+// WithPauses shares the process's pause meter, started and closed by the
+// caller and running on the limiter's clock (the daemon's one meter, read
+// by the watchdog too): a limiter without it starts its own.
+func WithPauses(m *pausemeter.Meter) Option {
+	return func(l *Limiter) { l.pauses, l.sharedPauses = m, m != nil }
+}
+
+// startPauses starts the pause meter on the limiter's clock (unless the
+// caller shares one) and tells the stall watch of it.
 func (l *Limiter) startPauses() {
+	if l.sharedPauses {
+		l.sus.DiscountPauses(l.pauses.Paused)
+		return
+	}
 	cfg := pausemeter.Config{}
 	if s, ok := l.clock.(scaler); ok {
 		cfg.Scale = s.Scale()

@@ -16,6 +16,7 @@ import (
 	"github.com/vigil-dev/vigil/admission"
 	"github.com/vigil-dev/vigil/configs"
 	"github.com/vigil-dev/vigil/enginesim"
+	"github.com/vigil-dev/vigil/util/pausemeter"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -40,7 +41,14 @@ func newRig(t *testing.T, cfg enginesim.Config) *rig {
 	t.Helper()
 	e, engineURL := serve(t, cfg, nil)
 	u, _ := url.Parse(engineURL)
-	lim, err := admission.New(configs.Default().Admission, u, "")
+	// One pause meter for the process, as the daemon has: the limiter's
+	// stall watch and the watchdog both discount vigil's own pauses (the
+	// engine runs in this process too, so a starved test binary pauses
+	// all of them). Both run on the wall clock.
+	pauses := pausemeter.New(pausemeter.Wall, pausemeter.Config{})
+	pauses.Start()
+	t.Cleanup(pauses.Close)
+	lim, err := admission.New(configs.Default().Admission, u, "", admission.WithPauses(pauses))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +61,7 @@ func newRig(t *testing.T, cfg enginesim.Config) *rig {
 		o.Watchdog.HangAfterMin, o.Watchdog.HangAfterMax = autoFloor, autoCeiling
 		o.Engine.Metrics.Heartbeats = nil
 		o.LimiterLoad = func() watchdog.LimiterLoad { return watchdog.LimiterLoad(lim.Load()) }
+		o.Paused = pauses.Paused
 	})
 	return r
 }

@@ -52,6 +52,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	}
 	history = wholeScrapes(history)
 	sc := scanHistory(history, now)
+	sc.discount(p.Paused, now)
 	v.Evidence = evidence(history, &sc, p, now)
 	last := sc.last
 	ev := &v.Evidence
@@ -184,7 +185,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	// probes alone judge (stale metrics cannot hide a hang for longer).
 	stale := false
 	if sc.pending && modelsAlive && p.reached(sc.stall) {
-		done, proved := probeCompletedSince(history, now.Add(-sc.stall))
+		done, proved := probeCompletedSince(history, now.Add(-(sc.stall + sc.paused)))
 		switch {
 		case proved && !p.reached(now.Sub(done)):
 			stale = true
@@ -203,7 +204,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 				ranks = fmt.Sprintf(" (data-parallel rank %s of %d frozen with work, the others idle)", rankList(hung), len(ev.Ranks))
 			}
 			return say(StateHung, "HUNG: no progress for %s with %s%s; /v1/models %s; probe %s",
-				humanize.Duration(sc.stall), pendingWork(m, last), ranks, ev.Models, ev.Probe)
+				noProgress(&sc), pendingWork(m, last), ranks, ev.Models, ev.Probe)
 		}
 	}
 	if stale {
@@ -298,7 +299,7 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 			humanize.Count(m.Waiting), humanize.Count(m.Running), ev.Probe)
 	case !sc.moving && sc.pending && sc.stall < p.HangAfter:
 		return say(StateUnknown, "UNKNOWN: no progress for %s with %s (hung at %s); /v1/models %s; probe %s; not restarting",
-			humanize.Duration(sc.stall), pendingWork(m, last), humanize.Duration(p.HangAfter), ev.Models, ev.Probe)
+			noProgress(&sc), pendingWork(m, last), humanize.Duration(p.HangAfter), ev.Models, ev.Probe)
 	case probeFailed && sc.moving:
 		return say(StateUnknown, "UNKNOWN: %s waiting, %s running, counters moving (%s tok/s); not restarting",
 			humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec))
@@ -308,6 +309,20 @@ func Classify(history []Sample, p Params, now time.Time) Verdict {
 	}
 	return say(StateUnknown, "UNKNOWN: %s waiting, %s running, %s tok/s; probe %s; not restarting",
 		humanize.Count(m.Waiting), humanize.Count(m.Running), humanize.Count(ev.TokensPerSec), ev.Probe)
+}
+
+// pauseWorthSaying is the least pause of vigil's own a stall's reason
+// names: shorter ones are the pause meter's tick (its noise floor).
+const pauseWorthSaying = 10 * time.Millisecond
+
+// noProgress is how long no progress signal moved with work pending, and
+// how much of that vigil itself was paused when it mattered: the stall
+// judged against hang_after is the difference.
+func noProgress(sc *scan) string {
+	if sc.paused < pauseWorthSaying {
+		return humanize.Duration(sc.stall + sc.paused)
+	}
+	return fmt.Sprintf("%s, of which vigil was paused %s,", humanize.Duration(sc.stall+sc.paused), humanize.Duration(sc.paused))
 }
 
 // shedCycles is how many cycles back the limiter's shed rate looks, and
@@ -588,6 +603,7 @@ func evidence(history []Sample, sc *scan, p Params, now time.Time) Evidence {
 		Probe:        last.Probe.String(),
 		ProbeLatency: last.Probe.Elapsed(),
 		Stalled:      sc.stall,
+		Paused:       sc.paused,
 		LongestGap:   max(sc.longestGap, sc.stall),
 		CounterReset: sc.reset,
 	}

@@ -19,6 +19,7 @@ type evidenceJSON struct {
 	SinceProgress     *float64           `json:"since_progress_seconds,omitempty"`
 	LongestGap        *float64           `json:"longest_gap_seconds,omitempty"`
 	Stalled           float64            `json:"stalled_seconds"`
+	Paused            float64            `json:"paused_seconds,omitempty"`
 	CounterReset      bool               `json:"counter_reset,omitempty"`
 	Models            string             `json:"models"`
 	Health            string             `json:"health"`
@@ -71,7 +72,7 @@ func (e Evidence) MarshalJSON() ([]byte, error) {
 		ProgressDelta: knownOnly(e.ProgressDelta, e.RatesKnown()), TokensPerSec: knownOnly(e.TokensPerSec, e.RatesKnown()),
 		HeartbeatDeltas: e.HeartbeatDeltas,
 		SinceProgress:   knownOnly(seconds(e.SinceProgress), e.RatesKnown()), LongestGap: knownOnly(seconds(e.LongestGap), e.RatesKnown()),
-		Stalled: seconds(e.Stalled), CounterReset: e.CounterReset,
+		Stalled: seconds(e.Stalled), Paused: seconds(e.Paused), CounterReset: e.CounterReset,
 		Models: e.Models, Health: e.Health, Probe: e.Probe,
 		ProbeLatency: seconds(e.ProbeLatency), MetricsError: e.MetricsError,
 		CompletionsPerSec: knownOnly(e.CompletionsPerSec, e.CompletionsKnown), ThroughVigilRate: e.CompletionsThroughVigil,
@@ -115,7 +116,7 @@ func (e *Evidence) UnmarshalJSON(b []byte) error {
 		ProgressDelta: valueOf(j.ProgressDelta), TokensPerSec: valueOf(j.TokensPerSec), NoRates: j.TokensPerSec == nil,
 		HeartbeatDeltas: j.HeartbeatDeltas,
 		SinceProgress:   duration(valueOf(j.SinceProgress)), LongestGap: duration(valueOf(j.LongestGap)),
-		Stalled: duration(j.Stalled), CounterReset: j.CounterReset,
+		Stalled: duration(j.Stalled), Paused: duration(j.Paused), CounterReset: j.CounterReset,
 		Models: j.Models, Health: j.Health, Probe: j.Probe,
 		ProbeLatency: duration(j.ProbeLatency), MetricsError: j.MetricsError,
 		CompletionsPerSec: valueOf(j.CompletionsPerSec), CompletionsKnown: j.CompletionsPerSec != nil,

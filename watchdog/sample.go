@@ -151,6 +151,11 @@ type Params struct {
 	// one cycle late about half of the time. The loop sets a tenth of an
 	// interval; 0 compares exactly.
 	Tolerance time.Duration
+	// Paused, when set, is how much of [a, b] (this clock's time) vigil's
+	// own process was not running (pausemeter.Meter.Paused, on the same
+	// clock): a stall is judged net of it, since what the engine did
+	// meanwhile is read only when vigil runs again. nil: no pauses.
+	Paused func(a, b time.Time) time.Duration `json:"-"`
 }
 
 // reached reports whether a stall of d reaches the window in force.

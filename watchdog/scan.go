@@ -31,8 +31,15 @@ type scan struct {
 	// when that cannot be told.
 	pending, pendingKnown bool
 	// stall is how long no progress signal moved while work was pending,
-	// as of now, not counting time under unreadable scrapes.
+	// as of now, not counting time under unreadable scrapes, nor, once
+	// discounted, vigil's own pauses.
 	stall time.Duration
+	// stallFrom is when that stall began; paused is how much of it vigil
+	// was paused (discount), already taken off stall.
+	stallFrom time.Time
+	paused    time.Duration
+	// unreadable are the spans of unreadable scrapes (unreadableSpans).
+	unreadable []span
 	// longestGap is the longest such stall seen anywhere in the history.
 	longestGap time.Duration
 	// lastGrowth is when a counter last rose with none going down: proof
@@ -128,11 +135,47 @@ func scanHistory(history []Sample, now time.Time) scan {
 	}
 	if sc.pending {
 		sc.stall = stallAt(now)
+		if sc.stall > 0 {
+			sc.stallFrom = latest(sc.lastMove, pendingSince)
+		}
 	}
+	sc.unreadable = unreadable
 	sc.ranks = scanRanks(history[woke:], unreadable, now)
 	sc.decode = scanDecode(history[woke:], unreadable, now)
 	sc.wedge = scanWedge(history, now)
 	return sc
+}
+
+// discount takes vigil's own pauses (Params.Paused) off the stall: a
+// process that did not run for a while reads, when it runs again, a
+// silence it caused itself (GC, a noisy neighbour, a starved host), and
+// the restart a HUNG verdict brings must never come from that. Only the
+// pauses under readable scrapes count: the time under unreadable ones is
+// already off the stall.
+func (sc *scan) discount(paused func(a, b time.Time) time.Duration, now time.Time) {
+	if paused == nil || sc.stall <= 0 {
+		return
+	}
+	var d time.Duration
+	at := sc.stallFrom
+	for _, u := range sc.unreadable { // oldest first
+		from, to := u.end.Add(-u.d), u.end
+		if !to.After(at) {
+			continue
+		}
+		if !from.Before(now) {
+			break
+		}
+		if from.After(at) {
+			d += paused(at, from)
+		}
+		at = to
+	}
+	if now.After(at) {
+		d += paused(at, now)
+	}
+	sc.paused = min(max(d, 0), sc.stall)
+	sc.stall -= sc.paused
 }
 
 // compare reports whether any progress or heartbeat counter present in

@@ -47,6 +47,9 @@ type Evidence struct {
 	// pending (time under unreadable scrapes excluded): what hang_after is
 	// compared with. Zero when idle or moving.
 	Stalled time.Duration `json:"stalled_seconds"`
+	// Paused is how much of the stall vigil's own process was not running
+	// (Params.Paused): not counted in Stalled.
+	Paused time.Duration `json:"paused_seconds,omitempty"`
 	// CounterReset: a counter went down in the last interval, so the
 	// engine restarted and the counters were re-baselined.
 	CounterReset bool `json:"counter_reset,omitempty"`

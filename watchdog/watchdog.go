@@ -72,6 +72,12 @@ type Options struct {
 	Log   *logrus.Entry
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Paused, when set, is how much of [a, b] (Now's time) vigil's own
+	// process was not running: the process-wide pause meter's Paused
+	// (util/pausemeter, on the same clock). The stall HUNG is judged on is
+	// net of it, so vigil starved of CPU never restarts the engine for
+	// its own silence. nil: no pauses.
+	Paused func(a, b time.Time) time.Duration
 	// Registerer receives vigil_watchdog_* metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// OnCycle is called at the end of every cycle with its verdict, from
@@ -533,6 +539,7 @@ func (w *Watchdog) Capacity() Capacity {
 // params completes the thresholds with the guard state; call with mu held.
 func (w *Watchdog) params(now time.Time) Params {
 	p := w.base
+	p.Paused = w.opts.Paused
 	p.LastReady = w.lastReady
 	p.LastStart = w.opts.EngineStarted
 	if w.opts.Recoverer != nil {
@@ -707,6 +714,9 @@ func (w *Watchdog) logVerdict(prev, v Verdict, inc *Incident, first, opened, res
 		"state":           string(v.State),
 		"stalled_seconds": round1(ev.Stalled.Seconds()),
 		"probe":           ev.Probe,
+	}
+	if ev.Paused > 0 {
+		fields["vigil_paused_seconds"] = round1(ev.Paused.Seconds())
 	}
 	// Figures nobody read (an unreadable /metrics) are left out, not 0.
 	if ev.QueueKnown() {

@@ -35,6 +35,7 @@ import (
 	"github.com/vigil-dev/vigil/state"
 	"github.com/vigil-dev/vigil/status"
 	"github.com/vigil-dev/vigil/util/cronlog"
+	"github.com/vigil-dev/vigil/util/pausemeter"
 	"github.com/vigil-dev/vigil/watchdog"
 )
 
@@ -175,9 +176,12 @@ type daemon struct {
 	mu  sync.Mutex
 	cfg *configs.Config
 
-	pager     *alerts.Pager
-	digest    *alerts.Digest
-	limiter   *admission.Limiter // nil when admission is off
+	pager   *alerts.Pager
+	digest  *alerts.Digest
+	limiter *admission.Limiter // nil when admission is off
+	// pauses measures vigil's own pauses, once for the process: the
+	// limiter's stall watch and the watchdog's HUNG both discount them.
+	pauses    *pausemeter.Meter
 	recovery  *recoverer.Recovery
 	restarter restarter.Restarter
 	watchdog  *watchdog.Watchdog
@@ -251,6 +255,8 @@ func newDaemon(ctx context.Context, cfg *configs.Config, log *logrus.Entry, o Op
 	// same series by the same profile, and with engine.kind still auto the
 	// first readable scrape decides for both.
 	reader := probes.NewReader(ek.Engine.Metrics, ek.Engine.Kind, cfg.Engine.MetricsFor)
+	d.pauses = pausemeter.New(pausemeter.Wall, pausemeter.Config{})
+	d.pauses.Start()
 	if err := d.buildLimiter(cfg, reader); err != nil {
 		return nil, err
 	}
@@ -337,7 +343,7 @@ func (d *daemon) buildLimiter(cfg *configs.Config, reader *probes.Reader) error 
 		admission.WithEngineReader(reader),
 		admission.WithNode(cfg.Node), admission.WithPeers(d.movePeers),
 		admission.WithSuspicionHook(d.suspicionHook),
-		admission.WithLearnedStore(d.store))
+		admission.WithLearnedStore(d.store), admission.WithPauses(d.pauses))
 	if err != nil {
 		return err
 	}
@@ -392,6 +398,7 @@ func (d *daemon) buildWatchdog(ctx context.Context, cfg *configs.Config, engine 
 		Pager: d.fanout(), Recoverer: d.recovery, Store: d.store,
 		Log: d.log.WithField("part", "watchdog"), Registerer: d.registry,
 		OnCycle: d.onCycle, Notice: d.notice, Conditions: d.pager,
+		Paused: d.pauses.Paused,
 	}
 	if d.limiter != nil {
 		wo.Limiter = d.limiter
@@ -488,6 +495,9 @@ func (d *daemon) release() {
 	if d.limiter != nil {
 		d.limiter.Close()
 	}
+	if d.pauses != nil {
+		d.pauses.Close()
+	}
 	if c, ok := d.restarter.(io.Closer); ok {
 		c.Close()
 	}
@@ -581,6 +591,7 @@ func (d *daemon) run(ctx context.Context) error {
 	if d.limiter != nil {
 		d.limiter.Close()
 	}
+	d.pauses.Close()
 	d.closePool()
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := d.pager.Flush(flushCtx); err != nil {

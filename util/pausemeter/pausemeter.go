@@ -29,6 +29,15 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
+// Wall is the wall clock: the daemon's one meter runs on it.
+var Wall Clock = wall{}
+
+type wall struct{}
+
+func (wall) Now() time.Time { return time.Now() }
+
+func (wall) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
 // Config is a meter's ticking. Interval and Tolerance are wall time.
 type Config struct {
 	Interval  time.Duration // between ticks (0: DefaultInterval)
