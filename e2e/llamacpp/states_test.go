@@ -140,9 +140,11 @@ func TestStopUnderLoadIsHungAndRecoveredWithNoCallLost(t *testing.T) {
 func TestKilledEngineIsDown(t *testing.T) {
 	testinfra.Alone(t) // a real engine on the shared cores: after the parallel suite
 	testinfra.Long(t, "tests against a real llama-server")
-	// A context of 8,192 tokens a slot (the last --ctx-size given wins):
-	// 8,000 tokens take over 15 s on this model, where 2,000 took 4.
-	eng := testinfra.FindLlamaCpp(t).StartLlamaServer(t, "", "--parallel", fmt.Sprint(slots), "--ctx-size", fmt.Sprint(slots*8192))
+	// llama-server caps a slot's context at the model's training context
+	// (2,048 tokens here) and, without --context-shift, ends a generation
+	// that fills it: 2,000 tokens took under the 4 s this needs on a quiet
+	// machine. Shifted, 8,000 tokens take over 15 s.
+	eng := testinfra.FindLlamaCpp(t).StartLlamaServer(t, "", "--parallel", fmt.Sprint(slots), "--context-shift")
 	eng.WaitReady(t, 30*time.Second)
 	v := startVigil(t, config{engine: eng.URL()})
 	m := v.watch(t)
