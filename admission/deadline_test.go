@@ -202,3 +202,53 @@ func TestAClientTimeoutLearnedFromKeyedRetriesAppliesToUnannouncedCalls(t *testi
 		t.Errorf("an unannounced call waited %v in the queue, want about half the learned 300 ms timeout", took)
 	}
 }
+
+// TestARetrysShortWaitTeachesNoTimeout: a client whose one timeout covers
+// its retries (the Vercel AI SDK's abort) sends no key and no retry
+// header; its retry, told to come back, arrives late in that timeout and
+// gives up soon after. Only a first attempt's wait is its client's whole
+// timeout. Counted as give-ups, the retries' short waits made the route's
+// learned timeout 0.4 s where its clients wait 6 s (issue 41: after vigil's
+// restart the cap was cut from 68 to 12 as "late" and 2,527 calls told to
+// come back). Here each client leaves while the engine holds its answer.
+func TestARetrysShortWaitTeachesNoTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	eng := newFakeEngine(t, blockUntil(release))
+	cfg := testConfig()
+	cfg.MaxInFlight = 8
+	p := startProxy(t, cfg, eng.srv.URL)
+	c := newClient(t)
+	body := func(i int) string {
+		return `{"model":"m","prompt":"call ` + strconv.Itoa(i) + `","max_tokens":8}`
+	}
+	giveUp := func(wait time.Duration) {
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				defer cancel()
+				if a := call(ctx, c, p.url, body(i)); a.err == nil {
+					t.Errorf("call %d (wait %v) answered %d %s, want its client to give up", i, wait, a.status, a.body)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// The first attempts wait out their clients' 300 ms, then each call is
+	// tried twice more, 50 ms before its client's abort.
+	const clientTimeout = 300 * time.Millisecond
+	giveUp(clientTimeout)
+	eventually(t, 2*time.Second, "the first attempts' give-ups learned", func() bool {
+		return p.l.Stats().LearnedClientTimeouts["/v1/completions"] > 0
+	})
+	giveUp(50 * time.Millisecond)
+	giveUp(50 * time.Millisecond)
+	eventually(t, 2*time.Second, "the retries' ends seen", func() bool { return p.l.Stats().InFlight == 0 })
+	if got := p.l.Stats().LearnedClientTimeouts["/v1/completions"]; got < clientTimeout*2/3 || got > 2*clientTimeout {
+		t.Errorf("learned %v for /v1/completions, want about the first attempts' %v", got, clientTimeout)
+	}
+	if s := p.l.Stats(); s.Retries < 6 {
+		t.Errorf("%d retries seen, want the 6 tries after the first attempts read as retries", s.Retries)
+	}
+}

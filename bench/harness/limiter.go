@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -91,6 +92,9 @@ func StartLimiter(ctx context.Context, cfg configs.Admission, upstream, engineKe
 	}
 	lg := logrus.New()
 	lg.SetLevel(logrus.WarnLevel)
+	if lvl, err := logrus.ParseLevel(os.Getenv("VIGIL_LIMITER_LOG")); err == nil {
+		lg.SetLevel(lvl) // e.g. trace: every step of the automatic cap, to read a run by
+	}
 	opts = append(opts, admission.WithLogger(logrus.NewEntry(lg).WithField("bench", "limiter")))
 	opts = append(opts, extra...)
 	lim, err := admission.New(cfg, u, configs.Secret(engineKey), opts...)
