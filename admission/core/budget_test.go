@@ -79,7 +79,11 @@ func TestTheRetryBudgetShedsOnlyWhileTheEngineIsBehind(t *testing.T) {
 // TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime: newest_first
 // serves first attempts newest first only while the queue would not
 // drain within their clients' timeouts; in a burst that drains in time,
-// the oldest goes first, as the engine itself would serve it.
+// the oldest goes first, as the engine itself would serve it. A plain
+// call whose client's timeout is known goes first while its answer can
+// still make that timeout, overload or not (issue 41: served newest
+// first, a burst's older calls waited out their clients while they could
+// still have been answered, and the engine idled at the burst's end).
 func TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -90,7 +94,11 @@ func TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime(t *testing.T) {
 		stream  bool
 	}{
 		{"a burst that drains within the timeout: oldest first", 10 * time.Second, 40, 100 * time.Millisecond, 0, false},
-		{"an overload that outlasts the timeout: newest first", 2 * time.Second, 0, 100 * time.Millisecond, 2, false},
+		{"an overload that outlasts the timeout, plain calls: the oldest still on time", 2 * time.Second, 0, 100 * time.Millisecond, 0, false},
+		// Its answer's leeway is two typical answers (0.75 s) until the
+		// slow end of 16 is measured: 0.3 s old is past its 1 s timeout.
+		{"an overload, the oldest call past its answer's time: the next oldest", time.Second, 0, 375 * time.Millisecond, 1, false},
+		{"streams in an overload that outlasts their timeout: newest first", 2 * time.Second, 0, 100 * time.Millisecond, 2, true},
 		{"no timeout known, answers quick beside the drain: oldest first", 0, 40, time.Second, 0, false},
 		{"no timeout known, no answer measured: newest first", 0, 0, 0, 2, false},
 		// A stream's first token is worth ttft_target (2 s), not its

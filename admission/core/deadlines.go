@@ -264,23 +264,73 @@ func (l *Limiter) maxWaitLocked(r Request, timeout time.Duration) time.Duration 
 }
 
 // plainWaitLocked is how long a plain call may wait and still get its
-// answer within its client's timeout: the timeout less answerLeeway of
-// the engine's typical answer times (0 while either is unknown). Half the
+// answer within its client's timeout: the timeout less the leeway of its
+// answer (answerLeewayLocked; 0 while either is unknown). Half the
 // timeout, the bound before, wastes the other half where answers are
 // short: at the end of a burst the queue then held half a timeout of work
 // and the engine idled while calls it could still have answered had been
 // told to come back (docs/design.md, the first second of a burst).
 func (l *Limiter) plainWaitLocked(timeout time.Duration) time.Duration {
-	if timeout <= 0 || l.engineService <= 0 {
+	leeway := l.answerLeewayLocked()
+	if timeout <= 0 || leeway <= 0 {
 		return 0
 	}
-	return min(l.cfg.MaxQueueWait, timeout-answerLeeway*l.engineService)
+	return min(l.cfg.MaxQueueWait, timeout-leeway)
+}
+
+// answerLeewayLocked is what a plain call's timeout must leave for its
+// answer once a slot is its: the slow end of the engine's last answers
+// (their 95th percentile) and a tenth of it more for the client's and
+// vigil's own delays; while fewer than answersMin are measured (a vigil
+// just restarted on the pace it kept), answerLeeway typical answers. Two
+// typical answers, the leeway before, left a second of the timeout unused
+// where answers take one at a full batch: at a burst's end the queue held
+// too little work and the engine idled while its last calls' clients
+// still waited (issue 41). Where answers vary in length their slow end
+// leaves more than two typical ones, as it should: the long answers
+// would miss the timeout.
+func (l *Limiter) answerLeewayLocked() time.Duration {
+	if l.answers.n < answersMin {
+		return answerLeeway * l.engineService
+	}
+	return l.answers.p95() * 11 / 10
 }
 
 // answerLeeway typical answer times are left of a plain call's timeout
-// for its answer (plainWaitLocked): one would end half of the answers
-// past it, their engine work lost with their clients.
+// for its answer until its slow end is measured (answerLeewayLocked): one
+// would end half of the answers past it, their engine work lost with
+// their clients.
 const answerLeeway = 2
+
+// answersMin answers measured judge the leeway of a plain call's answer
+// by their slow end; answersKept are kept, the last ones.
+const (
+	answersMin  = 16
+	answersKept = 64
+)
+
+// answerRing keeps the last answersKept answer times.
+type answerRing struct {
+	d    [answersKept]time.Duration
+	n    int
+	next int
+}
+
+func (r *answerRing) add(d time.Duration) {
+	r.d[r.next] = d
+	r.next = (r.next + 1) % answersKept
+	r.n = min(r.n+1, answersKept)
+}
+
+// p95 is the 95th percentile of the answers kept (0: none).
+func (r *answerRing) p95() time.Duration {
+	if r.n == 0 {
+		return 0
+	}
+	s := slices.Clone(r.d[:r.n])
+	slices.Sort(s)
+	return s[min(r.n-1, r.n*95/100)]
+}
 
 // drainRateLocked is the queue's measured drain rate: admissions per
 // second over the last completionSpan, or since the busy period began

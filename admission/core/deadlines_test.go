@@ -268,3 +268,46 @@ func TestPatienceIsWhatTheClientsShow(t *testing.T) {
 		})
 	}
 }
+
+// TestAPlainCallsWaitLeavesItsAnswersSlowEnd: a plain call with a known
+// timeout waits until only its answer's leeway is left of it: two typical
+// answers until 16 are measured, then the slow end (p95) of the last 64
+// and a tenth more. Issue 41: two typical answers of 1 s left the
+// engine idle the last second before the burst's last deadline.
+func TestAPlainCallsWaitLeavesItsAnswersSlowEnd(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	repeat := func(d time.Duration, n int) []time.Duration {
+		s := make([]time.Duration, n)
+		for i := range s {
+			s[i] = d
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		typical time.Duration   // engineService (kept across a restart)
+		answers []time.Duration // measured since, oldest first
+		want    time.Duration   // the wait of a call with a 6 s timeout
+	}{
+		{"nothing measured: no bound of its own", 0, nil, 0},
+		{"a typical answer kept, none measured: two of them", time.Second, nil, 4 * time.Second},
+		{"15 measured: still two typical ones", time.Second, repeat(time.Second, 15), 4 * time.Second},
+		{"answers of 1 s at a full batch: 1.1 s of them", time.Second, repeat(time.Second, 64), ms(4900)},
+		{"one in ten takes 3 s: the slow end rules", time.Second,
+			append(repeat(time.Second, 57), repeat(3*time.Second, 7)...), ms(2700)},
+		{"slow answers gone by: the last 64 judge", time.Second,
+			append(repeat(3*time.Second, 64), repeat(time.Second, 64)...), ms(4900)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New(testConfig())
+			l.cfg.MaxQueueWait = time.Minute
+			l.engineService = tc.typical
+			for _, d := range tc.answers {
+				l.answers.add(d)
+			}
+			if got := l.plainWaitLocked(6 * time.Second); got != tc.want {
+				t.Errorf("a 6 s call waits up to %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -38,7 +38,8 @@
 //  4. The cap: a free slot admits at once, else the bounded queue
 //     (max_queue, max_queue_bytes, max_queue_wait cut to half the client's
 //     timeout, 97% for a coalesced keyed call); full or expired is 503.
-//  5. Order: newest_first serves the oldest first attempt still on time,
+//  5. Order: newest_first serves the oldest first attempt still on time
+//     (a plain call with a known timeout: while its answer can make it),
 //     else first attempts newest first, then retries oldest call first, and
 //     a full queue turns away its oldest waiter; fifo serves in arrival
 //     order and turns away the newcomer.

@@ -186,6 +186,10 @@ type Limiter struct {
 	// their last byte, an exponential average like engineTTFT; 0 before
 	// the first.
 	engineService time.Duration
+	// answers are the last plain answers' times from admission to their
+	// last byte: their slow end is what a plain call's timeout must
+	// leave for its answer (answerLeewayLocked).
+	answers answerRing
 	// awaitingFirst counts the streams in flight whose first token has not
 	// come yet (see FirstTokenLimiter).
 	awaitingFirst int

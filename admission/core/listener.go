@@ -112,6 +112,7 @@ func (lis *Listener) Release(o Outcome) {
 	}
 	if o.Success && !o.Streamed {
 		l.engineService = ewma(l.engineService, now.Sub(lis.admitted))
+		l.answers.add(now.Sub(lis.admitted))
 	}
 	if lr, ok := l.limitLocked().(Learner); ok && (o.Dropped || o.Success) {
 		lr.OnSample(Sample{Admitted: lis.admitted, Dropped: o.Dropped, Deadline: lis.deadline,

@@ -112,8 +112,9 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 
 // nextWaiterLocked is the live waiter to admit next, placeholders skipped,
 // or nil. fifo: the oldest. newest_first: the oldest first attempt still
-// on time (onTimeLocked), else the newest first attempt, else the oldest
-// retry. The two halves of newest_first answer different clients. A
+// on time (onTimeLocked: a plain call whose client's timeout is known
+// while its answer can make it, others while the whole queue drains in
+// time), else the newest first attempt, else the oldest retry. The two halves of newest_first answer different clients. A
 // first attempt's client is on its first deadline: the newest can still
 // make it, the oldest is about to give up. A retry's client has already
 // missed that deadline and comes back a bounded number of times: the
@@ -256,6 +257,20 @@ func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain, objective time.D
 	deadline := w.lis.deadline
 	if deadline <= 0 {
 		deadline = l.deadlines.infer(w.route, l.tenants.clientTimeout(w.tenant))
+	}
+	if deadline > 0 && !w.lis.stream {
+		// A plain call whose client's timeout is known: served now, it
+		// either gets its answer within that timeout (its answer's
+		// leeway left of it) or it does not, whatever waits behind it. The newest behind it are not owed
+		// the slot: each waits to its own bound (plainWaitLocked) and is
+		// told then, or at once (plainCheckLocked), when the queue will
+		// not reach it. Served newest first in an overload, the queue
+		// skipped its older calls while they could still be answered,
+		// and at a burst's end it held only calls past saving while the
+		// engine idled: earliest deadline first keeps the engine on
+		// calls that still count until the last deadline (docs/design.md,
+		// the first second of a burst).
+		return now.Sub(w.since)+l.answerLeewayLocked() <= deadline
 	}
 	if deadline <= 0 {
 		// No timeout known: a client patient enough to use this engine
