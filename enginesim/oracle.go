@@ -1,0 +1,176 @@
+package enginesim
+
+import (
+	"slices"
+	"time"
+)
+
+// Admission is an admission policy in front of one engine rank, for
+// Deliver: how many calls it lets the engine hold, when it gives up on a
+// call, and which waiting call it sends first.
+type Admission struct {
+	// Seats is how many calls the engine holds at once (running plus
+	// waiting); the admission sends a call only below it. 0: no admission,
+	// every call goes to the engine when it arrives (straight at the
+	// engine, whose own FCFS queue then holds the excess).
+	Seats int
+	// Margin is how much of its time a call must have left to be sent: a
+	// call that arrived at a with the clients' timeout T is sent at now
+	// only if a+T-Margin >= now; one past that is dropped (answered at
+	// once, never sent). A call whose deadline passes while it waits is
+	// gone either way: its client left. Not negative.
+	Margin time.Duration
+	// NewestFirst sends the latest arrival first among the waiting calls;
+	// otherwise the oldest (with one timeout for every call, the one with
+	// the earliest deadline).
+	NewestFirst bool
+}
+
+// Deliver returns how many of the calls of w arriving at arrivals (engine
+// time) an engine with cfg completes within timeout of each call's
+// arrival, behind admission a. The timeout covers the whole call, as an
+// AI SDK abort does: a call sent but unfinished at its deadline is aborted
+// there (its client disconnects, the engine drops it as with
+// AbortOnDisconnect) and does not count; an answer counts only if its last
+// token is out by the deadline.
+//
+// Like MeasureCapacity it drives the scheduler offline (no sleeping, no
+// HTTP), step by step, so it is exact and fast; it models one rank. The
+// admission sees every arrival, completion and deadline the moment it
+// happens and sends at the start of the next step, which is when the engine
+// would see the call anyway: no admission can send sooner.
+func Deliver(cfg Config, w Workload, arrivals []time.Duration, timeout time.Duration, a Admission) int {
+	at := slices.Clone(arrivals)
+	slices.Sort(at)
+	return deliver(cfg, w, at, timeout, a, newMetrics(cfg))
+}
+
+// deliver is Deliver on sorted arrivals, with series the scheduler writes
+// and nobody reads (a sweep shares one set: building it costs more than
+// a short burst).
+func deliver(cfg Config, w Workload, at []time.Duration, timeout time.Duration, a Admission, m *metrics) int {
+	s := newSched(cfg, m)
+	var (
+		now       time.Duration
+		next      int             // the next arrival not yet seen
+		pending   []time.Duration // arrived, not sent: arrival times, oldest first
+		sent      []*request      // at the engine, unfinished
+		delivered int
+	)
+	send := func(arrival time.Duration) {
+		r := newRequest("", w.PromptTokens, w.PrefixTokens, "shared", w.OutputTokens, reasonStop)
+		r.arrival = arrival
+		s.add(r)
+		sent = append(sent, r)
+	}
+	for {
+		for next < len(at) && at[next] <= now {
+			if a.Seats == 0 {
+				send(at[next])
+			} else {
+				pending = append(pending, at[next])
+			}
+			next++
+		}
+		// Clients whose deadline came abort; the engine sees it now.
+		for _, r := range sent {
+			if r.arrival+timeout <= now && r.state != stateDone && !r.aborted {
+				s.abort(r, now)
+			}
+		}
+		// Pending calls are in arrival order, so with one timeout those
+		// past their deadline (or too near it to be sent) lead.
+		for len(pending) > 0 && (pending[0]+timeout <= now || pending[0]+timeout-a.Margin < now) {
+			pending = pending[1:]
+		}
+		for len(pending) > 0 && len(s.running)+len(s.waiting) < a.Seats {
+			if a.NewestFirst {
+				send(pending[len(pending)-1])
+				pending = pending[:len(pending)-1]
+			} else {
+				send(pending[0])
+				pending = pending[1:]
+			}
+		}
+		if s.idle() {
+			// Nothing at the engine, so nothing waits in front either
+			// (there were seats): on to the next arrival.
+			if next == len(at) {
+				return delivered
+			}
+			now = max(now, at[next])
+			continue
+		}
+		b := s.schedule(now)
+		if len(b.entries) == 0 {
+			// Nothing runnable (a request too large for the KV cache):
+			// nothing more will finish.
+			return delivered
+		}
+		now += s.cost(b)
+		s.complete(b, now)
+		kept := sent[:0]
+		for _, r := range sent {
+			if r.state != stateDone {
+				kept = append(kept, r)
+				continue
+			}
+			if _, _, reason := r.snapshot(); reason != reasonAbort && now <= r.arrival+timeout {
+				delivered++
+			}
+		}
+		clear(sent[len(kept):])
+		sent = kept
+	}
+}
+
+// BestDelivered is what the best of a family of clairvoyant admissions
+// delivers of the calls of w arriving at arrivals (engine time) with the
+// clients' timeout covering the whole call, and the admission that does
+// it. Every member knows each call's deadline, keeps the engine's queue
+// empty (sends only while running plus waiting are below MaxNumSeqs), drops
+// the calls too near their deadline (Admission.Margin) and sends the
+// others oldest or newest first. The margin is searched over 0..timeout:
+// every timeout/60 (100 ms of a 6 s timeout), then every timeout/1200
+// (5 ms) within one coarse step of the best coarse margin of each order.
+//
+// Its count is a lower bound on what any admission could deliver (one
+// that knew each answer's time, or gave up on calls in another order,
+// could do better); capacity x (burst + timeout - a lone answer) is an
+// upper one. The most any scheduler in front of this engine can do lies
+// between.
+func BestDelivered(cfg Config, w Workload, arrivals []time.Duration, timeout time.Duration) (int, Admission) {
+	at := slices.Clone(arrivals)
+	slices.Sort(at)
+	m := newMetrics(cfg)
+	best, bestA := -1, Admission{}
+	for _, newest := range []bool{false, true} {
+		n, a := bestMargin(cfg, w, at, timeout, m, newest)
+		if n > best {
+			best, bestA = n, a
+		}
+	}
+	return best, bestA
+}
+
+// bestMargin searches the margin for one order, coarse then fine.
+func bestMargin(cfg Config, w Workload, at []time.Duration, timeout time.Duration, m *metrics, newest bool) (int, Admission) {
+	best, bestA := -1, Admission{}
+	try := func(margin time.Duration) {
+		a := Admission{Seats: cfg.MaxNumSeqs, Margin: margin, NewestFirst: newest}
+		// Ties go to the smaller margin: the least that must be known.
+		if n := deliver(cfg, w, at, timeout, a, m); n > best || n == best && margin < bestA.Margin {
+			best, bestA = n, a
+		}
+	}
+	coarse := max((timeout / 60).Round(time.Millisecond), time.Millisecond)
+	fine := max((timeout / 1200).Round(time.Millisecond), time.Millisecond)
+	for margin := time.Duration(0); margin <= timeout; margin += coarse {
+		try(margin)
+	}
+	c := bestA.Margin
+	for margin := max(0, c-coarse); margin <= min(timeout, c+coarse); margin += fine {
+		try(margin)
+	}
+	return best, bestA
+}
