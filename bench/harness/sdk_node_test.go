@@ -255,12 +255,43 @@ func compareNode(t *testing.T, dir, client string, seed int, arm nodeArm) (direc
 	// nothing before one call's lone answer time.
 	bound := c * (nodeBurst(client) + nodeTimeout - nodeLoneAnswer()).Seconds()
 	burstCalls := math.Round(rate * nodeBurst(client).Seconds()) // as load.mjs counts them
+	best, margin, offline := nodeBest(client, rate, arm.warm)
 	s := lim.Stats()
 	vigil.limiter, vigil.adopted = lim.Summary(), s.Adopted+s.AdoptedStored
-	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it; with one timeout for the whole call at most %.0f, %.1f%% of the burst's %.0f, ending a lone answer's %v after the burst began): straight %.1f%%, vigil %.1f%% of the calls; vigil/straight %.2fx",
+	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it; with one timeout for the whole call at most %.0f, %.1f%% of the burst's %.0f, ending a lone answer's %v after the burst began): straight %.1f%%, vigil %.1f%% of the calls; vigil/straight %.2fx\n  with one timeout for the whole call the best clairvoyant admission delivers %d of the %d calls (%.1f%%), margin %v; the same offline model straight at the engine %d",
 		client, arm.name, nodeLoad(), arm.warm, nodeWarmLoad, rate, nodeBurst(client), nodeTimeout, nodeRetries, startCap,
-		direct, vigil, vigil.limiter, direct.capacity, inTime, bound, 100*bound/max(1, burstCalls), burstCalls, nodeLoneAnswer().Round(time.Millisecond), direct.share(), vigil.share(), float64(vigil.Delivered)/float64(max(1, direct.Delivered)))
+		direct, vigil, vigil.limiter, direct.capacity, inTime, bound, 100*bound/max(1, burstCalls), burstCalls, nodeLoneAnswer().Round(time.Millisecond), direct.share(), vigil.share(), float64(vigil.Delivered)/float64(max(1, direct.Delivered)),
+		best, direct.Calls, 100*float64(best)/float64(max(1, direct.Calls)), margin, offline)
 	return direct, vigil, engV
+}
+
+// nodeBest is what the best of enginesim's clairvoyant admissions
+// (BestDelivered: the engine's queue kept empty, calls too near their
+// deadline dropped) delivers of the calls load.mjs sends at rate after a
+// warm phase of warm, with nodeTimeout covering the whole call, and the
+// margin it keeps, in wall time. It is measured offline on the engine's
+// own scheduler: the most any admission in front of this engine delivers
+// lies between it and the bound above. straight is what the same offline
+// model delivers with no admission, to set beside the measured straight
+// arm: how closely the model follows the live run.
+func nodeBest(client string, rate float64, warm time.Duration) (best int, margin time.Duration, straight int) {
+	cfg := enginesim.DefaultConfig()
+	cfg.MaxNumSeqs = nodeSeqs()
+	// load.mjs's arrivals, in wall milliseconds from its start, evenly
+	// spaced: the warm phase's, then the burst's.
+	engineAt := func(ms float64) time.Duration { return time.Duration(ms * nodeScale * float64(time.Millisecond)) }
+	var at []time.Duration
+	warmRate := rate * nodeWarmLoad / nodeLoad()
+	for i := range int(math.Round(warmRate * warm.Seconds())) {
+		at = append(at, engineAt(float64(i)*1000/warmRate))
+	}
+	for i := range int(math.Round(rate * nodeBurst(client).Seconds())) {
+		at = append(at, engineAt(warm.Seconds()*1000+float64(i)*1000/rate))
+	}
+	timeout := time.Duration(float64(nodeTimeout) * nodeScale)
+	best, a := enginesim.BestDelivered(cfg, nodeWorkload(), at, timeout)
+	straight = enginesim.Deliver(cfg, nodeWorkload(), at, timeout, enginesim.Admission{})
+	return best, time.Duration(float64(a.Margin) / nodeScale), straight
 }
 
 // share is the calls delivered, in percent.
