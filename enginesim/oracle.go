@@ -20,6 +20,10 @@ type Admission struct {
 	// once, never sent). A call whose deadline passes while it waits is
 	// gone either way: its client left. Not negative.
 	Margin time.Duration
+	// LateMargin replaces Margin from engine time LateFrom on, when
+	// LateFrom > 0: in a burst's tail the batch thins and answers come
+	// sooner, so a call with less time left can still be answered.
+	LateMargin, LateFrom time.Duration
 	// NewestFirst sends the latest arrival first among the waiting calls;
 	// otherwise the oldest (with one timeout for every call, the one with
 	// the earliest deadline).
@@ -80,7 +84,11 @@ func deliver(cfg Config, w Workload, at []time.Duration, timeout time.Duration, 
 		}
 		// Pending calls are in arrival order, so with one timeout those
 		// past their deadline (or too near it to be sent) lead.
-		for len(pending) > 0 && (pending[0]+timeout <= now || pending[0]+timeout-a.Margin < now) {
+		margin := a.Margin
+		if a.LateFrom > 0 && now >= a.LateFrom {
+			margin = a.LateMargin
+		}
+		for len(pending) > 0 && (pending[0]+timeout <= now || pending[0]+timeout-margin < now) {
 			pending = pending[1:]
 		}
 		for len(pending) > 0 && len(s.running)+len(s.waiting) < a.Seats {
@@ -129,48 +137,96 @@ func deliver(cfg Config, w Workload, at []time.Duration, timeout time.Duration, 
 // clients' timeout covering the whole call, and the admission that does
 // it. Every member knows each call's deadline, keeps the engine's queue
 // empty (sends only while running plus waiting are below MaxNumSeqs), drops
-// the calls too near their deadline (Admission.Margin) and sends the
-// others oldest or newest first. The margin is searched over 0..timeout:
-// every timeout/60 (100 ms of a 6 s timeout), then every timeout/1200
-// (5 ms) within one coarse step of the best coarse margin of each order.
+// the calls too near their deadline (Admission.Margin, and a LateMargin
+// in the tail once the arrivals are over) and sends the others oldest or
+// newest first.
 //
-// Its count is a lower bound on what any admission could deliver (one
-// that knew each answer's time, or gave up on calls in another order,
-// could do better); capacity x (burst + timeout - a lone answer) is an
-// upper one. The most any scheduler in front of this engine can do lies
-// between.
+// The search, for each order: the margin every timeout/60 (100 ms of a 6
+// s timeout) over 0..timeout, then every timeout/1200 (5 ms) within one
+// coarse step of the best. Then, for the better order, a late margin
+// below that one every timeout/24 (250 ms), from every timeout/24 between
+// the last arrival and its deadline; the best refined to the fine step,
+// and its start to a fifth of timeout/24.
+//
+// Its count is a lower bound on what any admission in front of this
+// engine delivers: one that knew each answer's time, or gave up on calls
+// in another order, could do better. An upper bound is the engine's work:
+// each delivered call costs at least its share of a full batch's steps,
+// so no more than capacity x (the last deadline - the first arrival) are
+// answered in time. The most any scheduler can do lies between.
 func BestDelivered(cfg Config, w Workload, arrivals []time.Duration, timeout time.Duration) (int, Admission) {
+	if len(arrivals) == 0 {
+		return 0, Admission{Seats: cfg.MaxNumSeqs}
+	}
 	at := slices.Clone(arrivals)
 	slices.Sort(at)
-	m := newMetrics(cfg)
-	best, bestA := -1, Admission{}
+	o := oracle{cfg: cfg, w: w, at: at, timeout: timeout, m: newMetrics(cfg), best: -1}
+	coarse := max((timeout / 60).Round(time.Millisecond), time.Millisecond)
+	fine := max((timeout / 1200).Round(time.Millisecond), time.Millisecond)
+	margin := func(a *Admission) *time.Duration { return &a.Margin }
 	for _, newest := range []bool{false, true} {
-		n, a := bestMargin(cfg, w, at, timeout, m, newest)
+		a := Admission{Seats: cfg.MaxNumSeqs, NewestFirst: newest}
+		o.refine(o.sweep(a, margin, 0, timeout, coarse), margin, coarse, fine, timeout)
+	}
+	// The tail: answers come sooner as the batch thins.
+	early := o.bestA
+	last := at[len(at)-1]
+	step := max((timeout / 24).Round(time.Millisecond), time.Millisecond)
+	late := func(a *Admission) *time.Duration { return &a.LateMargin }
+	lateFrom := func(a *Admission) *time.Duration { return &a.LateFrom }
+	bestN, bestA := -1, early
+	for from := last + step; from < last+timeout; from += step {
+		a := early
+		a.LateFrom = from
+		if n, a := o.sweepN(a, late, 0, early.Margin-coarse, step); n > bestN {
+			bestN, bestA = n, a
+		}
+	}
+	if bestN >= 0 {
+		a := o.refine(o.refine(bestA, late, step, coarse, early.Margin-fine), late, coarse, fine, early.Margin-fine)
+		o.refine(a, lateFrom, step, step/5, last+timeout)
+	}
+	return o.best, o.bestA
+}
+
+// oracle is BestDelivered's search: the calls, and the best admission
+// found so far (ties to the first found: the simpler, the smaller
+// margin, oldest first).
+type oracle struct {
+	cfg     Config
+	w       Workload
+	at      []time.Duration
+	timeout time.Duration
+	m       *metrics
+	best    int
+	bestA   Admission
+}
+
+// sweepN tries a with field every step over lo..hi and returns the best.
+func (o *oracle) sweepN(a Admission, field func(*Admission) *time.Duration, lo, hi, step time.Duration) (int, Admission) {
+	best, bestA := -1, a
+	for v := lo; v <= hi; v += step {
+		*field(&a) = v
+		n := deliver(o.cfg, o.w, o.at, o.timeout, a, o.m)
 		if n > best {
 			best, bestA = n, a
+		}
+		if n > o.best {
+			o.best, o.bestA = n, a
 		}
 	}
 	return best, bestA
 }
 
-// bestMargin searches the margin for one order, coarse then fine.
-func bestMargin(cfg Config, w Workload, at []time.Duration, timeout time.Duration, m *metrics, newest bool) (int, Admission) {
-	best, bestA := -1, Admission{}
-	try := func(margin time.Duration) {
-		a := Admission{Seats: cfg.MaxNumSeqs, Margin: margin, NewestFirst: newest}
-		// Ties go to the smaller margin: the least that must be known.
-		if n := deliver(cfg, w, at, timeout, a, m); n > best || n == best && margin < bestA.Margin {
-			best, bestA = n, a
-		}
-	}
-	coarse := max((timeout / 60).Round(time.Millisecond), time.Millisecond)
-	fine := max((timeout / 1200).Round(time.Millisecond), time.Millisecond)
-	for margin := time.Duration(0); margin <= timeout; margin += coarse {
-		try(margin)
-	}
-	c := bestA.Margin
-	for margin := max(0, c-coarse); margin <= min(timeout, c+coarse); margin += fine {
-		try(margin)
-	}
-	return best, bestA
+// sweep is sweepN's admission.
+func (o *oracle) sweep(a Admission, field func(*Admission) *time.Duration, lo, hi, step time.Duration) Admission {
+	_, a = o.sweepN(a, field, lo, hi, step)
+	return a
+}
+
+// refine tries a's field every fine step within one coarse step of its
+// value, up to hi, and returns the best.
+func (o *oracle) refine(a Admission, field func(*Admission) *time.Duration, coarse, fine, hi time.Duration) Admission {
+	v := *field(&a)
+	return o.sweep(a, field, max(0, v-coarse+fine), min(hi, v+coarse-fine), fine)
 }

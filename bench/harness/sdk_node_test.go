@@ -255,13 +255,13 @@ func compareNode(t *testing.T, dir, client string, seed int, arm nodeArm) (direc
 	// nothing before one call's lone answer time.
 	bound := c * (nodeBurst(client) + nodeTimeout - nodeLoneAnswer()).Seconds()
 	burstCalls := math.Round(rate * nodeBurst(client).Seconds()) // as load.mjs counts them
-	best, margin, offline := nodeBest(client, rate, arm.warm)
+	best, margins, offline := nodeBest(client, rate, arm.warm)
 	s := lim.Stats()
 	vigil.limiter, vigil.adopted = lim.Summary(), s.Adopted+s.AdoptedStored
-	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it; with one timeout for the whole call at most %.0f, %.1f%% of the burst's %.0f, ending a lone answer's %v after the burst began): straight %.1f%%, vigil %.1f%% of the calls; vigil/straight %.2fx\n  with one timeout for the whole call the best clairvoyant admission delivers %d of the %d calls (%.1f%%), margin %v; the same offline model straight at the engine %d",
+	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it; with one timeout for the whole call at most %.0f, %.1f%% of the burst's %.0f, ending a lone answer's %v after the burst began): straight %.1f%%, vigil %.1f%% of the calls; vigil/straight %.2fx\n  with one timeout for the whole call the best clairvoyant admission delivers %d of the %d calls (%.1f%%), margin %s; the same offline model straight at the engine %d",
 		client, arm.name, nodeLoad(), arm.warm, nodeWarmLoad, rate, nodeBurst(client), nodeTimeout, nodeRetries, startCap,
 		direct, vigil, vigil.limiter, direct.capacity, inTime, bound, 100*bound/max(1, burstCalls), burstCalls, nodeLoneAnswer().Round(time.Millisecond), direct.share(), vigil.share(), float64(vigil.Delivered)/float64(max(1, direct.Delivered)),
-		best, direct.Calls, 100*float64(best)/float64(max(1, direct.Calls)), margin, offline)
+		best, direct.Calls, 100*float64(best)/float64(max(1, direct.Calls)), margins, offline)
 	return direct, vigil, engV
 }
 
@@ -269,12 +269,13 @@ func compareNode(t *testing.T, dir, client string, seed int, arm nodeArm) (direc
 // (BestDelivered: the engine's queue kept empty, calls too near their
 // deadline dropped) delivers of the calls load.mjs sends at rate after a
 // warm phase of warm, with nodeTimeout covering the whole call, and the
-// margin it keeps, in wall time. It is measured offline on the engine's
-// own scheduler: the most any admission in front of this engine delivers
-// lies between it and the bound above. straight is what the same offline
-// model delivers with no admission, to set beside the measured straight
-// arm: how closely the model follows the live run.
-func nodeBest(client string, rate float64, warm time.Duration) (best int, margin time.Duration, straight int) {
+// margins it keeps, in wall time from load.mjs's start. It is measured
+// offline on the engine's own scheduler: a lower bound on what any
+// admission in front of this engine delivers (the engine's work,
+// capacity x (burst + timeout), an upper one). straight is what the same
+// offline model delivers with no admission, to set beside the measured
+// straight arm: how closely the model follows the live run.
+func nodeBest(client string, rate float64, warm time.Duration) (best int, margins string, straight int) {
 	cfg := enginesim.DefaultConfig()
 	cfg.MaxNumSeqs = nodeSeqs()
 	// load.mjs's arrivals, in wall milliseconds from its start, evenly
@@ -291,7 +292,17 @@ func nodeBest(client string, rate float64, warm time.Duration) (best int, margin
 	timeout := time.Duration(float64(nodeTimeout) * nodeScale)
 	best, a := enginesim.BestDelivered(cfg, nodeWorkload(), at, timeout)
 	straight = enginesim.Deliver(cfg, nodeWorkload(), at, timeout, enginesim.Admission{})
-	return best, time.Duration(float64(a.Margin) / nodeScale), straight
+	wall := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) / nodeScale).Round(time.Millisecond)
+	}
+	margins = wall(a.Margin).String()
+	if a.LateFrom > 0 {
+		margins += fmt.Sprintf(", %v from %v on", wall(a.LateMargin), wall(a.LateFrom))
+	}
+	if a.NewestFirst {
+		margins += ", newest first"
+	}
+	return best, margins, straight
 }
 
 // share is the calls delivered, in percent.
