@@ -33,10 +33,10 @@ type Admission struct {
 // Deliver returns how many of the calls of w arriving at arrivals (engine
 // time) an engine with cfg completes within timeout of each call's
 // arrival, behind admission a. The timeout covers the whole call, as an
-// AI SDK abort does: a call sent but unfinished at its deadline is aborted
-// there (its client disconnects, the engine drops it as with
-// AbortOnDisconnect) and does not count; an answer counts only if its last
-// token is out by the deadline.
+// AI SDK abort does: a call sent but unfinished at its deadline does not
+// count, and its client disconnects there (with cfg.AbortOnDisconnect the
+// engine drops it, otherwise it runs to its end for nobody); an answer
+// counts only if its last token is out by the deadline.
 //
 // Like MeasureCapacity it drives the scheduler offline (no sleeping, no
 // HTTP), step by step, so it is exact and fast; it models one rank. The
@@ -76,9 +76,9 @@ func deliver(cfg Config, w Workload, at []time.Duration, timeout time.Duration, 
 			}
 			next++
 		}
-		// Clients whose deadline came abort; the engine sees it now.
+		// Clients whose deadline came left; the engine sees it now.
 		for _, r := range sent {
-			if r.arrival+timeout <= now && r.state != stateDone && !r.aborted {
+			if cfg.AbortOnDisconnect && r.arrival+timeout <= now && r.state != stateDone && !r.aborted {
 				s.abort(r, now)
 			}
 		}

@@ -53,11 +53,11 @@ func TestDeliverCountsAnswersCompleteByTheirDeadline(t *testing.T) {
 	}
 }
 
-// An aborted call frees its seat: one seat, three calls at once whose
-// timeout fits one answer and a half. The first is answered; the second
-// is aborted at its deadline; the third, sent then, cannot finish either.
-// With a margin of one answer the admission drops the second and third
-// instead of sending them, and the engine is free sooner; still one.
+// One seat, three calls at once whose timeout fits one answer and a
+// half. The first is answered; the second is aborted at its deadline;
+// the third, sent then, cannot finish either. With a margin of one answer
+// the admission drops the second and third instead of sending them; still
+// one.
 func TestDeliverAbortsAtTheDeadline(t *testing.T) {
 	cfg, w := oracleConfig()
 	lone := loneAnswer(cfg, w)
@@ -71,6 +71,18 @@ func TestDeliverAbortsAtTheDeadline(t *testing.T) {
 	// Two seats: both of the first two are answered together in time.
 	if got := Deliver(cfg, w, at, timeout, Admission{Seats: 2}); got != 2 {
 		t.Errorf("two seats: delivered %d, want 2", got)
+	}
+	// The abort frees the seat for a third call arriving at the second's
+	// deadline; an engine that does not abort makes it wait for the
+	// second's end, and it misses its own.
+	timeout = lone + lone/5
+	at = []time.Duration{0, 0, timeout}
+	for _, abort := range []bool{true, false} {
+		cfg.AbortOnDisconnect = abort
+		want := map[bool]int{true: 2, false: 1}[abort]
+		if got := Deliver(cfg, w, at, timeout, Admission{Seats: 1}); got != want {
+			t.Errorf("AbortOnDisconnect %v: delivered %d, want %d", abort, got, want)
+		}
 	}
 }
 
