@@ -65,6 +65,12 @@
 // Scale 100, 2.806 at 500 and 2.77 at 2000 (on 2 CPUs): the core keeps to
 // its step schedule up to a few thousand times real time.
 //
+// Deliver drives the scheduler the same way, offline, behind an admission
+// in front of the engine, for a burst of calls whose clients' timeout covers
+// the whole call; BestDelivered searches a family of clairvoyant admissions
+// for the most such calls answered in time: what the best admission could
+// deliver, measured rather than argued.
+//
 // # Faults
 //
 // As methods and on ControlHandler:

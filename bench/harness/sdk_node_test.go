@@ -249,18 +249,63 @@ func compareNode(t *testing.T, dir, client string, seed int, arm nodeArm) (direc
 	// nothing for one full batch's service time (seats / capacity), so
 	// within the burst and the timeout it completes at most this many.
 	inTime := c * (nodeBurst(client) + nodeTimeout - time.Duration(float64(nodeSeqs())/c*float64(time.Second))).Seconds()
-	// A bound on the burst's calls delivered when the client's timeout
+	// An estimate of the burst's calls delivered when the client's timeout
 	// covers the whole call (the AI SDK's abort; the OpenAI SDK retries
 	// past it): the engine completes at most its capacity a second, and
-	// nothing before one call's lone answer time.
+	// nothing before one call's lone answer time. Not a strict bound: work
+	// done before the first answer is out finishes after it (nodeBest's
+	// oracle beats it on a small engine); the engine's work, capacity x
+	// (burst + timeout), is.
 	bound := c * (nodeBurst(client) + nodeTimeout - nodeLoneAnswer()).Seconds()
 	burstCalls := math.Round(rate * nodeBurst(client).Seconds()) // as load.mjs counts them
+	best, margins, offline := nodeBest(client, rate, arm.warm)
 	s := lim.Stats()
 	vigil.limiter, vigil.adopted = lim.Summary(), s.Adopted+s.AdoptedStored
-	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it; with one timeout for the whole call at most %.0f, %.1f%% of the burst's %.0f, ending a lone answer's %v after the burst began): straight %.1f%%, vigil %.1f%% of the calls; vigil/straight %.2fx",
+	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it; with one timeout for the whole call about %.0f, %.1f%% of the burst's %.0f, ending a lone answer's %v after the burst began): straight %.1f%%, vigil %.1f%% of the calls; vigil/straight %.2fx\n  with one timeout for the whole call the best clairvoyant admission delivers %d of the %d calls (%.1f%%), margin %s; the same offline model straight at the engine %d",
 		client, arm.name, nodeLoad(), arm.warm, nodeWarmLoad, rate, nodeBurst(client), nodeTimeout, nodeRetries, startCap,
-		direct, vigil, vigil.limiter, direct.capacity, inTime, bound, 100*bound/max(1, burstCalls), burstCalls, nodeLoneAnswer().Round(time.Millisecond), direct.share(), vigil.share(), float64(vigil.Delivered)/float64(max(1, direct.Delivered)))
+		direct, vigil, vigil.limiter, direct.capacity, inTime, bound, 100*bound/max(1, burstCalls), burstCalls, nodeLoneAnswer().Round(time.Millisecond), direct.share(), vigil.share(), float64(vigil.Delivered)/float64(max(1, direct.Delivered)),
+		best, direct.Calls, 100*float64(best)/float64(max(1, direct.Calls)), margins, offline)
 	return direct, vigil, engV
+}
+
+// nodeBest is what the best of enginesim's clairvoyant admissions
+// (BestDelivered: the engine's queue kept empty, calls too near their
+// deadline dropped) delivers of the calls load.mjs sends at rate after a
+// warm phase of warm, with nodeTimeout covering the whole call, and the
+// margins it keeps, in wall time from load.mjs's start. It is measured
+// offline on the engine's own scheduler: a lower bound on what any
+// admission in front of this engine delivers (the engine's work,
+// capacity x (burst + timeout), an upper one). straight is what the same
+// offline model delivers with no admission, to set beside the measured
+// straight arm: how closely the model follows the live run.
+func nodeBest(client string, rate float64, warm time.Duration) (best int, margins string, straight int) {
+	cfg := enginesim.DefaultConfig()
+	cfg.MaxNumSeqs = nodeSeqs()
+	// load.mjs's arrivals, in wall milliseconds from its start, evenly
+	// spaced: the warm phase's, then the burst's.
+	engineAt := func(ms float64) time.Duration { return time.Duration(ms * nodeScale * float64(time.Millisecond)) }
+	var at []time.Duration
+	warmRate := rate * nodeWarmLoad / nodeLoad()
+	for i := range int(math.Round(warmRate * warm.Seconds())) {
+		at = append(at, engineAt(float64(i)*1000/warmRate))
+	}
+	for i := range int(math.Round(rate * nodeBurst(client).Seconds())) {
+		at = append(at, engineAt(warm.Seconds()*1000+float64(i)*1000/rate))
+	}
+	timeout := time.Duration(float64(nodeTimeout) * nodeScale)
+	best, a := enginesim.BestDelivered(cfg, nodeWorkload(), at, timeout)
+	straight = enginesim.Deliver(cfg, nodeWorkload(), at, timeout, enginesim.Admission{})
+	wall := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) / nodeScale).Round(time.Millisecond)
+	}
+	margins = wall(a.Margin).String()
+	if a.LateFrom > 0 {
+		margins += fmt.Sprintf(", %v from %v on", wall(a.LateMargin), wall(a.LateFrom))
+	}
+	if a.NewestFirst {
+		margins += ", newest first"
+	}
+	return best, margins, straight
 }
 
 // share is the calls delivered, in percent.
