@@ -68,13 +68,17 @@ var nodeBursts = map[string]time.Duration{"openai": 5 * time.Second, "vercel": 4
 
 // nodeRun is what one client process saw.
 type nodeRun struct {
-	Client    string         `json:"client"`
-	Calls     int            `json:"calls"`
-	Delivered int            `json:"delivered"`
-	Failures  map[string]int `json:"failures"`
-	P50Ms     int            `json:"p50Ms"`
-	P99Ms     int            `json:"p99Ms"`
-	WallMs    int            `json:"wallMs"`
+	Client    string `json:"client"`
+	Calls     int    `json:"calls"`
+	Delivered int    `json:"delivered"`
+	// The burst's calls and those delivered, the warm phase's aside: an
+	// arm's share, comparable between warm and cold.
+	BurstCalls     int            `json:"burstCalls"`
+	BurstDelivered int            `json:"burstDelivered"`
+	Failures       map[string]int `json:"failures"`
+	P50Ms          int            `json:"p50Ms"`
+	P99Ms          int            `json:"p99Ms"`
+	WallMs         int            `json:"wallMs"`
 	// executions: generation requests the engine received.
 	executions uint64
 	limiter    string
@@ -85,8 +89,8 @@ type nodeRun struct {
 }
 
 func (r nodeRun) String() string {
-	return fmt.Sprintf("%d of %d delivered, failures %v, latency p50 %d ms p99 %d ms, %d executions at the engine",
-		r.Delivered, r.Calls, r.Failures, r.P50Ms, r.P99Ms, r.executions)
+	return fmt.Sprintf("%d of %d delivered (the burst's: %d of %d), failures %v, latency p50 %d ms p99 %d ms, %d executions at the engine",
+		r.Delivered, r.Calls, r.BurstDelivered, r.BurstCalls, r.Failures, r.P50Ms, r.P99Ms, r.executions)
 }
 
 func nodeClients(t *testing.T) string {
@@ -261,7 +265,7 @@ func compareNode(t *testing.T, dir, client string, seed int, arm nodeArm) (direc
 	best, margins, offline := nodeBest(client, rate, arm.warm)
 	s := lim.Stats()
 	vigil.limiter, vigil.adopted = lim.Summary(), s.Adopted+s.AdoptedStored
-	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it; with one timeout for the whole call about %.0f, %.1f%% of the burst's %.0f, ending a lone answer's %v after the burst began): straight %.1f%%, vigil %.1f%% of the calls; vigil/straight %.2fx\n  with one timeout for the whole call the best clairvoyant admission delivers %d of the %d calls (%.1f%%), margin %s; the same offline model straight at the engine %d",
+	t.Logf("%s, %s: %.1fx capacity after %v at %.1fx (%.1f calls/s for %v, timeout %v, %d retries; cap at the start %d):\n  direct: %v\n  vigil:  %v\n  limiter: %s\n  the engine could finish about %.0f calls within the timeout (%.0f started a batch's service time before it; with one timeout for the whole call about %.0f, %.1f%% of the burst's %.0f, ending a lone answer's %v after the burst began): straight %.1f%%, vigil %.1f%% of the burst's calls; vigil/straight %.2fx\n  with one timeout for the whole call the best clairvoyant admission delivers %d of the %d calls (%.1f%%), margin %s; the same offline model straight at the engine %d",
 		client, arm.name, nodeLoad(), arm.warm, nodeWarmLoad, rate, nodeBurst(client), nodeTimeout, nodeRetries, startCap,
 		direct, vigil, vigil.limiter, direct.capacity, inTime, bound, 100*bound/max(1, burstCalls), burstCalls, nodeLoneAnswer().Round(time.Millisecond), direct.share(), vigil.share(), float64(vigil.Delivered)/float64(max(1, direct.Delivered)),
 		best, direct.Calls, 100*float64(best)/float64(max(1, direct.Calls)), margins, offline)
@@ -308,8 +312,10 @@ func nodeBest(client string, rate float64, warm time.Duration) (best int, margin
 	return best, margins, straight
 }
 
-// share is the calls delivered, in percent.
-func (r nodeRun) share() float64 { return 100 * float64(r.Delivered) / float64(max(1, r.Calls)) }
+// share is the burst's calls delivered, in percent.
+func (r nodeRun) share() float64 {
+	return 100 * float64(r.BurstDelivered) / float64(max(1, r.BurstCalls))
+}
 
 // nodeSeqs is the engine's batch: nodeSeqsDefault, or VIGIL_NODE_SEQS for
 // the benchmark (bench/README.md, issue 41).
@@ -394,11 +400,15 @@ func TestRealSDKsThroughVigilDeliverAtLeastAsMuchAsStraight(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					direct, vigil, _ := compareNode(t, dir, client, 3*i+1+j, arm)
 					check(t, client+" "+name, direct, vigil)
+					// Issue 41 asks as many delivered as warm; at the CI's
+					// burst every arm delivers all, so it is read here,
+					// at the benchmark's shape (bench/README.md).
+					t.Logf("%s %s: vigil delivered %.1f%% of the burst's calls, warm %.1f%%", client, name, vigil.share(), warm.share())
 					// The share is judged where the machine carried the
 					// burst: straight at the engine at least as much got
 					// through (a starved engine delivers less to both).
 					if vigil.share() < nodeMinShare && direct.share() >= nodeMinShare {
-						t.Errorf("%s %s: vigil delivered %.1f%% of the calls (straight %.1f%%), want at least %.0f%%",
+						t.Errorf("%s %s: vigil delivered %.1f%% of the burst's calls (straight %.1f%%), want at least %.0f%%",
 							client, name, vigil.share(), direct.share(), nodeMinShare)
 					}
 				})

@@ -14,6 +14,7 @@
 //   stream      streamed calls when true
 //   seed        makes the prompts differ between runs of one test
 //   patienceMs  calls unfinished this long after the first one started count as "unfinished"
+// It prints the calls and those delivered, all and the burst's alone.
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, streamText } from 'ai';
@@ -61,7 +62,8 @@ function vercelCall() {
 
 const call = cfg.client === 'openai' ? openaiCall() : vercelCall();
 const arrivals = [];
-for (let i = 0; i < Math.round((cfg.warmRate || 0) * (cfg.warmSeconds || 0)); i++) arrivals.push((i * 1000) / cfg.warmRate);
+const warmN = Math.round((cfg.warmRate || 0) * (cfg.warmSeconds || 0));
+for (let i = 0; i < warmN; i++) arrivals.push((i * 1000) / cfg.warmRate);
 const burstAt = (cfg.warmSeconds || 0) * 1000;
 for (let i = 0; i < Math.round(cfg.rate * cfg.seconds); i++) arrivals.push(burstAt + (i * 1000) / cfg.rate);
 const n = arrivals.length;
@@ -69,6 +71,7 @@ const start = Date.now();
 const failures = {};
 const latencies = [];
 let delivered = 0;
+let burstDelivered = 0; // of the burst's calls, the warm phase's aside
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const pending = [];
@@ -79,6 +82,7 @@ for (let i = 0; i < n; i++) {
   const t0 = Date.now();
   pending.push(call(i).then(() => {
     delivered++;
+    if (i >= warmN) burstDelivered++;
     latencies.push(Date.now() - t0);
   }, (e) => {
     const name = (e && (e.status ? `${e.constructor.name} ${e.status}` : e.name)) || 'unknown';
@@ -93,6 +97,7 @@ clearTimeout(timer);
 if (finished < n) failures.unfinished = n - finished;
 latencies.sort((a, b) => a - b);
 const q = (p) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * p))] : 0);
-console.log(JSON.stringify({ client: cfg.client, calls: n, delivered, failures, p50Ms: q(0.5), p99Ms: q(0.99),
+console.log(JSON.stringify({ client: cfg.client, calls: n, delivered, burstCalls: n - warmN, burstDelivered,
+  failures, p50Ms: q(0.5), p99Ms: q(0.99),
   wallMs: Date.now() - start }));
 process.exit(0); // calls still unfinished are abandoned
