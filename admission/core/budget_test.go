@@ -101,6 +101,10 @@ func TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime(t *testing.T) {
 		{"streams in an overload that outlasts their timeout: newest first", 2 * time.Second, 0, 100 * time.Millisecond, 2, true},
 		{"no timeout known, answers quick beside the drain: oldest first", 0, 40, time.Second, 0, false},
 		{"no timeout known, no answer measured: newest first", 0, 0, 0, 2, false},
+		// Unknown, a plain call's timeout is taken as four typical answers
+		// (0.8 s here; 0.4 s of it its answer's leeway), whatever the drain.
+		{"no timeout known, an overload: the oldest within a few answers' patience", 0, 0, 200 * time.Millisecond, 0, false},
+		{"no timeout known, the oldest past that patience: the next oldest", 0, 0, 100 * time.Millisecond, 1, false},
 		// A stream's first token is worth ttft_target (2 s), not its
 		// client's 120 s: a queue that serves its newest stream later than
 		// that serves the newest first.
@@ -131,7 +135,9 @@ func TestNewestFirstServesTheOldestWhenTheQueueDrainsInTime(t *testing.T) {
 					untilQueued(t, l, i+1)
 					advance(100 * time.Millisecond)
 				}
-				blocker.Release(Outcome{Success: true, CompletionTokens: -1, TotalTokens: -1})
+				// The blocker's answer is measured too, unless the row
+				// wants none measured.
+				blocker.Release(Outcome{Success: tc.service > 0, CompletionTokens: -1, TotalTokens: -1})
 				served := -1
 				for i, ch := range chans {
 					select {

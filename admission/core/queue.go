@@ -258,18 +258,25 @@ func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain, objective time.D
 	if deadline <= 0 {
 		deadline = l.deadlines.infer(w.route, l.tenants.clientTimeout(w.tenant))
 	}
-	if deadline > 0 && !w.lis.stream {
-		// A plain call whose client's timeout is known: served now, it
-		// either gets its answer within that timeout (its answer's
-		// leeway left of it) or it does not, whatever waits behind it. The newest behind it are not owed
-		// the slot: each waits to its own bound (plainWaitLocked) and is
-		// told then, or at once (plainCheckLocked), when the queue will
-		// not reach it. Served newest first in an overload, the queue
-		// skipped its older calls while they could still be answered,
-		// and at a burst's end it held only calls past saving while the
-		// engine idled: earliest deadline first keeps the engine on
-		// calls that still count until the last deadline (docs/design.md,
-		// the first second of a burst).
+	if !w.lis.stream && (deadline > 0 || service > 0) {
+		// A plain call: served now, it either gets its answer within its
+		// client's timeout (its answer's leeway left of it) or it does
+		// not, whatever waits behind it. The newest behind it are not
+		// owed the slot: each waits to its own bound (plainWaitLocked)
+		// and is told then, or at once (plainCheckLocked), when the queue
+		// will not reach it. Served newest first in an overload, the
+		// queue skipped its older calls while they could still be
+		// answered, and at a burst's end it held only calls past saving
+		// while the engine idled: earliest deadline first keeps the
+		// engine on calls that still count until the last deadline
+		// (docs/design.md, the first second of a burst). A timeout not
+		// known (yet: a route's is learned from its first give-ups) is
+		// taken as a few typical answers' patience: without it, a burst
+		// served newest first until the first clients gave up left its
+		// older calls to wait out their timeout in the queue.
+		if deadline <= 0 {
+			deadline = patienceServices * service
+		}
 		return now.Sub(w.since)+l.answerLeewayLocked() <= deadline
 	}
 	if deadline <= 0 {
