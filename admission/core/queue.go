@@ -112,14 +112,16 @@ func (l *Limiter) liveWaitersLocked() int { return l.waiters.Len() - len(l.held)
 
 // nextWaiterLocked is the live waiter to admit next, placeholders skipped,
 // or nil. fifo: the oldest. newest_first: the oldest first attempt still
-// on time (onTimeLocked: a plain call whose client's timeout is known
-// while its answer can make it, others while the whole queue drains in
-// time), else the newest first attempt, else the oldest retry. The two halves of newest_first answer different clients. A
-// first attempt's client is on its first deadline: the newest can still
-// make it, the oldest is about to give up. A retry's client has already
-// missed that deadline and comes back a bounded number of times: the
-// oldest call has the fewest attempts left, so it goes first, and no retry
-// displaces fresh work (retries are what keeps an overload going).
+// on time (onTimeLocked: a plain call while its answer can make its
+// client's timeout, known or taken as a few answers' patience; a stream
+// while the whole queue drains in time), else the newest first attempt,
+// else the oldest retry. The two halves of newest_first answer different
+// clients. A first attempt's client is on its first deadline: served in
+// time, it counts, and past it the newest can still make it where the
+// oldest is about to give up. A retry's client has already missed that
+// deadline and comes back a bounded number of times: the oldest call has
+// the fewest attempts left, so it goes first, and no retry displaces
+// fresh work (retries are what keeps an overload going).
 // Without streams, streamed waiters are passed over (the first-token limit
 // is full): a plain call behind them still goes. Calls moved here from
 // another vigil's held engine go after this node's own first attempts;
@@ -239,16 +241,17 @@ func (l *Limiter) movedBeforeLocked(w *waiter) int {
 	return n
 }
 
-// onTimeLocked: w's client has a known timeout (announced, or inferred
-// now) and, served now, still gets its answer within it (at the engine's
-// typical time to first token for a stream, to the last byte otherwise),
-// and so would the newest waiter behind it once the queue drains (drain:
-// the live queue over its drain rate; a stream's first token is due
-// within objective, the TTFT objective in force). Then the queue is a burst the
-// engine absorbs, and newest_first serves the oldest such waiter first,
-// as the engine itself would: serving the newest instead would let the
-// oldest time out in the queue. In an overload the queue does not drain
-// within the timeout, and the newest go first.
+// onTimeLocked: served now, w still gets what its client waits for. A
+// plain call: its answer, its leeway left of the client's timeout
+// (announced, inferred now, or else a few typical answers' patience),
+// whatever waits behind it: newest_first serves the oldest such call
+// first, earliest deadline first. A stream: its first token, at the
+// engine's typical time to first token, within its client's timeout or
+// the TTFT objective in force, and so would the newest stream behind it
+// once the queue drains (drain: the live queue over its drain rate).
+// Then the queue is a burst the engine absorbs and the oldest goes
+// first, as the engine itself would; in an overload the newest streams
+// go first, so fresh ones keep their first token on time.
 func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain, objective time.Duration) bool {
 	service := l.engineService
 	if w.lis.stream {
