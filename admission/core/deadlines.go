@@ -1,7 +1,6 @@
 package core
 
 import (
-	"slices"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -59,26 +58,16 @@ func newDeadlines(cfg []configs.RouteTimeout) *deadlines {
 }
 
 // giveUps is a ring of the times after which a route's clients gave up.
-type giveUps struct {
-	ring [giveUpSamples]time.Duration
-	n    int
-	next int
-}
+type giveUps struct{ durationRing }
 
-func (g *giveUps) add(d time.Duration) {
-	g.ring[g.next] = d
-	g.next = (g.next + 1) % giveUpSamples
-	g.n = min(g.n+1, giveUpSamples)
-}
+func newGiveUps() *giveUps { return &giveUps{newDurationRing(giveUpSamples)} }
 
 // median is the learned timeout, 0 while fewer than giveUpMin are known.
 func (g *giveUps) median() time.Duration {
 	if g == nil || g.n < giveUpMin {
 		return 0
 	}
-	s := slices.Clone(g.ring[:g.n])
-	slices.Sort(s)
-	return s[len(s)/2]
+	return g.quantile(1, 2)
 }
 
 // infer is the timeout assumed for a request of route from a tenant whose
@@ -105,7 +94,7 @@ func (d *deadlines) gaveUp(route string, after time.Duration) (before, now time.
 		if len(d.learned) >= maxLearnedRoutes {
 			return 0, 0
 		}
-		g = &giveUps{}
+		g = newGiveUps()
 		d.learned[route] = g
 	}
 	before = g.median()
@@ -293,7 +282,7 @@ func (l *Limiter) answerLeewayLocked() time.Duration {
 	if l.answers.n < answersMin {
 		return answerLeeway * l.engineService
 	}
-	return l.answers.p95() * 11 / 10
+	return l.answers.quantile(95, 100) * 11 / 10
 }
 
 // answerLeeway typical answer times are left of a plain call's timeout
@@ -308,29 +297,6 @@ const (
 	answersMin  = 16
 	answersKept = 64
 )
-
-// answerRing keeps the last answersKept answer times.
-type answerRing struct {
-	d    [answersKept]time.Duration
-	n    int
-	next int
-}
-
-func (r *answerRing) add(d time.Duration) {
-	r.d[r.next] = d
-	r.next = (r.next + 1) % answersKept
-	r.n = min(r.n+1, answersKept)
-}
-
-// p95 is the 95th percentile of the answers kept (0: none).
-func (r *answerRing) p95() time.Duration {
-	if r.n == 0 {
-		return 0
-	}
-	s := slices.Clone(r.d[:r.n])
-	slices.Sort(s)
-	return s[min(r.n-1, r.n*95/100)]
-}
 
 // drainRateLocked is the queue's measured drain rate: admissions per
 // second over the last completionSpan, or since the busy period began

@@ -45,7 +45,7 @@ func TestAClientsTimeoutIsAnnouncedElseInferred(t *testing.T) {
 }
 
 func TestTheLearnedTimeoutIsTheMedianOfTheLastGiveUps(t *testing.T) {
-	var g giveUps
+	g := newGiveUps()
 	for _, d := range []time.Duration{6, 6, 1, 6, 30} { // a user who cancelled at 1 s, one slow client
 		g.add(d * time.Second)
 	}

@@ -107,15 +107,6 @@ func (k *Learned) routeOf(route string) LearnedRoute {
 	return k.Routes[route]
 }
 
-// ordered is the ring's give-ups, oldest first.
-func (g *giveUps) ordered() []time.Duration {
-	out := make([]time.Duration, 0, g.n)
-	for i := range g.n {
-		out = append(out, g.ring[(g.next-g.n+i+giveUpSamples)%giveUpSamples])
-	}
-	return out
-}
-
 // Restore takes back what an earlier run learned, unless it is older
 // than LearnedMaxAge (or from the future: a clock that jumped) or the
 // limiter has learned something of its own already; it reports whether
@@ -141,7 +132,7 @@ func (l *Limiter) Restore(k Learned) bool {
 	}
 	for route, r := range k.Routes {
 		if len(r.GiveUps) > 0 && l.deadlines.learned[route] == nil && len(l.deadlines.learned) < maxLearnedRoutes {
-			g := &giveUps{}
+			g := newGiveUps()
 			for _, d := range r.GiveUps[max(0, len(r.GiveUps)-giveUpSamples):] {
 				g.add(d)
 			}

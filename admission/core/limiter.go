@@ -189,7 +189,7 @@ type Limiter struct {
 	// answers are the last plain answers' times from admission to their
 	// last byte: their slow end is what a plain call's timeout must
 	// leave for its answer (answerLeewayLocked).
-	answers answerRing
+	answers durationRing
 	// awaitingFirst counts the streams in flight whose first token has not
 	// come yet (see FirstTokenLimiter).
 	awaitingFirst int
@@ -219,6 +219,7 @@ func New(cfg configs.Admission, opts ...Option) *Limiter {
 		completions:   newEventRate(),
 		admissions:    newEventRate(),
 		deadlines:     newDeadlines(cfg.ClientTimeouts),
+		answers:       newDurationRing(answersKept),
 	}
 	for _, o := range opts {
 		o(l)
