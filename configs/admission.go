@@ -72,9 +72,10 @@ type Admission struct {
 	// (disconnects before any answer, and retries of the same
 	// Idempotency-Key).
 	ClientTimeouts []RouteTimeout `yaml:"client_timeouts"`
-	// Order: newest_first (default: first attempts newest first, as the
-	// oldest first attempt's client is about to give up; then retries,
-	// oldest call first) or fifo.
+	// Order: newest_first (default: the oldest first attempt whose answer
+	// can still make its client's timeout, else first attempts newest
+	// first, as the oldest one's client is about to give up; then
+	// retries, oldest call first) or fifo.
 	Order string `yaml:"order"`
 	// IdempotencyHeader names the per-call key header used for coalescing.
 	IdempotencyHeader string `yaml:"idempotency_header"`

@@ -39,7 +39,8 @@
 //     (max_queue, max_queue_bytes, max_queue_wait cut to half the client's
 //     timeout, 97% for a coalesced keyed call); full or expired is 503.
 //  5. Order: newest_first serves the oldest first attempt still on time
-//     (a plain call with a known timeout: while its answer can make it),
+//     (a plain call while its answer can make its client's timeout,
+//     known or a few answers' patience),
 //     else first attempts newest first, then retries oldest call first, and
 //     a full queue turns away its oldest waiter; fifo serves in arrival
 //     order and turns away the newcomer.
