@@ -261,7 +261,13 @@ func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain, objective time.D
 	if deadline <= 0 {
 		deadline = l.deadlines.infer(w.route, l.tenants.clientTimeout(w.tenant))
 	}
-	if !w.lis.stream && (deadline > 0 || service > 0) {
+	if deadline <= 0 {
+		// No timeout known (yet: a route's is learned from its first
+		// give-ups): a client patient enough to use this engine at all
+		// waits a few of its typical answers.
+		deadline = patienceServices * service
+	}
+	if !w.lis.stream && deadline > 0 {
 		// A plain call: served now, it either gets its answer within its
 		// client's timeout (its answer's leeway left of it) or it does
 		// not, whatever waits behind it. The newest behind it are not
@@ -272,20 +278,11 @@ func (l *Limiter) onTimeLocked(w *waiter, now time.Time, drain, objective time.D
 		// answered, and at a burst's end it held only calls past saving
 		// while the engine idled: earliest deadline first keeps the
 		// engine on calls that still count until the last deadline
-		// (docs/design.md, the first second of a burst). A timeout not
-		// known (yet: a route's is learned from its first give-ups) is
-		// taken as a few typical answers' patience: without it, a burst
-		// served newest first until the first clients gave up left its
-		// older calls to wait out their timeout in the queue.
-		if deadline <= 0 {
-			deadline = patienceServices * service
-		}
+		// (docs/design.md, the first second of a burst). That holds for
+		// the patience taken for an unknown timeout too: a burst served
+		// newest first until the first clients gave up left its older
+		// calls to wait out their timeout in the queue.
 		return now.Sub(w.since)+l.answerLeewayLocked() <= deadline
-	}
-	if deadline <= 0 {
-		// No timeout known: a client patient enough to use this engine
-		// at all waits a few of its typical answers.
-		deadline = patienceServices * service
 	}
 	if w.lis.stream && objective > 0 {
 		// A stream's first token is worth ttft_target, whatever the
