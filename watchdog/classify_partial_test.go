@@ -79,16 +79,24 @@ func wedged(s *sim) {
 }
 
 // throughVigil: the limiter in front reads reads bytes of the engine's
-// answers and sees answered calls end each tick (a fresh LimiterLoad, as
-// the loop records one a cycle).
+// answers and sees answered calls end each tick.
 func throughVigil(reads, answered uint64) func(*sim) {
+	return limiterCounts(func(l *LimiterLoad) {
+		l.EngineReads += reads
+		l.Answered += answered
+	})
+}
+
+// limiterCounts has the limiter in front count more each tick, as add
+// says: a fresh LimiterLoad each time, as the loop records one a cycle
+// (samples keep their own).
+func limiterCounts(add func(*LimiterLoad)) func(*sim) {
 	return func(s *sim) {
 		l := LimiterLoad{}
 		if s.lim != nil {
 			l = *s.lim
 		}
-		l.EngineReads += reads
-		l.Answered += answered
+		add(&l)
 		s.lim = &l
 	}
 }

@@ -599,18 +599,12 @@ func TestTheCompletionRateComesFromWhatCountsFinishedCalls(t *testing.T) {
 		s.m.Progress["vllm:generation_tokens_total"] += 4000
 		s.m.Heartbeats["vllm:iteration_tokens_total_count"] += 50
 	}
-	// answers has the limiter count n more answered calls each tick (a
-	// fresh LimiterLoad: samples keep their own).
+	// answers has the limiter count n more answered calls each tick.
 	answers := func(n uint64) func(*sim) {
-		return func(s *sim) {
-			l := LimiterLoad{}
-			if s.lim != nil {
-				l = *s.lim
-			}
+		return limiterCounts(func(l *LimiterLoad) {
 			l.Answered += n
 			l.Calls += n
-			s.lim = &l
-		}
+		})
 	}
 	for _, tc := range []struct {
 		name         string
